@@ -1,0 +1,1 @@
+"""Adapters: thin skins over outside systems (Grain, torch, JAX, TensorStore, tokenizers)."""

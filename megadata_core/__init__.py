@@ -1,0 +1,25 @@
+"""megadata: Megatron-compatible pretraining data in pure numpy.
+
+The core imports numpy and the standard library only; framework adapters live in
+the top-level ``adapters`` package.
+"""
+
+from megadata_core.errors import DataError
+from megadata_core.format import (
+    IndexedDataset,
+    IndexedDatasetWriter,
+    merge_datasets,
+    optimal_dtype,
+    register_scheme,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DataError",
+    "IndexedDataset",
+    "IndexedDatasetWriter",
+    "merge_datasets",
+    "optimal_dtype",
+    "register_scheme",
+]

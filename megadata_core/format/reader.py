@@ -1,0 +1,217 @@
+"""Reading a Megatron .bin/.idx pair."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from megadata_core.errors import DataError
+from megadata_core.format import idx_layout
+from megadata_core.format.sources import ByteSource, is_local, local_path, open_source
+
+
+def idx_path_of(path_prefix: str) -> str:
+    return path_prefix + ".idx"
+
+
+def bin_path_of(path_prefix: str) -> str:
+    return path_prefix + ".bin"
+
+
+def _local_file_size(path: str, what: str) -> int:
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError as error:
+        raise DataError(f"{path}: {what} file not found") from error
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: {what} path is not a regular file")
+    return stat.st_size
+
+
+class IndexedDataset:
+    """A Megatron ``MMIDIDX`` v1 corpus: sequences of tokens grouped into documents.
+
+    ``ds[i]`` is sequence ``i`` as a 1-D array of ``ds.dtype`` (with its int8 mode,
+    as ``(tokens, mode)``, when multimodal, as Megatron returns it); ``ds[i:j]`` is
+    a list of arrays read with one contiguous read. Index arrays are memory-mapped
+    (local files) so opening costs O(1) memory; tokens are read through a memmap
+    when ``mmap=True`` and with ``os.pread`` otherwise. Remote prefixes
+    (``s3://``, ``gs://``, ...) read through the byte-source registry.
+    """
+
+    def __init__(
+        self, path_prefix: str, *, multimodal: bool | None = None, mmap: bool = True
+    ) -> None:
+        self.path_prefix = str(path_prefix)
+        self.mmap = bool(mmap)
+        self._requested_multimodal = multimodal
+        self._open(validate=True)
+
+    def _open(self, validate: bool) -> None:
+        self.idx_path = idx_path_of(self.path_prefix)
+        self.bin_path = bin_path_of(self.path_prefix)
+        self._bin_source: ByteSource | None = None
+        self._bin_map: np.ndarray | None = None
+        if is_local(self.path_prefix):
+            idx_file = local_path(self.idx_path)
+            bin_file = local_path(self.bin_path)
+            idx_size = _local_file_size(idx_file, ".idx")
+            bin_size = _local_file_size(bin_file, ".bin")
+            with open(idx_file, "rb") as stream:
+                header_bytes = stream.read(idx_layout.HEADER_SIZE)
+            header = idx_layout.parse_header(
+                header_bytes, idx_size, idx_file, self._requested_multimodal
+            )
+            idx_buffer = np.memmap(idx_file, dtype=np.uint8, mode="r")
+            if self.mmap and bin_size > 0:
+                self._bin_map = np.memmap(bin_file, dtype=np.uint8, mode="r")
+            elif not self.mmap:
+                self._bin_source = open_source(bin_file)
+        else:
+            idx_source = open_source(self.idx_path)
+            idx_size = idx_source.size()
+            header_bytes = bytes(idx_source.read(0, min(idx_size, idx_layout.HEADER_SIZE)))
+            header = idx_layout.parse_header(
+                header_bytes, idx_size, self.idx_path, self._requested_multimodal
+            )
+            idx_buffer = np.frombuffer(bytes(idx_source.read(0, idx_size)), dtype=np.uint8)
+            idx_source.close()
+            self._bin_source = open_source(self.bin_path)
+            bin_size = self._bin_source.size()
+        self._bin_size = bin_size
+        self.multimodal = header.multimodal
+        self.dtype = header.dtype
+        count = header.sequence_count
+        self.sequence_lengths = _view(idx_buffer, np.int32, header.lengths_offset, count)
+        self.sequence_pointers = _view(idx_buffer, np.int64, header.pointers_offset, count)
+        self.document_indices = _view(
+            idx_buffer, np.int64, header.documents_offset, header.document_count
+        )
+        self.sequence_modes = (
+            _view(idx_buffer, np.int8, header.modes_offset, count) if header.multimodal else None
+        )
+        if validate:
+            idx_layout.validate_arrays(
+                self.sequence_lengths,
+                self.sequence_pointers,
+                self.document_indices,
+                self.dtype.itemsize,
+                bin_size,
+                self.idx_path,
+                self.bin_path,
+            )
+
+    # -- reading ---------------------------------------------------------------
+
+    def _read(self, byte_offset: int, count: int) -> np.ndarray:
+        """``count`` tokens starting at ``byte_offset`` of the .bin."""
+        if count == 0:
+            return np.empty(0, dtype=self.dtype)
+        nbytes = count * self.dtype.itemsize
+        if self._bin_map is not None:
+            return np.frombuffer(self._bin_map, dtype=self.dtype, count=count, offset=byte_offset)
+        return np.frombuffer(self._bin_source.read(byte_offset, nbytes), dtype=self.dtype)
+
+    def _check_index(self, index: int) -> int:
+        count = len(self)
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
+            raise IndexError(f"{self.path_prefix}: sequence {index} out of range [0, {count})")
+        return index
+
+    def __len__(self) -> int:
+        return len(self.sequence_lengths)
+
+    def __getitem__(self, index):
+        if isinstance(index, (int, np.integer)):
+            index = self._check_index(int(index))
+            tokens = self._read(int(self.sequence_pointers[index]), int(self.sequence_lengths[index]))
+            if self.multimodal:
+                return tokens, self.sequence_modes[index]
+            return tokens
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                raise DataError(f"{self.path_prefix}: slices must be contiguous, got step {step}")
+            stop = max(start, stop)
+            lengths = np.asarray(self.sequence_lengths[start:stop], dtype=np.int64)
+            if len(lengths) == 0:
+                return ([], self.sequence_modes[start:stop]) if self.multimodal else []
+            tokens = self._read(int(self.sequence_pointers[start]), int(lengths.sum()))
+            sequences = np.split(tokens, np.cumsum(lengths)[:-1])
+            if self.multimodal:
+                return sequences, self.sequence_modes[start:stop]
+            return sequences
+        raise TypeError(f"unexpected index type {type(index).__name__}")
+
+    def get(self, index: int, offset: int = 0, length: int | None = None):
+        """Tokens ``[offset, offset + length)`` of sequence ``index`` (to its end if None)."""
+        index = self._check_index(int(index))
+        sequence_length = int(self.sequence_lengths[index])
+        if not 0 <= offset <= sequence_length:
+            raise DataError(
+                f"{self.path_prefix}: offset {offset} outside sequence {index} "
+                f"of length {sequence_length}"
+            )
+        if length is None:
+            length = sequence_length - offset
+        if length < 0 or offset + length > sequence_length:
+            raise DataError(
+                f"{self.path_prefix}: length {length} at offset {offset} runs past the end "
+                f"of sequence {index} (length {sequence_length})"
+            )
+        pointer = int(self.sequence_pointers[index]) + offset * self.dtype.itemsize
+        tokens = self._read(pointer, length)
+        if self.multimodal:
+            return tokens, self.sequence_modes[index]
+        return tokens
+
+    def read_bytes(self, byte_offset: int, count: int) -> np.ndarray:
+        """``count`` tokens from an arbitrary .bin byte offset (for batched readers)."""
+        return self._read(byte_offset, count)
+
+    # -- metadata -------------------------------------------------------------
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.document_indices) - 1
+
+    @property
+    def bin_size(self) -> int:
+        return self._bin_size
+
+    def close(self) -> None:
+        """Drop memory maps and file handles; they reopen when unpickled."""
+        if self._bin_source is not None:
+            self._bin_source.close()
+        self._bin_map = None
+
+    def __getstate__(self) -> dict:
+        # Memmaps would pickle by value; keep only what reopening needs.
+        return {
+            "path_prefix": self.path_prefix,
+            "mmap": self.mmap,
+            "multimodal": self.multimodal,
+        }
+
+    def __setstate__(self, state: dict) -> None:
+        self.path_prefix = state["path_prefix"]
+        self.mmap = state["mmap"]
+        self._requested_multimodal = state["multimodal"]
+        self._open(validate=False)
+
+    def __repr__(self) -> str:
+        return (
+            f"IndexedDataset({self.path_prefix!r}, dtype={self.dtype}, "
+            f"sequences={len(self)}, documents={self.num_documents}, "
+            f"multimodal={self.multimodal})"
+        )
+
+
+def _view(buffer: np.ndarray, dtype: type, offset: int, count: int) -> np.ndarray:
+    """A read-only array of ``count`` items of ``dtype`` at byte ``offset`` of ``buffer``."""
+    array = np.ndarray(shape=(count,), dtype=dtype, buffer=buffer, offset=offset)
+    array.flags.writeable = False
+    return array

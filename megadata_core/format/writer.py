@@ -1,0 +1,339 @@
+"""Writing a Megatron .bin/.idx pair, byte-identical to megatron-core's builder.
+
+Memory stays bounded however large the corpus: per-sequence lengths, modes and
+document boundaries are buffered in small arrays and spilled to temporary files
+next to the output; ``finalize`` streams them into the .idx, computing the byte
+pointers chunk by chunk in int64. Both files are written under temporary names
+and ``os.replace``d into place at the end, so a crash never leaves a half corpus
+under the final name.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+
+from megadata_core.errors import DataError
+from megadata_core.format import idx_layout
+from megadata_core.format.dtypes import code_of
+from megadata_core.format.reader import IndexedDataset, bin_path_of, idx_path_of
+from megadata_core.format.sources import is_local, local_path
+
+_SPILL_ITEMS = 1 << 16  # entries buffered before a spill to disk
+_COPY_CHUNK = 1 << 20  # entries per chunk when streaming arrays
+
+
+class _SpilledArray:
+    """An append-only 1-D array of one dtype kept in a temporary file."""
+
+    def __init__(self, directory: str, dtype: type, label: str) -> None:
+        self.dtype = np.dtype(dtype)
+        handle, self.path = tempfile.mkstemp(prefix=f".{label}.", suffix=".tmp", dir=directory)
+        self._file = os.fdopen(handle, "wb")
+        self._pending: list[np.ndarray] = []
+        self._pending_count = 0
+        self.count = 0
+
+    def append(self, values: np.ndarray) -> None:
+        values = np.asarray(values, dtype=self.dtype).reshape(-1)
+        if values.size == 0:
+            return
+        self._pending.append(values)
+        self._pending_count += values.size
+        self.count += values.size
+        if self._pending_count >= _SPILL_ITEMS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            self._file.write(np.concatenate(self._pending).tobytes())
+            self._pending.clear()
+            self._pending_count = 0
+        self._file.flush()
+
+    def chunks(self):
+        """The stored values, in order, ``_COPY_CHUNK`` at a time."""
+        self.flush()
+        with open(self.path, "rb") as stream:
+            while True:
+                chunk = np.fromfile(stream, dtype=self.dtype, count=_COPY_CHUNK)
+                if chunk.size == 0:
+                    return
+                yield chunk
+
+    def discard(self) -> None:
+        self._file.close()
+        _remove_quietly(self.path)
+
+
+class IndexedDatasetWriter:
+    """Builds ``{path_prefix}.bin`` and ``{path_prefix}.idx``.
+
+    Calls mirror megatron-core's ``IndexedDatasetBuilder``: ``add_item`` appends one
+    sequence, ``end_document`` closes a document, ``add_document`` appends a whole
+    document of several sequences, ``add_index`` appends another corpus, and
+    ``finalize`` writes the index. As a context manager it finalizes on success and
+    removes every temporary file on error.
+    """
+
+    def __init__(
+        self, path_prefix: str, dtype: np.typing.DTypeLike = np.uint16, *, multimodal: bool = False
+    ) -> None:
+        if not is_local(str(path_prefix)):
+            raise DataError(f"{path_prefix}: writing is supported for local paths only")
+        self.path_prefix = local_path(str(path_prefix))
+        self._dtype_code = code_of(dtype, field="IndexedDatasetWriter dtype")
+        self.dtype = np.dtype(dtype).newbyteorder("=")
+        self.multimodal = bool(multimodal)
+        directory = os.path.dirname(os.path.abspath(self.path_prefix))
+        if not os.path.isdir(directory):
+            raise DataError(f"{self.path_prefix}: output directory {directory} does not exist")
+        self._directory = directory
+        name = os.path.basename(self.path_prefix)
+        handle, self._bin_temp = tempfile.mkstemp(prefix=f".{name}.bin.", suffix=".tmp", dir=directory)
+        self._bin = os.fdopen(handle, "wb")
+        self._lengths = _SpilledArray(directory, np.int32, f"{name}.lengths")
+        self._documents = _SpilledArray(directory, np.int64, f"{name}.documents")
+        self._modes = _SpilledArray(directory, np.int8, f"{name}.modes") if self.multimodal else None
+        self._documents.append(np.zeros(1, dtype=np.int64))
+        self._closed = False
+
+    # -- adding data ----------------------------------------------------------
+
+    def _tokens(self, tokens, field: str) -> np.ndarray:
+        """``tokens`` as a contiguous 1-D array of the writer's dtype, range-checked."""
+        array = np.asarray(tokens)
+        if hasattr(tokens, "numpy") and not isinstance(tokens, np.ndarray):
+            array = np.asarray(tokens.numpy())  # torch tensors, as Megatron accepts
+        if array.ndim > 1:
+            array = array.reshape(-1)
+        if array.size == 0:
+            return np.empty(0, dtype=self.dtype)
+        kind = array.dtype.kind
+        if self.dtype.kind in "iu":
+            if kind not in "iub":
+                raise DataError(
+                    f"{self.path_prefix}: {field} has dtype {array.dtype}; integer tokens are "
+                    f"needed for a {self.dtype} corpus"
+                )
+            info = np.iinfo(self.dtype)
+            low, high = int(array.min()), int(array.max())
+            if low < info.min or high > info.max:
+                what = "negative token" if low < 0 and info.min == 0 else "token out of range"
+                bad = low if low < info.min else high
+                raise DataError(
+                    f"{self.path_prefix}: {field} holds {what} {bad}; {self.dtype} holds "
+                    f"[{info.min}, {info.max}]"
+                )
+        elif kind not in "iubf":
+            raise DataError(
+                f"{self.path_prefix}: {field} has dtype {array.dtype}, not numeric"
+            )
+        return np.ascontiguousarray(array, dtype=self.dtype)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DataError(f"{self.path_prefix}: writer already finalized or aborted")
+
+    def add_item(self, tokens, mode: int = 0) -> None:
+        """Append one sequence (and its int8 mode when multimodal)."""
+        self._check_open()
+        array = self._tokens(tokens, "tokens")
+        self._bin.write(array.tobytes())
+        self._lengths.append(np.array([array.size], dtype=np.int64))
+        if self._modes is not None:
+            self._modes.append(np.array([mode]))
+
+    def end_document(self) -> None:
+        """Close the current document after ``add_item`` calls."""
+        self._check_open()
+        self._documents.append(np.array([self._lengths.count], dtype=np.int64))
+
+    def add_document(self, tokens, lengths, modes=None) -> None:
+        """Append a document: ``tokens`` split into sequences of ``lengths``."""
+        self._check_open()
+        array = self._tokens(tokens, "tokens")
+        lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+        if lengths.size and lengths.min() < 0:
+            raise DataError(f"{self.path_prefix}: lengths hold a negative value {lengths.min()}")
+        if lengths.size and lengths.max() > np.iinfo(np.int32).max:
+            raise DataError(f"{self.path_prefix}: a sequence of {lengths.max()} tokens exceeds int32")
+        if int(lengths.sum()) != array.size:
+            raise DataError(
+                f"{self.path_prefix}: lengths sum to {int(lengths.sum())} but the document "
+                f"has {array.size} tokens"
+            )
+        if self._modes is not None:
+            modes = np.zeros(lengths.size, np.int8) if modes is None else np.asarray(modes)
+            if modes.shape != lengths.shape:
+                raise DataError(
+                    f"{self.path_prefix}: {modes.size} modes for {lengths.size} sequences"
+                )
+        self._bin.write(array.tobytes())
+        self._lengths.append(lengths)
+        if self._modes is not None:
+            self._modes.append(modes)
+        self._documents.append(np.array([self._lengths.count], dtype=np.int64))
+
+    def add_index(self, other_prefix: str) -> None:
+        """Append every sequence and document of another corpus with the same dtype."""
+        self._check_open()
+        other = IndexedDataset(other_prefix, multimodal=self.multimodal or None)
+        if other.dtype != self.dtype:
+            raise DataError(
+                f"{other.idx_path}: dtype {other.dtype} does not match the writer's {self.dtype}"
+            )
+        if other.multimodal != self.multimodal:
+            raise DataError(
+                f"{other.idx_path}: multimodal={other.multimodal} does not match the writer's "
+                f"multimodal={self.multimodal}"
+            )
+        offset = self._lengths.count
+        count = len(other)
+        for start in range(0, count, _COPY_CHUNK):
+            self._lengths.append(other.sequence_lengths[start : start + _COPY_CHUNK])
+            if self._modes is not None:
+                self._modes.append(other.sequence_modes[start : start + _COPY_CHUNK])
+        boundaries = other.document_indices
+        for start in range(1, len(boundaries), _COPY_CHUNK):
+            self._documents.append(boundaries[start : start + _COPY_CHUNK] + offset)
+        used = 0
+        if count:
+            used = int(other.sequence_pointers[-1])
+            used += int(other.sequence_lengths[-1]) * self.dtype.itemsize
+        other.close()
+        self._bin.flush()
+        with open(local_path(other.bin_path), "rb") as source:
+            _copy_bytes(source, self._bin, used)
+
+    # -- finishing ------------------------------------------------------------
+
+    def finalize(self, idx_path: str | None = None) -> None:
+        """Write the .idx and move both files to their final names.
+
+        ``idx_path`` is accepted for megatron-core compatibility and must name
+        this writer's ``{path_prefix}.idx`` if given.
+        """
+        self._check_open()
+        final_idx = idx_path_of(self.path_prefix)
+        if idx_path is not None and os.path.abspath(idx_path) != os.path.abspath(final_idx):
+            raise DataError(f"finalize: idx_path {idx_path} is not this writer's {final_idx}")
+        try:
+            self._bin.close()
+            handle, idx_temp = tempfile.mkstemp(
+                prefix=f".{os.path.basename(self.path_prefix)}.idx.", suffix=".tmp",
+                dir=self._directory,
+            )
+            with os.fdopen(handle, "wb") as idx:
+                self._write_idx(idx)
+            os.replace(self._bin_temp, bin_path_of(self.path_prefix))
+            os.replace(idx_temp, final_idx)
+        except BaseException:
+            self.abort()
+            raise
+        finally:
+            self._discard_spills()
+        self._closed = True
+
+    def _write_idx(self, idx) -> None:
+        count = self._lengths.count
+        idx.write(idx_layout.pack_header(self._dtype_code, count, self._documents.count))
+        for chunk in self._lengths.chunks():
+            idx.write(chunk.tobytes())
+        itemsize = self.dtype.itemsize
+        position = 0
+        for chunk in self._lengths.chunks():
+            ends = np.cumsum(chunk.astype(np.int64) * itemsize) + position
+            pointers = np.empty_like(ends)
+            pointers[0] = position
+            pointers[1:] = ends[:-1]
+            idx.write(pointers.tobytes())
+            position = int(ends[-1])
+        for chunk in self._documents.chunks():
+            idx.write(chunk.tobytes())
+        if self._modes is not None:
+            for chunk in self._modes.chunks():
+                idx.write(chunk.tobytes())
+        idx.flush()
+        os.fsync(idx.fileno())
+
+    def _discard_spills(self) -> None:
+        for spill in (self._lengths, self._documents, self._modes):
+            if spill is not None:
+                spill.discard()
+
+    def abort(self) -> None:
+        """Remove every temporary file; nothing appears under the final names."""
+        if self._closed:
+            return
+        self._closed = True
+        self._bin.close()
+        _remove_quietly(self._bin_temp)
+        self._discard_spills()
+
+    def __enter__(self) -> IndexedDatasetWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is None:
+            if not self._closed:
+                self.finalize()
+        else:
+            self.abort()
+
+    def __del__(self) -> None:
+        try:
+            self.abort()
+        except Exception:
+            pass
+
+
+def _copy_bytes(source, target, count: int) -> None:
+    """Copy ``count`` bytes from one open binary file to another."""
+    remaining = count
+    try:
+        while remaining > 0:
+            sent = os.copy_file_range(source.fileno(), target.fileno(), remaining)
+            if sent == 0:
+                break
+            remaining -= sent
+    except (AttributeError, OSError):
+        pass
+    if remaining > 0:
+        source.seek(count - remaining)
+        target.seek(0, os.SEEK_END)
+        while remaining > 0:
+            block = source.read(min(remaining, 1 << 24))
+            if not block:
+                raise DataError(f"{source.name}: ended {remaining} bytes early while merging")
+            target.write(block)
+            remaining -= len(block)
+    target.flush()
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def merge_datasets(part_prefixes, output_prefix: str, *, dtype=None, multimodal=None) -> None:
+    """Concatenate corpora into one, in order, with bounded memory.
+
+    dtype and multimodal default to those of the first part.
+    """
+    part_prefixes = list(part_prefixes)
+    if not part_prefixes:
+        raise DataError("merge_datasets: no input prefixes")
+    first = IndexedDataset(part_prefixes[0], multimodal=multimodal)
+    dtype = first.dtype if dtype is None else dtype
+    multimodal = first.multimodal if multimodal is None else multimodal
+    first.close()
+    with IndexedDatasetWriter(output_prefix, dtype, multimodal=multimodal) as writer:
+        for prefix in part_prefixes:
+            writer.add_index(prefix)
+
+
