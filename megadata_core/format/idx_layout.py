@@ -61,8 +61,11 @@ def pack_header(dtype_code: int, sequence_count: int, document_count: int) -> by
 
 def expected_idx_size(sequence_count: int, document_count: int, multimodal: bool) -> int:
     """Bytes of a well-formed .idx with these counts."""
-    return HEADER_SIZE + 12 * sequence_count + 8 * document_count + (
-        sequence_count if multimodal else 0
+    return (
+        HEADER_SIZE
+        + 12 * sequence_count
+        + 8 * document_count
+        + (sequence_count if multimodal else 0)
     )
 
 

@@ -127,7 +127,9 @@ class IndexedDataset:
     def __getitem__(self, index):
         if isinstance(index, (int, np.integer)):
             index = self._check_index(int(index))
-            tokens = self._read(int(self.sequence_pointers[index]), int(self.sequence_lengths[index]))
+            tokens = self._read(
+                int(self.sequence_pointers[index]), int(self.sequence_lengths[index])
+            )
             if self.multimodal:
                 return tokens, self.sequence_modes[index]
             return tokens

@@ -23,34 +23,47 @@ from megadata_core.format.sources import is_local, local_path
 
 _SPILL_ITEMS = 1 << 16  # entries buffered before a spill to disk
 _COPY_CHUNK = 1 << 20  # entries per chunk when streaming arrays
+_INT32_MAX = int(np.iinfo(np.int32).max)
 
 
 class _SpilledArray:
-    """An append-only 1-D array of one dtype kept in a temporary file."""
+    """An append-only 1-D array of one dtype kept in a temporary file.
+
+    Scalars collect in a Python list (cheap per call) and whole arrays are written
+    straight through; either way at most ``_SPILL_ITEMS`` entries sit in memory.
+    """
 
     def __init__(self, directory: str, dtype: type, label: str) -> None:
         self.dtype = np.dtype(dtype)
         handle, self.path = tempfile.mkstemp(prefix=f".{label}.", suffix=".tmp", dir=directory)
         self._file = os.fdopen(handle, "wb")
-        self._pending: list[np.ndarray] = []
-        self._pending_count = 0
+        self._pending: list[int] = []
         self.count = 0
 
-    def append(self, values: np.ndarray) -> None:
-        values = np.asarray(values, dtype=self.dtype).reshape(-1)
-        if values.size == 0:
-            return
-        self._pending.append(values)
-        self._pending_count += values.size
-        self.count += values.size
-        if self._pending_count >= _SPILL_ITEMS:
+    def append(self, value: int) -> None:
+        self._pending.append(value)
+        self.count += 1
+        if len(self._pending) >= _SPILL_ITEMS:
             self.flush()
+
+    def extend(self, values) -> None:
+        """Append a list of ints or a 1-D array."""
+        if isinstance(values, list):
+            self._pending.extend(values)
+            self.count += len(values)
+            if len(self._pending) >= _SPILL_ITEMS:
+                self.flush()
+            return
+        values = np.asarray(values, dtype=self.dtype).reshape(-1)
+        if values.size:
+            self.flush()
+            self._file.write(values.tobytes())
+            self.count += values.size
 
     def flush(self) -> None:
         if self._pending:
-            self._file.write(np.concatenate(self._pending).tobytes())
+            self._file.write(np.array(self._pending, dtype=self.dtype).tobytes())
             self._pending.clear()
-            self._pending_count = 0
         self._file.flush()
 
     def chunks(self):
@@ -92,46 +105,54 @@ class IndexedDatasetWriter:
             raise DataError(f"{self.path_prefix}: output directory {directory} does not exist")
         self._directory = directory
         name = os.path.basename(self.path_prefix)
-        handle, self._bin_temp = tempfile.mkstemp(prefix=f".{name}.bin.", suffix=".tmp", dir=directory)
+        handle, self._bin_temp = tempfile.mkstemp(
+            prefix=f".{name}.bin.", suffix=".tmp", dir=directory
+        )
         self._bin = os.fdopen(handle, "wb")
         self._lengths = _SpilledArray(directory, np.int32, f"{name}.lengths")
         self._documents = _SpilledArray(directory, np.int64, f"{name}.documents")
-        self._modes = _SpilledArray(directory, np.int8, f"{name}.modes") if self.multimodal else None
-        self._documents.append(np.zeros(1, dtype=np.int64))
+        self._modes = (
+            _SpilledArray(directory, np.int8, f"{name}.modes") if self.multimodal else None
+        )
+        self._documents.append(0)
+        self._last_boundary = 0
         self._closed = False
 
     # -- adding data ----------------------------------------------------------
 
-    def _tokens(self, tokens, field: str) -> np.ndarray:
+    def _tokens(self, tokens) -> np.ndarray:
         """``tokens`` as a contiguous 1-D array of the writer's dtype, range-checked."""
-        array = np.asarray(tokens)
+        if type(tokens) is np.ndarray and tokens.dtype == self.dtype:
+            return tokens.reshape(-1)  # already holds only representable values
         if hasattr(tokens, "numpy") and not isinstance(tokens, np.ndarray):
-            array = np.asarray(tokens.numpy())  # torch tensors, as Megatron accepts
-        if array.ndim > 1:
-            array = array.reshape(-1)
+            tokens = tokens.numpy()  # torch tensors, as Megatron accepts them
+        array = np.asarray(tokens).reshape(-1)
         if array.size == 0:
             return np.empty(0, dtype=self.dtype)
         kind = array.dtype.kind
         if self.dtype.kind in "iu":
             if kind not in "iub":
                 raise DataError(
-                    f"{self.path_prefix}: {field} has dtype {array.dtype}; integer tokens are "
+                    f"{self.path_prefix}: tokens have dtype {array.dtype}; integer tokens are "
                     f"needed for a {self.dtype} corpus"
                 )
-            info = np.iinfo(self.dtype)
-            low, high = int(array.min()), int(array.max())
-            if low < info.min or high > info.max:
-                what = "negative token" if low < 0 and info.min == 0 else "token out of range"
-                bad = low if low < info.min else high
-                raise DataError(
-                    f"{self.path_prefix}: {field} holds {what} {bad}; {self.dtype} holds "
-                    f"[{info.min}, {info.max}]"
-                )
+            if not np.can_cast(array.dtype, self.dtype, "safe"):
+                info = np.iinfo(self.dtype)
+                low, high = int(array.min()), int(array.max())
+                if low < info.min or high > info.max:
+                    what = "negative token" if low < 0 and info.min == 0 else "token out of range"
+                    bad = low if low < info.min else high
+                    raise DataError(
+                        f"{self.path_prefix}: tokens hold {what} {bad}; {self.dtype} holds "
+                        f"[{info.min}, {info.max}]"
+                    )
         elif kind not in "iubf":
-            raise DataError(
-                f"{self.path_prefix}: {field} has dtype {array.dtype}, not numeric"
-            )
-        return np.ascontiguousarray(array, dtype=self.dtype)
+            raise DataError(f"{self.path_prefix}: tokens have dtype {array.dtype}, not numeric")
+        return array.astype(self.dtype, copy=False)
+
+    def _write_tokens(self, array: np.ndarray) -> None:
+        # Contiguous arrays go to the file through the buffer protocol, without a copy.
+        self._bin.write(array.data if array.flags.c_contiguous else array.tobytes())
 
     def _check_open(self) -> None:
         if self._closed:
@@ -140,42 +161,56 @@ class IndexedDatasetWriter:
     def add_item(self, tokens, mode: int = 0) -> None:
         """Append one sequence (and its int8 mode when multimodal)."""
         self._check_open()
-        array = self._tokens(tokens, "tokens")
-        self._bin.write(array.tobytes())
-        self._lengths.append(np.array([array.size], dtype=np.int64))
+        array = self._tokens(tokens)
+        self._write_tokens(array)
+        self._lengths.append(array.size)
         if self._modes is not None:
-            self._modes.append(np.array([mode]))
+            self._modes.append(int(mode))
 
     def end_document(self) -> None:
         """Close the current document after ``add_item`` calls."""
         self._check_open()
-        self._documents.append(np.array([self._lengths.count], dtype=np.int64))
+        self._documents.append(self._lengths.count)
+        self._last_boundary = self._lengths.count
 
     def add_document(self, tokens, lengths, modes=None) -> None:
         """Append a document: ``tokens`` split into sequences of ``lengths``."""
         self._check_open()
-        array = self._tokens(tokens, "tokens")
-        lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
-        if lengths.size and lengths.min() < 0:
-            raise DataError(f"{self.path_prefix}: lengths hold a negative value {lengths.min()}")
-        if lengths.size and lengths.max() > np.iinfo(np.int32).max:
-            raise DataError(f"{self.path_prefix}: a sequence of {lengths.max()} tokens exceeds int32")
-        if int(lengths.sum()) != array.size:
-            raise DataError(
-                f"{self.path_prefix}: lengths sum to {int(lengths.sum())} but the document "
-                f"has {array.size} tokens"
-            )
+        array = self._tokens(tokens)
+        lengths = self._lengths_list(lengths, array.size)
         if self._modes is not None:
-            modes = np.zeros(lengths.size, np.int8) if modes is None else np.asarray(modes)
-            if modes.shape != lengths.shape:
+            modes = [0] * len(lengths) if modes is None else [int(m) for m in modes]
+            if len(modes) != len(lengths):
                 raise DataError(
-                    f"{self.path_prefix}: {modes.size} modes for {lengths.size} sequences"
+                    f"{self.path_prefix}: {len(modes)} modes for {len(lengths)} sequences"
                 )
-        self._bin.write(array.tobytes())
-        self._lengths.append(lengths)
+        self._write_tokens(array)
+        self._lengths.extend(lengths)
         if self._modes is not None:
-            self._modes.append(modes)
-        self._documents.append(np.array([self._lengths.count], dtype=np.int64))
+            self._modes.extend(modes)
+        self._documents.append(self._lengths.count)
+        self._last_boundary = self._lengths.count
+
+    def _lengths_list(self, lengths, token_count: int) -> list[int]:
+        """``lengths`` as a list of ints, checked: non-negative, int32, summing to the tokens."""
+        if type(lengths) is list and len(lengths) == 1 and type(lengths[0]) is int:
+            if lengths[0] == token_count and token_count <= _INT32_MAX:
+                return lengths  # the common one-sequence document
+        if hasattr(lengths, "tolist"):
+            lengths = lengths.tolist()
+        lengths = [int(length) for length in lengths]
+        if lengths and (min(lengths) < 0 or max(lengths) > _INT32_MAX):
+            bad = min(lengths) if min(lengths) < 0 else max(lengths)
+            raise DataError(
+                f"{self.path_prefix}: lengths hold {bad}; each must be in [0, {_INT32_MAX}] "
+                "(negative or over int32)"
+            )
+        if sum(lengths) != token_count:
+            raise DataError(
+                f"{self.path_prefix}: lengths sum to {sum(lengths)} but the document "
+                f"has {token_count} tokens"
+            )
+        return lengths
 
     def add_index(self, other_prefix: str) -> None:
         """Append every sequence and document of another corpus with the same dtype."""
@@ -193,12 +228,14 @@ class IndexedDatasetWriter:
         offset = self._lengths.count
         count = len(other)
         for start in range(0, count, _COPY_CHUNK):
-            self._lengths.append(other.sequence_lengths[start : start + _COPY_CHUNK])
+            self._lengths.extend(other.sequence_lengths[start : start + _COPY_CHUNK])
             if self._modes is not None:
-                self._modes.append(other.sequence_modes[start : start + _COPY_CHUNK])
+                self._modes.extend(other.sequence_modes[start : start + _COPY_CHUNK])
         boundaries = other.document_indices
         for start in range(1, len(boundaries), _COPY_CHUNK):
-            self._documents.append(boundaries[start : start + _COPY_CHUNK] + offset)
+            self._documents.extend(boundaries[start : start + _COPY_CHUNK] + offset)
+        if len(boundaries) > 1:
+            self._last_boundary = offset + count
         used = 0
         if count:
             used = int(other.sequence_pointers[-1])
@@ -218,12 +255,21 @@ class IndexedDatasetWriter:
         """
         self._check_open()
         final_idx = idx_path_of(self.path_prefix)
+        if self._last_boundary != self._lengths.count:
+            dangling = self._lengths.count - self._last_boundary
+            self.abort()
+            raise DataError(
+                f"{self.path_prefix}: {dangling} sequence(s) added after the last "
+                "end_document(); call end_document() before finalize (megatron-core would "
+                "write an index its own reader rejects)"
+            )
         if idx_path is not None and os.path.abspath(idx_path) != os.path.abspath(final_idx):
             raise DataError(f"finalize: idx_path {idx_path} is not this writer's {final_idx}")
         try:
             self._bin.close()
             handle, idx_temp = tempfile.mkstemp(
-                prefix=f".{os.path.basename(self.path_prefix)}.idx.", suffix=".tmp",
+                prefix=f".{os.path.basename(self.path_prefix)}.idx.",
+                suffix=".tmp",
                 dir=self._directory,
             )
             with os.fdopen(handle, "wb") as idx:
@@ -335,5 +381,3 @@ def merge_datasets(part_prefixes, output_prefix: str, *, dtype=None, multimodal=
     with IndexedDatasetWriter(output_prefix, dtype, multimodal=multimodal) as writer:
         for prefix in part_prefixes:
             writer.add_index(prefix)
-
-

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Set up a virtual environment from scratch and run the whole test suite.
+#   bash tools/test.sh [extra pytest arguments]
+# Environment: MEGADATA_VENV (default .venv), PYTHON (default python3.11).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+VENV=${MEGADATA_VENV:-.venv}
+
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
+# torch first, exactly this CPU build: the extras' range is then already met and no
+# multi-GB CUDA wheels are pulled.
+"${PIP[@]}" torch==2.13.0
+"${PIP[@]}" -e ".[all]"
+
+"$VENV/bin/ruff" check .
+
+export XLA_FLAGS=--xla_force_host_platform_device_count=8
+set +e
+"$VENV/bin/python" -m pytest -n 2 -p no:cacheprovider "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+    echo "pytest collected no tests: treating as failure" >&2
+    exit 1
+fi
+exit "$status"
