@@ -191,6 +191,53 @@ class IndexedDatasetWriter:
         self._documents.append(self._lengths.count)
         self._last_boundary = self._lengths.count
 
+    def add_documents(self, tokens, sequence_lengths, sequence_counts=None, modes=None) -> None:
+        """Append many documents at once (vectorized; same bytes as one call per document).
+
+        tokens: 1-D, every sequence concatenated; sequence_lengths: int [M];
+        sequence_counts: int [D], sequences per document (default: one each, D = M);
+        modes: int8 [M] when multimodal (default zeros).
+        """
+        self._check_open()
+        array = self._tokens(tokens)
+        lengths = np.asarray(sequence_lengths).reshape(-1)
+        if lengths.size and (lengths.dtype.kind not in "iu" or lengths.min() < 0):
+            raise DataError(f"{self.path_prefix}: sequence_lengths must be non-negative integers")
+        lengths = lengths.astype(np.int64)
+        if lengths.size and lengths.max() > _INT32_MAX:
+            raise DataError(
+                f"{self.path_prefix}: a sequence of {lengths.max()} tokens exceeds int32"
+            )
+        if int(lengths.sum()) != array.size:
+            raise DataError(
+                f"{self.path_prefix}: sequence_lengths sum to {int(lengths.sum())} but tokens "
+                f"has {array.size} entries"
+            )
+        if sequence_counts is None:
+            counts = np.ones(lengths.size, dtype=np.int64)
+        else:
+            counts = np.asarray(sequence_counts).reshape(-1).astype(np.int64)
+            if counts.size and counts.min() < 0:
+                raise DataError(f"{self.path_prefix}: sequence_counts hold a negative value")
+            if int(counts.sum()) != lengths.size:
+                raise DataError(
+                    f"{self.path_prefix}: sequence_counts sum to {int(counts.sum())} but there "
+                    f"are {lengths.size} sequences"
+                )
+        if self._modes is not None:
+            modes = np.zeros(lengths.size, np.int8) if modes is None else np.asarray(modes)
+            if modes.shape != lengths.shape:
+                raise DataError(
+                    f"{self.path_prefix}: {modes.size} modes for {lengths.size} sequences"
+                )
+        self._write_tokens(array)
+        boundaries = self._lengths.count + np.cumsum(counts)
+        self._lengths.extend(lengths)
+        if self._modes is not None:
+            self._modes.extend(modes)
+        self._documents.extend(boundaries)
+        self._last_boundary = self._lengths.count if counts.size else self._last_boundary
+
     def _lengths_list(self, lengths, token_count: int) -> list[int]:
         """``lengths`` as a list of ints, checked: non-negative, int32, summing to the tokens."""
         if type(lengths) is list and len(lengths) == 1 and type(lengths[0]) is int:

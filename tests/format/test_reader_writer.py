@@ -194,3 +194,38 @@ def test_writer_finalize_accepts_megatron_style_idx_path(tmp_path):
     writer.add_document([1], [1])
     writer.finalize(prefix + ".idx")
     assert mdc.IndexedDataset(prefix)[0].tolist() == [1]
+
+
+@pytest.mark.parametrize("multimodal", [False, True])
+def test_add_documents_equals_one_call_per_document(tmp_path, multimodal):
+    rng = np.random.default_rng(4)
+    counts = rng.integers(0, 4, size=200)
+    lengths = rng.integers(0, 20, size=int(counts.sum()))
+    tokens = rng.integers(0, 60000, size=int(lengths.sum())).astype(np.uint16)
+    modes = rng.integers(-5, 5, size=lengths.size).astype(np.int8)
+    with mdc.IndexedDatasetWriter(str(tmp_path / "bulk"), multimodal=multimodal) as writer:
+        writer.add_documents(tokens, lengths, counts, modes if multimodal else None)
+    sequence_ends = np.concatenate([[0], np.cumsum(lengths)])
+    document_ends = np.concatenate([[0], np.cumsum(counts)])
+    with mdc.IndexedDatasetWriter(str(tmp_path / "single"), multimodal=multimodal) as writer:
+        for first, last in zip(document_ends[:-1], document_ends[1:]):
+            writer.add_document(
+                tokens[sequence_ends[first] : sequence_ends[last]],
+                lengths[first:last],
+                modes[first:last] if multimodal else None,
+            )
+    for suffix in (".bin", ".idx"):
+        bulk = (tmp_path / ("bulk" + suffix)).read_bytes()
+        assert bulk == (tmp_path / ("single" + suffix)).read_bytes()
+
+
+def test_add_documents_rejects_inconsistent_counts(tmp_path):
+    writer = mdc.IndexedDatasetWriter(str(tmp_path / "c"))
+    with pytest.raises(mdc.DataError, match="sequence_lengths sum to 3 but tokens has 2"):
+        writer.add_documents([1, 2], [1, 2])
+    with pytest.raises(mdc.DataError, match="sequence_counts sum to 1 but there are 2"):
+        writer.add_documents([1, 2], [1, 1], [1])
+    with pytest.raises(mdc.DataError, match="non-negative"):
+        writer.add_documents([1, 2], [3, -1])
+    writer.abort()
+    assert os.listdir(tmp_path) == []
