@@ -1,0 +1,55 @@
+"""Input validation shared by the index functions: every failure is a DataError."""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from megadata_core.errors import DataError
+
+INT32_MAX = int(np.iinfo(np.int32).max)
+
+
+def check_int(field: str, value: object, minimum: int | None = None) -> int:
+    """Return ``value`` as a Python int, or raise DataError naming ``field``."""
+    if isinstance(value, (float, np.floating)):
+        raise DataError(f"{field}: {value!r} is not an integer")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise DataError(f"{field}: {value!r} is not an integer") from None
+    if minimum is not None and number < minimum:
+        raise DataError(f"{field}: {number} must be >= {minimum}")
+    return number
+
+
+def check_int_array(field: str, values: object) -> np.ndarray:
+    """Return ``values`` as a 1-D integer ndarray (no copy when it already is one)."""
+    array = np.asarray(values)
+    if array.ndim != 1:
+        raise DataError(f"{field}: expected a 1-D array, got shape {array.shape}")
+    if array.size == 0 and array.dtype.kind == "f":
+        array = array.astype(np.int64)
+    if array.dtype.kind not in "iu":
+        raise DataError(f"{field}: expected an integer array, got dtype {array.dtype}")
+    return array
+
+
+def check_lengths(field: str, values: object) -> np.ndarray:
+    """A 1-D array of non-negative sequence lengths."""
+    lengths = check_int_array(field, values)
+    if lengths.size and int(lengths.min()) < 0:
+        raise DataError(f"{field}: negative length {int(lengths.min())}")
+    return lengths
+
+
+def check_ids(field: str, ids: object, bound: int) -> np.ndarray:
+    """A 1-D array of ids, each in ``[0, bound)``."""
+    array = check_int_array(field, ids)
+    if array.size:
+        low, high = int(array.min()), int(array.max())
+        if low < 0 or high >= bound:
+            bad = low if low < 0 else high
+            raise DataError(f"{field}: id {bad} is out of range [0, {bound})")
+    return array

@@ -1,0 +1,53 @@
+"""Megatron's document index: the split's document ids, tiled per epoch and shuffled."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from megadata_core.errors import DataError
+from megadata_core.indices._checks import INT32_MAX, check_ids, check_int
+
+
+def check_random_state(rng: object) -> np.random.RandomState:
+    """Megatron's streams come from the legacy ``RandomState``; a ``Generator`` differs."""
+    if not isinstance(rng, np.random.RandomState):
+        raise DataError(f"rng: expected numpy.random.RandomState, got {type(rng).__name__}")
+    return rng
+
+
+def document_index(
+    doc_ids: np.ndarray,
+    num_epochs: int,
+    rng: np.random.RandomState,
+    separate_final_epoch: bool,
+) -> np.ndarray:
+    """The ids ``doc_ids`` repeated ``num_epochs`` times and shuffled, bit-identical to
+    megatron-core's ``_build_document_index``.
+
+    Megatron tiles with ``numpy.mgrid`` (int64 temporaries), casts to int32 and calls
+    ``rng.shuffle``. Here the ids are tiled straight into one preallocated int32 array and
+    shuffled in place: ``RandomState.shuffle`` draws the same numbers for any dtype, so the
+    stream and the result are the same. With ``separate_final_epoch`` (and E > 1) the first
+    E-1 epochs are shuffled together, then the final epoch alone.
+
+    Args:
+        doc_ids: int [D] document ids, each in ``[0, 2**31 - 1]``.
+        num_epochs: E >= 1.
+        rng: the RandomState (advanced in place, as in Megatron).
+        separate_final_epoch: shuffle the final epoch on its own.
+
+    Returns:
+        int32 [E * D].
+    """
+    ids = check_ids("doc_ids", doc_ids, INT32_MAX + 1)
+    epochs = check_int("num_epochs", num_epochs, 1)
+    check_random_state(rng)
+    out = np.empty(epochs * len(ids), dtype=np.int32)
+    out.reshape(epochs, len(ids))[...] = ids
+    if separate_final_epoch and epochs > 1:
+        split = (epochs - 1) * len(ids)
+        rng.shuffle(out[:split])
+        rng.shuffle(out[split:])
+    else:
+        rng.shuffle(out)
+    return out

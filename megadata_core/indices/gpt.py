@@ -1,0 +1,72 @@
+"""The three GPT indices at once, as megatron-core's GPTDataset builds them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from megadata_core.errors import DataError
+from megadata_core.indices._checks import check_int
+from megadata_core.indices.document_index import document_index
+from megadata_core.indices.epochs import (
+    num_epochs,
+    samples_in_epochs,
+    separate_final_epoch,
+    tokens_per_epoch,
+)
+from megadata_core.indices.sample_index import sample_index
+from megadata_core.indices.shuffle_index import shuffle_index
+
+
+def gpt_indices(
+    sequence_lengths: np.ndarray,
+    document_ids: np.ndarray,
+    sequence_length: int,
+    num_samples: int | None,
+    random_seed: int,
+    *,
+    add_extra_token: bool = True,
+    drop_last_partial_sequence: bool = True,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(document_index, sample_index, shuffle_index)`` equal to megatron-core 0.16.1's
+    ``GPTDataset._build_document_sample_shuffle_indices`` for the same inputs.
+
+    One ``RandomState(random_seed)`` shuffles the document index, then the shuffle index.
+    Megatron passes ``drop_last_partial_sequence=True`` except for the validation split
+    (``drop_last_partial_validation_sequence``).
+
+    Args:
+        sequence_lengths: int [N] lengths of every document of the corpus.
+        document_ids: int [D] the split's documents (Megatron: ``numpy.arange(lo, hi)``).
+        sequence_length: S >= 1.
+        num_samples: samples requested, or None for one epoch.
+        random_seed: in ``[0, 2**32)``.
+
+    Returns:
+        int32 [E*D]; int32/int64 [num_samples' + 1, 2]; uint32/int64 [num_samples'],
+        where num_samples' is what E epochs yield (>= num_samples).
+    """
+    seed = check_int("random_seed", random_seed, 0)
+    if seed >= 1 << 32:
+        raise DataError(f"random_seed: {seed} must be < 2**32")
+    tokens = tokens_per_epoch(sequence_lengths, document_ids)
+    if tokens == 0:
+        raise DataError("document_ids: the documents hold no tokens")
+    epochs = num_epochs(tokens, sequence_length, num_samples, add_extra_token)
+    separate = separate_final_epoch(epochs, tokens, sequence_length, num_samples, add_extra_token)
+    rng = np.random.RandomState(seed)
+    documents = document_index(document_ids, epochs, rng, separate)
+    samples = sample_index(
+        sequence_lengths,
+        documents,
+        sequence_length,
+        epochs,
+        tokens,
+        drop_last_partial_sequence,
+        add_extra_token,
+    )
+    total = len(samples) - 1
+    if separate:
+        first = samples_in_epochs(epochs - 1, tokens, sequence_length, add_extra_token)
+    else:
+        first = total
+    return documents, samples, shuffle_index(first, total, rng)
