@@ -6,7 +6,7 @@ Megatron-exact (megatron-core 0.16.1, bit-identical values): :func:`tokens_per_e
 once. Lazy, O(1)-memory alternative: the Feistel bijection (:class:`FeistelShuffle`).
 """
 
-from megadata_core.indices.document_index import document_index
+from megadata_core.indices.document_order import document_index
 from megadata_core.indices.epochs import (
     num_epochs,
     samples_in_epochs,
@@ -22,8 +22,8 @@ from megadata_core.indices.feistel import (
     feistel_permute,
 )
 from megadata_core.indices.gpt import gpt_indices
-from megadata_core.indices.sample_index import sample_index
-from megadata_core.indices.shuffle_index import shuffle_index
+from megadata_core.indices.sample_boundaries import sample_index
+from megadata_core.indices.sample_shuffle import shuffle_index
 
 __all__ = [
     "FeistelShuffle",

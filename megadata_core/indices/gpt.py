@@ -6,15 +6,15 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.indices._checks import check_int
-from megadata_core.indices.document_index import document_index
+from megadata_core.indices.document_order import document_index
 from megadata_core.indices.epochs import (
     num_epochs,
     samples_in_epochs,
     separate_final_epoch,
     tokens_per_epoch,
 )
-from megadata_core.indices.sample_index import sample_index
-from megadata_core.indices.shuffle_index import shuffle_index
+from megadata_core.indices.sample_boundaries import sample_index
+from megadata_core.indices.sample_shuffle import shuffle_index
 
 
 def gpt_indices(

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import megadata_core as mdc
 from megadata_core.indices import document_index, sample_index, samples_in_epochs
 
-sample_module = importlib.import_module("megadata_core.indices.sample_index")
+sample_module = importlib.import_module("megadata_core.indices.sample_boundaries")
 
 
 def _corpus(draw: np.random.Generator, kind: str) -> np.ndarray:

@@ -6,7 +6,7 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.indices._checks import check_int
-from megadata_core.indices.document_index import check_random_state
+from megadata_core.indices.document_order import check_random_state
 
 #: Megatron switches from uint32 to int64 at ``total_size >= iinfo(uint32).max - 1``.
 UINT32_LIMIT = int(np.iinfo(np.uint32).max) - 1
