@@ -116,15 +116,19 @@ class IndexedDatasetWriter:
         )
         self._documents.append(0)
         self._last_boundary = 0
+        if self.dtype.kind in "iu":
+            info = np.iinfo(self.dtype)
+            self._low, self._high = int(info.min), int(info.max)
         self._closed = False
 
     # -- adding data ----------------------------------------------------------
 
     def _tokens(self, tokens) -> np.ndarray:
-        """``tokens`` as a contiguous 1-D array of the writer's dtype, range-checked."""
-        if type(tokens) is np.ndarray and tokens.dtype == self.dtype:
-            return tokens.reshape(-1)  # already holds only representable values
-        if hasattr(tokens, "numpy") and not isinstance(tokens, np.ndarray):
+        """``tokens`` as a 1-D array of the writer's dtype, range-checked."""
+        if type(tokens) is np.ndarray:
+            if tokens.dtype == self.dtype:
+                return tokens.reshape(-1)  # holds only representable values by construction
+        elif not isinstance(tokens, (list, tuple)) and hasattr(tokens, "numpy"):
             tokens = tokens.numpy()  # torch tensors, as Megatron accepts them
         array = np.asarray(tokens).reshape(-1)
         if array.size == 0:
@@ -136,36 +140,42 @@ class IndexedDatasetWriter:
                     f"{self.path_prefix}: tokens have dtype {array.dtype}; integer tokens are "
                     f"needed for a {self.dtype} corpus"
                 )
-            if not np.can_cast(array.dtype, self.dtype, "safe"):
-                info = np.iinfo(self.dtype)
+            if not np.can_cast(array.dtype, self.dtype, "safe") and not self._in_range(array):
                 low, high = int(array.min()), int(array.max())
-                if low < info.min or high > info.max:
-                    what = "negative token" if low < 0 and info.min == 0 else "token out of range"
-                    bad = low if low < info.min else high
-                    raise DataError(
-                        f"{self.path_prefix}: tokens hold {what} {bad}; {self.dtype} holds "
-                        f"[{info.min}, {info.max}]"
-                    )
+                what = "negative token" if low < 0 and self._low == 0 else "token out of range"
+                bad = low if low < self._low else high
+                raise DataError(
+                    f"{self.path_prefix}: tokens hold {what} {bad}; {self.dtype} holds "
+                    f"[{self._low}, {self._high}]"
+                )
         elif kind not in "iubf":
             raise DataError(f"{self.path_prefix}: tokens have dtype {array.dtype}, not numeric")
         return array.astype(self.dtype, copy=False)
 
-    def _write_tokens(self, array: np.ndarray) -> None:
-        # Contiguous arrays go to the file through the buffer protocol, without a copy.
-        self._bin.write(array.data if array.flags.c_contiguous else array.tobytes())
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise DataError(f"{self.path_prefix}: writer already finalized or aborted")
+    def _in_range(self, array: np.ndarray) -> bool:
+        """Whether every integer token fits the writer's dtype (one reduction when unsigned)."""
+        if self._low == 0 and array.dtype.kind == "i":
+            # Seen as unsigned, negative values become huge: one max() checks both ends.
+            return int(array.view(array.dtype.str.replace("i", "u")).max()) <= self._high
+        return self._low <= int(array.min()) and int(array.max()) <= self._high
 
     def add_item(self, tokens, mode: int = 0) -> None:
         """Append one sequence (and its int8 mode when multimodal)."""
-        self._check_open()
+        if self._closed:
+            self._raise_closed()
         array = self._tokens(tokens)
-        self._write_tokens(array)
+        # Contiguous arrays reach the file through the buffer protocol, without a copy.
+        self._bin.write(array.data if array.flags.c_contiguous else array.tobytes())
         self._lengths.append(array.size)
         if self._modes is not None:
             self._modes.append(int(mode))
+
+    def _raise_closed(self) -> None:
+        raise DataError(f"{self.path_prefix}: writer already finalized or aborted")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            self._raise_closed()
 
     def end_document(self) -> None:
         """Close the current document after ``add_item`` calls."""
@@ -175,7 +185,8 @@ class IndexedDatasetWriter:
 
     def add_document(self, tokens, lengths, modes=None) -> None:
         """Append a document: ``tokens`` split into sequences of ``lengths``."""
-        self._check_open()
+        if self._closed:
+            self._raise_closed()
         array = self._tokens(tokens)
         lengths = self._lengths_list(lengths, array.size)
         if self._modes is not None:
@@ -184,12 +195,13 @@ class IndexedDatasetWriter:
                 raise DataError(
                     f"{self.path_prefix}: {len(modes)} modes for {len(lengths)} sequences"
                 )
-        self._write_tokens(array)
+        self._bin.write(array.data if array.flags.c_contiguous else array.tobytes())
         self._lengths.extend(lengths)
         if self._modes is not None:
             self._modes.extend(modes)
-        self._documents.append(self._lengths.count)
-        self._last_boundary = self._lengths.count
+        count = self._lengths.count
+        self._documents.append(count)
+        self._last_boundary = count
 
     def add_documents(self, tokens, sequence_lengths, sequence_counts=None, modes=None) -> None:
         """Append many documents at once (vectorized; same bytes as one call per document).
@@ -230,7 +242,7 @@ class IndexedDatasetWriter:
                 raise DataError(
                     f"{self.path_prefix}: {modes.size} modes for {lengths.size} sequences"
                 )
-        self._write_tokens(array)
+        self._bin.write(array.data if array.flags.c_contiguous else array.tobytes())
         boundaries = self._lengths.count + np.cumsum(counts)
         self._lengths.extend(lengths)
         if self._modes is not None:
