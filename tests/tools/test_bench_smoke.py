@@ -1,0 +1,41 @@
+"""tools/bench.py runs end to end at a tiny scale and prints its table (no timing asserts)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("absl") is None, reason="tools need the 'cli' extra (absl-py)"
+)
+
+
+def test_bench_format_smoke(tmp_path):
+    command = [sys.executable, str(ROOT / "tools" / "bench.py"), "format",
+               "--scale", "0.01", "--repeats", "1", "--workdir", str(tmp_path)]
+    process = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert process.returncode == 0, process.stdout + process.stderr
+    out = process.stdout
+    assert out.startswith("command: ")
+    assert "environment: " in out and "numpy " in out
+    for metric in (
+        "writer add_document",
+        "finalize, ",
+        ": peak RSS (MiB)",
+        ": peak RSS above imports (MiB)",
+        ": time (s)",
+        "preprocess jsonl",
+    ):
+        assert metric in out, f"missing row {metric!r}:\n{out}"
+    assert "check " in out and ": NO" not in out
+    assert os.listdir(tmp_path) == [], "the scratch directory was not cleaned up"
