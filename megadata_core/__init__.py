@@ -4,6 +4,7 @@ The core imports numpy and the standard library only; framework adapters live in
 the top-level ``adapters`` package.
 """
 
+from megadata_core.datasets import GPTDataConfig, GPTDataset
 from megadata_core.errors import DataError
 from megadata_core.format import (
     IndexedDataset,
@@ -22,4 +23,6 @@ __all__ = [
     "merge_datasets",
     "optimal_dtype",
     "register_scheme",
+    "GPTDataConfig",
+    "GPTDataset",
 ]

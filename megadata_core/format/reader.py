@@ -170,6 +170,16 @@ class IndexedDataset:
             return tokens, self.sequence_modes[index]
         return tokens
 
+    def token_view(self) -> np.ndarray | None:
+        """Every token of the .bin as one flat read-only array (memory-mapped), else None.
+
+        None when the corpus is read with pread or from a remote byte source.
+        """
+        if self._bin_map is None:  # pread / remote, or a memory map of an empty .bin
+            return None if self._bin_source is not None else np.empty(0, self.dtype)
+        count = len(self._bin_map) // self.dtype.itemsize
+        return np.frombuffer(self._bin_map, dtype=self.dtype, count=count)
+
     def read_bytes(self, byte_offset: int, count: int) -> np.ndarray:
         """``count`` tokens from an arbitrary .bin byte offset (for batched readers)."""
         return self._read(byte_offset, count)

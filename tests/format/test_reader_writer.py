@@ -229,3 +229,13 @@ def test_add_documents_rejects_inconsistent_counts(tmp_path):
         writer.add_documents([1, 2], [3, -1])
     writer.abort()
     assert os.listdir(tmp_path) == []
+
+
+def test_token_view(tmp_path):
+    prefix = str(tmp_path / "c")
+    _write(prefix, [[[1, 2], [3]], [[4, 5, 6]]])
+    np.testing.assert_array_equal(mdc.IndexedDataset(prefix).token_view(), [1, 2, 3, 4, 5, 6])
+    assert mdc.IndexedDataset(prefix, mmap=False).token_view() is None
+    empty = str(tmp_path / "e")
+    _write(empty, [[[]]])
+    assert mdc.IndexedDataset(empty).token_view().size == 0

@@ -1,0 +1,215 @@
+"""``GPTDataConfig``: the GPT dataset configuration, with Megatron's field names.
+
+Field names and defaults follow megatron-core 0.16.1's ``GPTDatasetConfig`` (and its base
+``BlendedMegatronDatasetConfig``). Megatron takes the end-of-document and pad ids from a
+tokenizer object; here they are plain fields (``eod_id``, ``pad_id``). Megatron's three
+``Optional[bool]`` switches that it asserts are set (``reset_position_ids``,
+``reset_attention_mask``, ``eod_mask_loss``) default to False here.
+
+Blend and split parsing is deliberately minimal (shape checks only): the builder that turns
+them into datasets owns the details.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from megadata_core.errors import DataError
+
+SHUFFLE_MODES = ("megatron", "feistel")
+BLEND_ORDERS = ("balanced", "megatron")
+SPLIT_NAMES = ("train", "valid", "test")
+
+_BOOL_FIELDS = (
+    "mmap_bin_files",
+    "reset_position_ids",
+    "reset_attention_mask",
+    "eod_mask_loss",
+    "create_attention_mask",
+    "drop_last_partial_validation_sequence",
+    "add_extra_token_to_sequence",
+    "multiple_validation_sets",
+    "full_validation",
+)
+
+
+def _int(field: str, value: object) -> int:
+    if isinstance(value, (bool, np.bool_, float, np.floating)):
+        raise DataError(f"{field}: {value!r} is not an integer")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise DataError(f"{field}: {value!r} is not an integer") from None
+
+
+def _bool(field: str, value: object) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise DataError(f"{field}: {value!r} is not a bool")
+    return bool(value)
+
+
+def _blend(field: str, value: object) -> tuple | None:
+    """``(prefixes, weights or None)`` as tuples (hashable), shape-checked."""
+    if value is None:
+        return None
+    try:
+        prefixes, weights = value
+    except (TypeError, ValueError):
+        raise DataError(f"{field}: {value!r} is not a (prefixes, weights) pair") from None
+    if isinstance(prefixes, (str, bytes)) or not prefixes:
+        raise DataError(f"{field}: prefixes {prefixes!r} must be a non-empty list of paths")
+    prefixes = tuple(os.fspath(prefix) for prefix in prefixes)
+    if weights is not None:
+        weights = tuple(float(weight) for weight in weights)
+        if len(weights) != len(prefixes):
+            raise DataError(
+                f"{field}: {len(prefixes)} prefixes but {len(weights)} weights ({weights!r})"
+            )
+        if any(not math.isfinite(weight) or weight < 0 for weight in weights):
+            raise DataError(f"{field}: weights {weights!r} must be finite and >= 0")
+    return (prefixes, weights)
+
+
+def parse_split(split: str) -> tuple[float, float, float]:
+    """Megatron's split string (``"969,30,1"``, ``"98/2/0"``) as normalized fractions.
+
+    Numbers are read as Megatron does (``[.0-9]+`` runs); missing trailing parts are 0.
+    """
+    parts = [float(part) for part in re.findall(r"[.0-9]+", split)]
+    if not 1 <= len(parts) <= len(SPLIT_NAMES):
+        raise DataError(f"split: {split!r} must hold 1 to 3 numbers")
+    parts += [0.0] * (len(SPLIT_NAMES) - len(parts))
+    total = sum(parts)
+    if not math.isfinite(total) or total <= 0:
+        raise DataError(f"split: {split!r} must have a positive sum")
+    return tuple(part / total for part in parts)
+
+
+@dataclass(frozen=True)
+class GPTDataConfig:
+    """Configuration of GPT datasets (Megatron's ``GPTDatasetConfig`` field names).
+
+    Attributes:
+        random_seed: seed of every RandomState / Feistel key, in ``[0, 2**32)``.
+        sequence_length: S, tokens per sample (samples read S + 1 tokens with
+            ``add_extra_token_to_sequence``).
+        blend: ``(prefixes, weights or None)``; not with ``blend_per_split``.
+        blend_per_split: one blend (or None) per split: train, valid, test.
+        split: Megatron's split string, e.g. ``"969,30,1"`` (required with ``blend``).
+        path_to_cache: directory of the index cache; None builds in memory.
+        mmap_bin_files: read .bin files through mmap (else pread).
+        mid_level_dataset_surplus: extra share of samples built per blended dataset.
+        reset_position_ids: restart position ids after every EOD.
+        reset_attention_mask: block attention across EODs.
+        eod_mask_loss: no loss on EOD tokens.
+        create_attention_mask: return an ``attention_mask`` (bool, True = masked).
+        drop_last_partial_validation_sequence: the valid split drops a trailing partial
+            sample (else it is padded with ``pad_id``).
+        add_extra_token_to_sequence: samples span S + 1 tokens (labels are the shift).
+        multiple_validation_sets: keep validation blends apart (builder).
+        full_validation: validate on a full epoch (builder).
+        eod_id: end-of-document token id (Megatron: ``tokenizer.eod``); needed by
+            ``reset_position_ids``, ``reset_attention_mask`` and ``eod_mask_loss``.
+        pad_id: pad token id (Megatron: ``tokenizer.pad``, else -1).
+        shuffle: ``"megatron"`` (bit-exact RandomState indices) or ``"feistel"`` (lazy,
+            O(1)-memory sample order; not Megatron-compatible).
+        blend_order: ``"balanced"`` (vectorized) or ``"megatron"`` (Megatron's exact order).
+    """
+
+    random_seed: int
+    sequence_length: int
+    blend: tuple | None = None
+    blend_per_split: tuple | None = None
+    split: str | None = None
+    path_to_cache: str | None = None
+    mmap_bin_files: bool = True
+    mid_level_dataset_surplus: float = 0.005
+    reset_position_ids: bool = False
+    reset_attention_mask: bool = False
+    eod_mask_loss: bool = False
+    create_attention_mask: bool = True
+    drop_last_partial_validation_sequence: bool = True
+    add_extra_token_to_sequence: bool = True
+    multiple_validation_sets: bool = False
+    full_validation: bool = False
+    eod_id: int | None = None
+    pad_id: int = -1
+    shuffle: str = "megatron"
+    blend_order: str = "balanced"
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: object) -> None:
+            object.__setattr__(self, name, value)
+
+        seed = _int("random_seed", self.random_seed)
+        if not 0 <= seed < 1 << 32:
+            raise DataError(f"random_seed: {seed} must be in [0, 2**32)")
+        put("random_seed", seed)
+        length = _int("sequence_length", self.sequence_length)
+        if length <= 0:
+            raise DataError(f"sequence_length: {length} must be > 0")
+        put("sequence_length", length)
+        for name in _BOOL_FIELDS:
+            put(name, _bool(name, getattr(self, name)))
+        self._check_sources(put)
+        if self.path_to_cache is not None:
+            put("path_to_cache", os.fspath(self.path_to_cache))
+        surplus = self.mid_level_dataset_surplus
+        if isinstance(surplus, (bool, np.bool_)) or not isinstance(
+            surplus, (int, float, np.integer, np.floating)
+        ):
+            raise DataError(f"mid_level_dataset_surplus: {surplus!r} is not a number")
+        if not math.isfinite(surplus) or surplus < 0:
+            raise DataError(f"mid_level_dataset_surplus: {surplus!r} must be finite and >= 0")
+        put("mid_level_dataset_surplus", float(surplus))
+        if self.eod_id is not None:
+            put("eod_id", _int("eod_id", self.eod_id))
+        pad = _int("pad_id", self.pad_id)
+        if not -(1 << 63) <= pad < 1 << 63:
+            raise DataError(f"pad_id: {pad} does not fit int64")
+        put("pad_id", pad)
+        if self.shuffle not in SHUFFLE_MODES:
+            raise DataError(f"shuffle: {self.shuffle!r} is not one of {SHUFFLE_MODES}")
+        if self.blend_order not in BLEND_ORDERS:
+            raise DataError(f"blend_order: {self.blend_order!r} is not one of {BLEND_ORDERS}")
+
+    def _check_sources(self, put) -> None:
+        """Blend / blend_per_split / split: types and Megatron's compatibility rules."""
+        put("blend", _blend("blend", self.blend))
+        per_split = self.blend_per_split
+        if per_split is not None:
+            per_split = tuple(per_split)
+            if len(per_split) != len(SPLIT_NAMES):
+                raise DataError(
+                    f"blend_per_split: {len(per_split)} blends, expected one per split "
+                    f"{SPLIT_NAMES}"
+                )
+            per_split = tuple(
+                _blend(f"blend_per_split[{name}]", blend)
+                for name, blend in zip(SPLIT_NAMES, per_split)
+            )
+            if not any(per_split):
+                per_split = None
+            put("blend_per_split", per_split)
+        if self.split is not None:
+            if not isinstance(self.split, str):
+                raise DataError(f"split: {self.split!r} is not a string")
+            parse_split(self.split)
+        if per_split is not None:
+            if self.blend is not None:
+                raise DataError("blend: blend and blend_per_split are incompatible")
+            if self.split is not None:
+                raise DataError(f"split: {self.split!r} is incompatible with blend_per_split")
+        elif self.blend is not None and self.split is None:
+            raise DataError("split: must be given with blend (e.g. '969,30,1')")
+
+    @property
+    def split_fractions(self) -> tuple[float, float, float] | None:
+        """``split`` as normalized (train, valid, test) fractions, or None."""
+        return None if self.split is None else parse_split(self.split)

@@ -1,0 +1,394 @@
+"""``GPTDataset``: Megatron's GPT samples over a .bin/.idx corpus, a whole batch at once.
+
+Values equal megatron-core 0.16.1's ``GPTDataset`` for the same corpus, document ids,
+sample count, split and config (dtypes may differ: tokens, labels and position ids are
+int32 by default, for JAX; int64 on request). Indices are built as Megatron's
+``_build_document_sample_shuffle_indices`` (one ``RandomState(random_seed)`` for the
+document index, then the shuffle index; separate final epoch; the valid split honours
+``drop_last_partial_validation_sequence``), through the on-disk cache when
+``config.path_to_cache`` is set (:mod:`megadata_core.indices.cache`).
+
+``shuffle="feistel"`` replaces both RandomState permutations by keyed Feistel bijections
+(:mod:`megadata_core.indices.feistel`): the document order is still materialized (the
+sample index needs it), the sample order is computed on the fly; not Megatron-compatible.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from megadata_core.datasets import masks, reading
+from megadata_core.datasets.cache_keys import data_identity, document_ids
+from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
+from megadata_core.errors import DataError
+from megadata_core.indices import (
+    FeistelShuffle,
+    feistel_document_index,
+    gpt_indices,
+    num_epochs,
+    sample_index,
+    samples_in_epochs,
+    separate_final_epoch,
+    tokens_per_epoch,
+)
+from megadata_core.indices.cache import GPT_ARRAYS, load_or_build
+from megadata_core.indices.feistel import ROUNDS as FEISTEL_ROUNDS
+
+#: Bumped whenever an index algorithm changes its output (invalidates cache entries).
+INDEX_ALGORITHM_VERSION = 1
+FEISTEL_ARRAYS = ("document_index", "sample_index", "feistel_split")
+TOKEN_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+class FeistelOrder:
+    """The Feistel sample order: ``[0, first)`` and ``[first, total)`` each permuted by
+    their own key (Megatron's two-range shuffle when the final epoch is separate)."""
+
+    def __init__(self, first: int, total: int, seed: int) -> None:
+        self.first, self.total = int(first), int(total)
+        self._head = FeistelShuffle(self.first, seed, 0) if self.first else None
+        rest = self.total - self.first
+        self._tail = FeistelShuffle(rest, seed, 1) if rest else None
+
+    def __len__(self) -> int:
+        return self.total
+
+    def __getitem__(self, positions: np.ndarray) -> np.ndarray:
+        """int [B] positions in ``[0, total)`` -> int64 [B] sample index rows."""
+        positions = np.asarray(positions, dtype=np.int64)
+        out = np.empty(positions.shape, dtype=np.int64)
+        head = positions < self.first
+        if head.any():
+            out[head] = self._head[positions[head]]
+        if not head.all():
+            out[~head] = self._tail[positions[~head] - self.first] + self.first
+        return out
+
+
+def _split_name(split: object) -> str:
+    name = getattr(split, "name", split)  # accept megatron's Split enum too
+    if name not in SPLIT_NAMES:
+        raise DataError(f"split: {split!r} is not one of {SPLIT_NAMES}")
+    return name
+
+
+def _check_token_id(field: str, value: int, dtype: np.dtype) -> None:
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise DataError(
+                f"{field}: {value} is outside the corpus dtype {dtype} range "
+                f"[{info.min}, {info.max}]"
+            )
+
+
+class GPTDataset:
+    """GPT samples of one split: ``len``, ``ds[i]`` and ``ds.__getitems__(indices)``.
+
+    Args:
+        indexed: a :class:`megadata_core.IndexedDataset`.
+        indices: int [D] the documents (sequences) of this split, e.g.
+            ``np.arange(lo, hi)`` (Megatron's ``indexed_indices``).
+        num_samples: samples requested (the dataset may hold more: whole epochs), or
+            None for one epoch.
+        config: a :class:`GPTDataConfig`.
+        split: ``"train"``, ``"valid"`` or ``"test"`` (or Megatron's ``Split``).
+        token_dtype: dtype of tokens, labels and position ids: int32 (default) or int64.
+
+    A sample (``ds[i]``) is a dict of numpy arrays, Megatron's keys and values:
+    ``tokens`` and ``labels`` [S] (token_dtype), ``attention_mask`` [1, S, S] bool,
+    True = masked (only with ``create_attention_mask``), ``loss_mask`` [S] float32,
+    ``position_ids`` [S] (token_dtype). ``__getitems__`` stacks them on a batch axis.
+    ``ds[None]`` is Megatron's batch-padding sample (sample 0, loss_mask all 0).
+    """
+
+    def __init__(
+        self,
+        indexed,
+        indices: np.ndarray,
+        num_samples: int | None,
+        config: GPTDataConfig,
+        split: str = "train",
+        *,
+        token_dtype: np.typing.DTypeLike = np.int32,
+    ) -> None:
+        if not isinstance(config, GPTDataConfig):
+            raise DataError(f"config: expected GPTDataConfig, got {type(config).__name__}")
+        self.indexed = indexed
+        self.config = config
+        self.split = _split_name(split)
+        self.indices, self._ids_description = document_ids(indexed, indices)
+        if num_samples is not None:
+            if isinstance(num_samples, (bool, float, np.floating)) or not isinstance(
+                num_samples, (int, np.integer)
+            ):
+                raise DataError(f"num_samples: {num_samples!r} is not an integer")
+            if num_samples < 0:
+                raise DataError(f"num_samples: {num_samples} must be >= 0")
+            num_samples = int(num_samples)
+        self.num_samples = num_samples
+        self._extra = int(config.add_extra_token_to_sequence)
+        self._drop_last = (
+            config.drop_last_partial_validation_sequence if self.split == "valid" else True
+        )
+        self.token_dtype = self._check_dtypes(token_dtype)
+        self.eod_id = config.eod_id
+        self.pad_id = self._resolve_pad()
+        dtype = np.dtype(indexed.dtype)
+        self._pad_maybe_in_corpus = dtype.kind not in "iu" or (
+            np.iinfo(dtype).min <= self.pad_id <= np.iinfo(dtype).max
+        )
+        self._flat = None
+        self._load_indices()
+
+    # -- construction -----------------------------------------------------------------
+
+    def _check_dtypes(self, token_dtype: object) -> np.dtype:
+        try:
+            dtype = np.dtype(token_dtype)
+        except TypeError:
+            raise DataError(f"token_dtype: {token_dtype!r} is not a dtype") from None
+        if dtype not in TOKEN_DTYPES:
+            raise DataError(f"token_dtype: {dtype} must be int32 or int64")
+        corpus = np.dtype(self.indexed.dtype)
+        if not np.can_cast(corpus, dtype, "safe"):
+            raise DataError(
+                f"token_dtype: corpus tokens of dtype {corpus} do not fit {dtype}"
+                + (" (use token_dtype=np.int64)" if corpus.kind in "iu" else "")
+            )
+        config = self.config
+        if config.eod_id is None and (
+            config.reset_position_ids or config.reset_attention_mask or config.eod_mask_loss
+        ):
+            raise DataError(
+                "eod_id: None, but reset_position_ids, reset_attention_mask or "
+                "eod_mask_loss needs it"
+            )
+        if config.eod_id is not None:
+            _check_token_id("eod_id", config.eod_id, corpus)
+        info = np.iinfo(dtype)
+        if not info.min <= config.pad_id <= info.max:
+            raise DataError(f"pad_id: {config.pad_id} does not fit token_dtype {dtype}")
+        return dtype
+
+    def _resolve_pad(self) -> int:
+        """Megatron's rule: a pad id equal to the EOD id is ambiguous; it warns and pads
+        with -1 instead (``allow_ambiguous_pad_tokens=False``)."""
+        pad = self.config.pad_id
+        if self.eod_id is not None and pad == self.eod_id and pad != -1:
+            warnings.warn(
+                f"pad_id: {pad} equals eod_id; padding with -1 instead (as Megatron does)",
+                stacklevel=3,
+            )
+            return -1
+        return pad
+
+    def description(self) -> dict:
+        """Every input of the index arrays (the cache key is its sha256)."""
+        config = self.config
+        description = {
+            "kind": "megadata.GPTDataset",
+            "algorithm": INDEX_ALGORITHM_VERSION,
+            "split": self.split,
+            "random_seed": config.random_seed,
+            "sequence_length": config.sequence_length,
+            "add_extra_token_to_sequence": config.add_extra_token_to_sequence,
+            "drop_last_partial_sequence": self._drop_last,
+            "num_samples": self.num_samples,
+            "shuffle": config.shuffle,
+            "documents": self._ids_description,
+            "data": data_identity(self.indexed),
+        }
+        if config.shuffle == "feistel":
+            description["feistel_rounds"] = FEISTEL_ROUNDS
+        return description
+
+    def _build(self) -> dict[str, np.ndarray]:
+        config = self.config
+        lengths = self.indexed.sequence_lengths
+        tokens = tokens_per_epoch(lengths, self.indices)
+        if tokens == 0:
+            raise DataError(
+                f"indices: the {len(self.indices)} documents of the {self.split} split "
+                "hold no tokens"
+            )
+        length, seed = config.sequence_length, config.random_seed
+        if config.shuffle == "megatron":
+            arrays = gpt_indices(
+                lengths,
+                self.indices,
+                length,
+                self.num_samples,
+                seed,
+                add_extra_token=bool(self._extra),
+                drop_last_partial_sequence=self._drop_last,
+            )
+            return dict(zip(GPT_ARRAYS, arrays))
+        epochs = num_epochs(tokens, length, self.num_samples, self._extra)
+        documents = feistel_document_index(self.indices, epochs, seed)
+        samples = sample_index(
+            lengths, documents, length, epochs, tokens, self._drop_last, self._extra
+        )
+        first = len(samples) - 1
+        if separate_final_epoch(epochs, tokens, length, self.num_samples, self._extra):
+            first = samples_in_epochs(epochs - 1, tokens, length, self._extra)
+        return {
+            "document_index": documents,
+            "sample_index": samples,
+            "feistel_split": np.array([first], dtype=np.int64),
+        }
+
+    def _load_indices(self) -> None:
+        names = GPT_ARRAYS if self.config.shuffle == "megatron" else FEISTEL_ARRAYS
+        if self.indices.size == 0:
+            if self.num_samples == 0:
+                self._set_arrays(self._empty_arrays(names))
+                return
+            raise DataError(f"indices: no documents in the {self.split} split")
+        arrays = load_or_build(
+            self.config.path_to_cache, self.description(), self.split, self._build, names=names
+        )
+        self._set_arrays(arrays)
+
+    @staticmethod
+    def _empty_arrays(names: tuple[str, ...]) -> dict[str, np.ndarray]:
+        arrays = {
+            "document_index": np.empty(0, np.int32),
+            "sample_index": np.zeros((1, 2), np.int32),
+            "shuffle_index": np.empty(0, np.uint32),
+            "feistel_split": np.zeros(1, np.int64),
+        }
+        return {name: arrays[name] for name in names}
+
+    def _set_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        self._arrays = arrays  # memory maps stay here (pickled as file names)
+        # Plain ndarray views: numpy.memmap results pay subclass overhead on every op.
+        self.document_index = np.asarray(arrays["document_index"])
+        self.sample_index = np.asarray(arrays["sample_index"])
+        total = len(self.sample_index) - 1
+        if "shuffle_index" in arrays:
+            self.shuffle_index = np.asarray(arrays["shuffle_index"])
+        else:
+            first = int(arrays["feistel_split"][0])
+            self.shuffle_index = FeistelOrder(first, total, self.config.random_seed)
+        if len(self.shuffle_index) != total:
+            raise DataError(f"shuffle_index: {len(self.shuffle_index)} entries for {total} samples")
+
+    # -- samples ----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.sample_index) - 1
+
+    def _positions(self, indices: object) -> np.ndarray:
+        positions = np.asarray(indices)
+        if positions.ndim != 1:
+            positions = positions.reshape(-1)
+        if positions.size and positions.dtype.kind not in "iu":
+            raise IndexError(f"sample indices must be integers, got {positions.dtype}")
+        positions = positions.astype(np.int64, copy=False)
+        size = len(self)
+        if positions.size:
+            positions = np.where(positions < 0, positions + size, positions)
+            if int(positions.min()) < 0 or int(positions.max()) >= size:
+                raise IndexError(f"sample index out of range [0, {size}) ({self.split})")
+        return positions
+
+    def _text(self, positions: np.ndarray) -> tuple[np.ndarray, bool]:
+        """[B, S + extra] tokens of the samples at ``positions`` (padded with pad_id)."""
+        rows = np.asarray(self.shuffle_index[positions], dtype=np.int64)
+        pieces = reading.locate_pieces(
+            self.sample_index,
+            self.document_index,
+            self.indexed.sequence_lengths,
+            rows,
+            self._extra,
+        )
+        if self._flat is None:
+            self._flat = reading.flat_tokens(self.indexed)
+        width = self.config.sequence_length + self._extra
+        return reading.gather_tokens(
+            self.indexed, pieces, width, self.pad_id, self.token_dtype, self._flat
+        )
+
+    def __getitems__(self, indices) -> dict[str, np.ndarray]:
+        """The samples at ``indices`` (a list or int array of B positions), stacked:
+        ``tokens``, ``labels`` [B, S], ``attention_mask`` [B, 1, S, S] bool (with
+        ``create_attention_mask``), ``loss_mask`` [B, S] float32, ``position_ids`` [B, S].
+        """
+        config, pad, eod, dtype = self.config, self.pad_id, self.eod_id, self.token_dtype
+        text, padded = self._text(self._positions(indices))
+        # Masks are computed before pads become 0, as in Megatron; ``text`` is in the
+        # corpus dtype unless a sample was padded.
+        tokens = text[:, :-1] if self._extra else text
+        if self._extra:
+            labels = text[:, 1:]
+        else:
+            labels = np.empty(tokens.shape, dtype=dtype)
+            labels[:, :-1] = text[:, 1:]
+            labels[:, -1:] = pad
+        may_hold_pad = padded or self._pad_maybe_in_corpus or not self._extra
+        loss_mask = masks.loss_mask(
+            tokens, labels if may_hold_pad else None, eod, pad, config.eod_mask_loss
+        )
+        position_ids = masks.position_ids(tokens, eod, config.reset_position_ids, dtype)
+        attention_mask = None
+        if config.create_attention_mask:
+            attention_mask = masks.attention_mask(tokens, eod, config.reset_attention_mask)
+        tokens = tokens.astype(dtype)
+        labels = labels.astype(dtype, copy=bool(self._extra))
+        if padded or self._pad_maybe_in_corpus:  # pad ids become 0 (embedding-safe)
+            tokens[tokens == pad] = 0
+            labels[labels == pad] = 0
+        elif not self._extra:
+            labels[:, -1] = 0
+        sample = {"tokens": tokens, "labels": labels}
+        if attention_mask is not None:
+            sample["attention_mask"] = attention_mask
+        sample["loss_mask"] = loss_mask
+        sample["position_ids"] = position_ids
+        return sample
+
+    def __getitem__(self, index: int | None) -> dict[str, np.ndarray]:
+        """One sample (see the class docstring); None gives Megatron's padding sample."""
+        if index is None:
+            sample = {key: value[0] for key, value in self.__getitems__([0]).items()}
+            sample["loss_mask"] = np.zeros_like(sample["loss_mask"])
+            return sample
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"sample index must be an int, got {type(index).__name__}")
+        return {key: value[0] for key, value in self.__getitems__([index]).items()}
+
+    # -- pickling (workers): memory-mapped indices travel as file names -------------
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_flat"] = None
+        state["_arrays"] = {
+            name: ("mmap", array.filename) if isinstance(array, np.memmap) else array
+            for name, array in self._arrays.items()
+        }
+        for name in ("document_index", "sample_index", "shuffle_index"):
+            state.pop(name, None)
+        if "range" in self._ids_description:  # Megatron's splits: no need to ship the ids
+            state["indices"] = ("range", self.indices.dtype.str, *self._ids_description["range"])
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        arrays = {
+            name: np.load(value[1], mmap_mode="r") if isinstance(value, tuple) else value
+            for name, value in state.pop("_arrays").items()
+        }
+        if isinstance(state["indices"], tuple):
+            _, dtype, low, high = state["indices"]
+            state["indices"] = np.arange(low, high, dtype=dtype)
+        self.__dict__.update(state)
+        self._set_arrays(arrays)
+
+    def __repr__(self) -> str:
+        return (
+            f"GPTDataset(split={self.split!r}, samples={len(self)}, "
+            f"sequence_length={self.config.sequence_length}, documents={len(self.indices)}, "
+            f"corpus={getattr(self.indexed, 'path_prefix', '?')!r})"
+        )

@@ -1,0 +1,362 @@
+"""The on-disk index cache: content-addressed ``.npy`` files, safe under concurrency.
+
+The only I/O in ``indices``. A cache entry is keyed by the sha256 of a JSON
+*description*: a dict holding every input that changes the arrays (the caller builds it:
+config fields, split, document ids, sample count, shuffle mode and the data's identity).
+Megatron's own key (an md5 of ``unique_description``) misses
+``add_extra_token_to_sequence`` and the data itself; ours must not.
+
+Files, for key K and split name P, in the cache directory::
+
+    K-P-description.json     the description, the key, and per array: file name, shape,
+                             dtype, file size, full sha256 and sampled sha256
+    K-P-{name}.npy           one per array (document_index, sample_index, shuffle_index)
+    K-P.lock                 an flock(2) lock file (empty; left in place on purpose:
+                             unlinking a lock file others may wait on is racy)
+
+Writing: every file goes to a temporary name in the same directory, is fsync'ed and
+``os.replace``d into place; the description goes last, so a complete description always
+points at complete arrays. Arrays are a pure function of the description, so two
+processes writing the same entry write identical bytes and either rename is harmless. On
+top of that an exclusive ``flock`` on ``K-P.lock`` lets one process build while the
+others wait and then load (skipped, with the same safety, where locking is unsupported).
+
+Loading: the description is read and compared with the expected one (and its key); each
+array file must have the recorded size, shape and dtype and is memory-mapped
+(``np.load(mmap_mode="r")``). Checksums, the trade-off: the full sha256 of each array is
+computed once, when it is written; every load checks a *sampled* sha256 (the whole array
+when it is at most 256 KiB, else 64 chunks of 4 KiB spread evenly, first and last
+included), so a cache hit reads a fixed ~768 KiB whatever the index size and takes
+milliseconds. Truncation is caught by the size check; corruption inside unsampled bytes
+is caught only by ``verify="full"`` (:func:`load_cached`), which reads everything.
+
+A mismatch raises :class:`~megadata_core.DataError` from :func:`load_cached`;
+:func:`load_or_build` turns it into a ``warnings.warn`` and rebuilds. A directory that
+cannot be written (read-only, full) gives a warning and the arrays built in memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import secrets
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+
+import numpy as np
+
+from megadata_core.errors import DataError
+
+try:  # POSIX only; elsewhere the cache is still safe, just without the wait-and-load.
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
+CACHE_FORMAT = "megadata-index-cache"
+CACHE_VERSION = 1
+SAMPLE_CHUNKS = 64
+SAMPLE_CHUNK_BYTES = 4096
+VERIFY_MODES = ("none", "sampled", "full")
+GPT_ARRAYS = ("document_index", "sample_index", "shuffle_index")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_.]+$")
+
+
+# -- hashing ------------------------------------------------------------------
+
+
+def canonical_json(description: Mapping) -> str:
+    """The description as canonical JSON (sorted keys, no spaces); DataError if a value
+    is not JSON (NaN included)."""
+    try:
+        return json.dumps(description, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise DataError(f"description: not JSON-serializable ({error})") from None
+
+
+def description_key(description: Mapping) -> str:
+    """The cache key: sha256 (hex, 64 characters) of :func:`canonical_json`."""
+    return hashlib.sha256(canonical_json(description).encode("utf-8")).hexdigest()
+
+
+def _byte_view(array: np.ndarray) -> np.ndarray:
+    """uint8 [nbytes] view of a C-contiguous array (a copy otherwise)."""
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
+def sampled_digest(array: np.ndarray) -> str:
+    """sha256 of the byte size and a fixed sample of an array's bytes: all of them up to
+    ``SAMPLE_CHUNKS * SAMPLE_CHUNK_BYTES`` (256 KiB), else ``SAMPLE_CHUNKS`` chunks of
+    ``SAMPLE_CHUNK_BYTES`` at evenly spaced offsets (first and last chunk included).
+
+    Reads at most 256 KiB, so it is cheap on memory-mapped arrays of any size.
+    """
+    raw = _byte_view(array)
+    digest = hashlib.sha256(str(raw.size).encode("ascii"))
+    if raw.size <= SAMPLE_CHUNKS * SAMPLE_CHUNK_BYTES:
+        digest.update(raw)
+    else:
+        span = raw.size - SAMPLE_CHUNK_BYTES
+        for k in range(SAMPLE_CHUNKS):  # fixed trip count, independent of the size
+            start = span * k // (SAMPLE_CHUNKS - 1)
+            digest.update(raw[start : start + SAMPLE_CHUNK_BYTES])
+    return digest.hexdigest()
+
+
+def full_digest(array: np.ndarray) -> str:
+    """sha256 of all the bytes of an array (C order)."""
+    return hashlib.sha256(_byte_view(array)).hexdigest()
+
+
+# -- paths ----------------------------------------------------------------------
+
+
+def entry_paths(directory: str, key: str, split: str, names: tuple[str, ...]) -> dict[str, str]:
+    """``{"description": ..., "lock": ..., name: ...}`` file paths of one cache entry."""
+    if not _SAFE_NAME.match(split):
+        raise DataError(f"split: {split!r} is not a valid cache file name part")
+    base = os.path.join(directory, f"{key}-{split}")
+    paths = {"description": f"{base}-description.json", "lock": f"{base}.lock"}
+    for name in names:
+        if not _SAFE_NAME.match(name) or name in paths:
+            raise DataError(f"array name: {name!r} is not a valid cache array name")
+        paths[name] = f"{base}-{name}.npy"
+    return paths
+
+
+# -- loading ----------------------------------------------------------------------
+
+
+def _read_record(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as stream:
+            record = json.load(stream)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise DataError(f"{path}: unreadable cache description ({error})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("arrays"), dict):
+        raise DataError(f"{path}: not a cache description")
+    return record
+
+
+def _load_array(path: str, meta: Mapping, verify: str) -> np.ndarray:
+    """One array file checked against its recorded metadata, memory-mapped."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        raise DataError(f"{path}: cache file missing") from None
+    if size != meta.get("file_size"):
+        raise DataError(f"{path}: size {size} != recorded {meta.get('file_size')} (truncated?)")
+    try:
+        if meta.get("shape") and 0 in meta["shape"]:
+            array = np.load(path, allow_pickle=False)  # empty arrays cannot be mapped
+        else:
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise DataError(f"{path}: unreadable cache file ({error})") from None
+    if list(array.shape) != meta.get("shape") or array.dtype.str != meta.get("dtype"):
+        raise DataError(
+            f"{path}: shape {list(array.shape)} dtype {array.dtype.str} != recorded "
+            f"{meta.get('shape')} {meta.get('dtype')}"
+        )
+    if verify == "full" and full_digest(array) != meta.get("sha256"):
+        raise DataError(f"{path}: checksum does not match its description")
+    if verify == "sampled" and sampled_digest(array) != meta.get("sampled_sha256"):
+        raise DataError(f"{path}: sampled checksum does not match its description")
+    return array
+
+
+def load_cached(
+    directory: str,
+    description: Mapping,
+    split: str,
+    names: tuple[str, ...],
+    *,
+    verify: str = "sampled",
+) -> dict[str, np.ndarray] | None:
+    """The cached arrays for ``description``, memory-mapped; None when not cached.
+
+    Args:
+        directory: the cache directory.
+        description: JSON-serializable dict of every input of the arrays.
+        split: split name (part of the file names).
+        names: the array names expected in the entry.
+        verify: ``"sampled"`` (default, see module docstring), ``"full"`` (sha256 of
+            every byte) or ``"none"`` (size, shape and dtype only).
+
+    Raises:
+        DataError: naming the file, when an entry exists but does not match its
+            description, its key or its checksums, or is truncated.
+    """
+    if verify not in VERIFY_MODES:
+        raise DataError(f"verify: {verify!r} is not one of {VERIFY_MODES}")
+    key = description_key(description)
+    paths = entry_paths(directory, key, split, names)
+    record = _read_record(paths["description"])
+    if record is None:
+        return None
+    stored = record.get("description")
+    if (
+        record.get("format") != CACHE_FORMAT
+        or record.get("version") != CACHE_VERSION
+        or record.get("key") != key
+        or record.get("split") != split
+        or not isinstance(stored, dict)
+        or description_key(stored) != key
+        or canonical_json(stored) != canonical_json(description)
+    ):
+        raise DataError(f"{paths['description']}: description does not match its key {key}")
+    if sorted(record["arrays"]) != sorted(names):
+        raise DataError(
+            f"{paths['description']}: arrays {sorted(record['arrays'])} != {sorted(names)}"
+        )
+    return {name: _load_array(paths[name], record["arrays"][name], verify) for name in names}
+
+
+# -- saving -------------------------------------------------------------------------
+
+
+def _write_atomically(path: str, write: Callable) -> None:
+    """``write(stream)`` into a temporary file next to ``path``, fsync, rename onto it."""
+    directory, name = os.path.split(path)
+    temporary = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(temporary, "wb") as stream:
+            write(stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+
+
+def save_cached(
+    directory: str, description: Mapping, split: str, arrays: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Write ``arrays`` as the cache entry of ``description`` and return them reloaded
+    memory-mapped (checked with ``verify="none"``: they were just hashed).
+
+    Raises:
+        OSError: when the directory cannot be written.
+    """
+    key = description_key(description)
+    names = tuple(arrays)
+    paths = entry_paths(directory, key, split, names)
+    os.makedirs(directory, exist_ok=True)
+    metas = {}
+    for name, value in arrays.items():
+        array = np.ascontiguousarray(value)
+        _write_atomically(paths[name], lambda stream, a=array: np.save(stream, a))
+        metas[name] = {
+            "file": os.path.basename(paths[name]),
+            "shape": list(array.shape),
+            "dtype": array.dtype.str,
+            "file_size": os.path.getsize(paths[name]),
+            "sha256": full_digest(array),
+            "sampled_sha256": sampled_digest(array),
+        }
+    record = {
+        "format": CACHE_FORMAT,
+        "version": CACHE_VERSION,
+        "key": key,
+        "split": split,
+        "description": json.loads(canonical_json(description)),
+        "arrays": metas,
+    }
+    text = json.dumps(record, indent=2, sort_keys=True).encode("utf-8")
+    _write_atomically(paths["description"], lambda stream: stream.write(text))
+    return {name: _load_array(paths[name], metas[name], "none") for name in names}
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: str) -> Iterator[bool]:
+    """Hold an exclusive flock on ``lock_path``; yields False where locking failed (no
+    fcntl, read-only directory, a filesystem without flock)."""
+    if fcntl is None:
+        yield False
+        return
+    try:
+        os.makedirs(os.path.dirname(lock_path) or ".", exist_ok=True)
+        handle = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(handle)  # closing releases the lock
+
+
+def load_or_build(
+    directory: str | None,
+    description: Mapping,
+    split: str,
+    build: Callable[[], Mapping[str, np.ndarray]],
+    *,
+    names: tuple[str, ...] = GPT_ARRAYS,
+    lock: bool = True,
+    verify: str = "sampled",
+) -> dict[str, np.ndarray]:
+    """The arrays of ``description``: loaded from the cache, else built once and saved.
+
+    Args:
+        directory: the cache directory; None builds in memory.
+        description: JSON-serializable dict of every input that changes the arrays.
+        split: split name (part of the file names).
+        build: returns ``{name: array}`` for exactly ``names``; must be a pure function
+            of ``description``.
+        names: the names of the arrays of the entry.
+        lock: serialize builders with an flock so only one builds (others wait, load).
+        verify: checksum check on load (see :func:`load_cached`).
+
+    Returns:
+        ``{name: array}``, memory-mapped read-only when cached; built in memory (with a
+        warning) when the directory cannot be written.
+    """
+    if directory is None:
+        return dict(build())
+    directory = os.fspath(directory)
+    key = description_key(description)
+    names = tuple(names)
+    warned = False
+
+    def try_load() -> dict[str, np.ndarray] | None:
+        nonlocal warned
+        try:
+            return load_cached(directory, description, split, names, verify=verify)
+        except DataError as error:
+            if not warned:
+                warnings.warn(f"{error}; rebuilding the index cache entry", stacklevel=3)
+                warned = True
+            return None
+
+    found = try_load()
+    if found is not None:
+        return found
+    guard = _exclusive(entry_paths(directory, key, split, ())["lock"]) if lock else None
+    with guard if guard is not None else contextlib.nullcontext(False) as locked:
+        if locked:  # another process may have built it while we waited
+            found = try_load()
+            if found is not None:
+                return found
+        arrays = dict(build())
+        if sorted(arrays) != sorted(names):
+            raise DataError(f"build: returned arrays {sorted(arrays)}, expected {sorted(names)}")
+        try:
+            return save_cached(directory, description, split, arrays)
+        except OSError as error:
+            warnings.warn(
+                f"path_to_cache: cannot write the index cache in {directory} ({error}); "
+                "using indices built in memory",
+                stacklevel=2,
+            )
+            return arrays

@@ -1,0 +1,71 @@
+"""Helpers shared by the dataset tests: corpora, the megadata side, comparisons."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+import megadata_core as mdc
+
+
+class OracleTokenizer:
+    """What megatron's GPTDataset reads from a tokenizer: eod, pad (optional), vocab_size
+    and unique_identifiers (for its cache description)."""
+
+    def __init__(self, eod: int, pad: int | None = None, vocab_size: int = 1000) -> None:
+        self.eod = eod
+        self.vocab_size = vocab_size
+        if pad is not None:
+            self.pad = pad
+        self.unique_identifiers = {"class": "OracleTokenizer", "eod": eod, "pad": pad}
+
+
+def write_corpus(
+    prefix: str,
+    lengths,
+    rng: np.random.Generator,
+    *,
+    dtype=np.uint16,
+    vocab: int = 50,
+    eod: int = 3,
+    eod_rate: float = 0.05,
+) -> str:
+    """A corpus of one sequence per document with the given lengths; tokens uniform in
+    ``[0, vocab)`` with extra EODs sprinkled in (and every non-empty document ending in
+    one, as preprocessing does)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    tokens = rng.integers(0, vocab, int(lengths.sum())).astype(dtype)
+    tokens[rng.random(tokens.size) < eod_rate] = eod
+    ends = np.cumsum(lengths)[lengths > 0] - 1
+    tokens[ends] = eod
+    with mdc.IndexedDatasetWriter(prefix, dtype) as writer:
+        writer.add_document(tokens, lengths.tolist())
+    return prefix
+
+
+def ours_dataset(prefix, num_samples, split, *, eod, pad=None, indices=None, mmap=True, **kw):
+    """megadata's GPTDataset with the same arguments as the oracle builder."""
+    indexed = mdc.IndexedDataset(prefix, mmap=mmap)
+    if indices is None:
+        indices = np.arange(len(indexed))
+    config = mdc.GPTDataConfig(eod_id=eod, pad_id=-1 if pad is None else pad, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the pad == eod warning, checked elsewhere
+        return mdc.GPTDataset(indexed, indices, num_samples, config, split)
+
+
+def assert_same_samples(theirs, ours, limit: int | None = None) -> None:
+    """Every key of every sample equal (values; dtypes may differ), and the batched
+    ``__getitems__`` equal to the per-sample results."""
+    assert len(ours) == len(theirs)
+    count = len(ours) if limit is None else min(limit, len(ours))
+    batch = ours.__getitems__(np.arange(count))
+    for i in range(count):
+        reference = {key: value.numpy() for key, value in theirs[i].items()}
+        mine = ours[i]
+        assert list(mine) == list(reference), (list(mine), list(reference))
+        for key, value in reference.items():
+            assert mine[key].shape == value.shape, (key, i)
+            np.testing.assert_array_equal(mine[key], value, err_msg=f"{key} of sample {i}")
+            np.testing.assert_array_equal(batch[key][i], mine[key], err_msg=f"batched {key}")
