@@ -20,6 +20,7 @@ import warnings
 import numpy as np
 
 from megadata_core.datasets import masks, reading
+from megadata_core.datasets.buffers import BufferPool
 from megadata_core.datasets.cache_keys import data_identity, document_ids
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
 from megadata_core.errors import DataError
@@ -141,6 +142,8 @@ class GPTDataset:
             np.iinfo(dtype).min <= self.pad_id <= np.iinfo(dtype).max
         )
         self._flat = None
+        self._buffers = BufferPool()
+        self._constants: dict[tuple[str, int], np.ndarray] = {}
         self._load_indices()
 
     # -- construction -----------------------------------------------------------------
@@ -296,7 +299,8 @@ class GPTDataset:
         return positions
 
     def _text(self, positions: np.ndarray) -> tuple[np.ndarray, bool]:
-        """[B, S + extra] tokens of the samples at ``positions`` (padded with pad_id)."""
+        """[B, S + extra] tokens of the samples at ``positions`` (corpus dtype, or
+        token_dtype padded with pad_id), and whether any sample was padded."""
         rows = np.asarray(self.shuffle_index[positions], dtype=np.int64)
         pieces = reading.locate_pieces(
             self.sample_index,
@@ -309,35 +313,61 @@ class GPTDataset:
             self._flat = reading.flat_tokens(self.indexed)
         width = self.config.sequence_length + self._extra
         return reading.gather_tokens(
-            self.indexed, pieces, width, self.pad_id, self.token_dtype, self._flat
+            self.indexed,
+            pieces,
+            width,
+            self.pad_id,
+            self.token_dtype,
+            self._flat,
+            self._buffers.empty,
         )
 
     def __getitems__(self, indices) -> dict[str, np.ndarray]:
         """The samples at ``indices`` (a list or int array of B positions), stacked:
         ``tokens``, ``labels`` [B, S], ``attention_mask`` [B, 1, S, S] bool (with
         ``create_attention_mask``), ``loss_mask`` [B, S] float32, ``position_ids`` [B, S].
+        ``tokens`` and ``labels`` are the caller's own contiguous arrays. A loss mask that
+        is all ones (no EOD masking, no pad possible) and position ids without
+        ``reset_position_ids`` are the same for every batch: they are shared, read-only
+        arrays (Megatron likewise returns one cached position-ids tensor every time).
         """
         config, pad, eod, dtype = self.config, self.pad_id, self.eod_id, self.token_dtype
         text, padded = self._text(self._positions(indices))
-        # Masks are computed before pads become 0, as in Megatron; ``text`` is in the
-        # corpus dtype unless a sample was padded.
-        tokens = text[:, :-1] if self._extra else text
+        batch, length = len(text), config.sequence_length
+        empty = self._buffers.empty
         if self._extra:
-            labels = text[:, 1:]
-        else:
-            labels = np.empty(tokens.shape, dtype=dtype)
+            tokens = empty((batch, length), dtype)
+            np.copyto(tokens, text[:, :-1])
+            labels = empty((batch, length), dtype)
+            np.copyto(labels, text[:, 1:])
+        else:  # Megatron rolls the text left and puts a pad label at the end
+            tokens = empty((batch, length), dtype)
+            np.copyto(tokens, text)
+            labels = empty((batch, length), dtype)
             labels[:, :-1] = text[:, 1:]
-            labels[:, -1:] = pad
+            labels[:, -1] = pad
+        # Masks are computed before pads become 0, as in Megatron.
         may_hold_pad = padded or self._pad_maybe_in_corpus or not self._extra
-        loss_mask = masks.loss_mask(
-            tokens, labels if may_hold_pad else None, eod, pad, config.eod_mask_loss
-        )
-        position_ids = masks.position_ids(tokens, eod, config.reset_position_ids, dtype)
+        if may_hold_pad or config.eod_mask_loss:
+            loss_mask = masks.loss_mask(
+                tokens,
+                labels if may_hold_pad else None,
+                eod,
+                pad,
+                config.eod_mask_loss,
+                out=empty((batch, length), np.float32),
+            )
+        else:  # all ones whatever the tokens: one shared read-only array per batch size
+            loss_mask = self._constant("loss_mask", batch)
+        if config.reset_position_ids:
+            position_ids = masks.position_ids(
+                tokens, eod, True, dtype, out=empty((batch, length), dtype)
+            )
+        else:  # Megatron also hands out one cached position-ids tensor for every sample
+            position_ids = self._constant("position_ids", batch)
         attention_mask = None
         if config.create_attention_mask:
             attention_mask = masks.attention_mask(tokens, eod, config.reset_attention_mask)
-        tokens = tokens.astype(dtype)
-        labels = labels.astype(dtype, copy=bool(self._extra))
         if padded or self._pad_maybe_in_corpus:  # pad ids become 0 (embedding-safe)
             tokens[tokens == pad] = 0
             labels[labels == pad] = 0
@@ -350,6 +380,24 @@ class GPTDataset:
         sample["position_ids"] = position_ids
         return sample
 
+    def _constant(self, key: str, batch: int) -> np.ndarray:
+        """A read-only [batch, S] array that is the same for every batch: the all-ones
+        loss mask or the 0..S-1 position ids (built once per batch size)."""
+        cached = self._constants.get((key, batch))
+        if cached is None:
+            length = self.config.sequence_length
+            if key == "loss_mask":
+                cached = np.ones((batch, length), dtype=np.float32)
+            else:
+                cached = masks.position_ids(
+                    np.zeros((batch, length), np.int8), None, False, self.token_dtype
+                )
+            cached.flags.writeable = False
+            if len(self._constants) >= 16:
+                self._constants.clear()
+            self._constants[(key, batch)] = cached
+        return cached
+
     def __getitem__(self, index: int | None) -> dict[str, np.ndarray]:
         """One sample (see the class docstring); None gives Megatron's padding sample."""
         if index is None:
@@ -358,13 +406,14 @@ class GPTDataset:
             return sample
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
             raise TypeError(f"sample index must be an int, got {type(index).__name__}")
-        return {key: value[0] for key, value in self.__getitems__([index]).items()}
+        return {key: value[0].copy() for key, value in self.__getitems__([index]).items()}
 
     # -- pickling (workers): memory-mapped indices travel as file names -------------
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_flat"] = None
+        state["_constants"] = {}
         state["_arrays"] = {
             name: ("mmap", array.filename) if isinstance(array, np.memmap) else array
             for name, array in self._arrays.items()

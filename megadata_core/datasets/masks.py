@@ -21,7 +21,11 @@ import numpy as np
 
 
 def position_ids(
-    tokens: np.ndarray, eod_id: int | None, reset: bool, dtype: np.dtype = np.int64
+    tokens: np.ndarray,
+    eod_id: int | None,
+    reset: bool,
+    dtype: np.dtype = np.int64,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Position ids of a batch.
 
@@ -29,13 +33,15 @@ def position_ids(
         tokens: int [B, S] input tokens.
         eod_id: the EOD id (unused unless ``reset``).
         reset: restart positions at 0 after every EOD token.
+        out: optional ``dtype`` [B, S] array to fill.
 
     Returns:
         ``dtype`` [B, S].
     """
     batch, length = tokens.shape
-    out = np.empty((batch, length), dtype=dtype)
-    out[...] = np.arange(length, dtype=dtype)
+    if out is None:
+        out = np.empty((batch, length), dtype=dtype)
+    out[...] = np.arange(length, dtype=out.dtype)
     if reset and length > 1:
         # start[:, k] = k where tokens[:, k - 1] is EOD, else 0; running max = segment start.
         start = np.zeros((batch, length), dtype=dtype)
@@ -71,16 +77,23 @@ def loss_mask(
     eod_id: int | None,
     pad_id: int,
     eod_mask_loss: bool,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """float32 [B, S]: 0 on EOD inputs (with ``eod_mask_loss``) and on pad labels, else 1.
 
-    ``labels=None`` says no label can equal ``pad_id`` (skips that comparison).
+    ``labels=None`` says no label can equal ``pad_id`` (skips that comparison); ``out``
+    is an optional float32 [B, S] array to fill.
     """
+    if out is None:
+        out = np.empty(tokens.shape, dtype=np.float32)
     if labels is None:
         if not eod_mask_loss:
-            return np.ones(tokens.shape, dtype=np.float32)
-        return (tokens != eod_id).astype(np.float32)
+            out.fill(1.0)
+            return out
+        np.not_equal(tokens, eod_id, out=out)
+        return out
     keep = labels != pad_id
     if eod_mask_loss:
         keep &= tokens != eod_id
-    return keep.astype(np.float32)
+    np.copyto(out, keep)
+    return out

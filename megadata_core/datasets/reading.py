@@ -199,6 +199,7 @@ def gather_tokens(
     pad_id: int,
     dtype: np.dtype,
     flat: np.ndarray | None = None,
+    empty=np.empty,
 ) -> tuple[np.ndarray, bool]:
     """The tokens of every sample, padded with ``pad_id`` to ``width``.
 
@@ -209,18 +210,20 @@ def gather_tokens(
         pad_id: fills the tail of short (partial) samples.
         dtype: dtype of a padded result (int32 or int64).
         flat: :func:`flat_tokens` of ``indexed`` when memory-mapped.
+        empty: ``empty(shape, dtype)`` allocator of the result (e.g. a BufferPool's).
 
     Returns:
         ``(text, padded)``: [B, width] tokens, and whether any sample was padded. The
-        dtype is the corpus dtype when nothing was padded (no cast pass here; the
-        caller casts while it splits tokens from labels), else ``dtype``.
+        dtype is the corpus dtype when nothing was padded (the copy stays a plain memory
+        copy; the caller casts while it splits tokens from labels), else ``dtype``.
     """
     batch = len(pieces.first)
+    if batch == 0:
+        return np.empty((0, width), dtype=indexed.dtype), False
     itemsize = indexed.dtype.itemsize
     pointer = indexed.sequence_pointers[pieces.document]
     length = pieces.length
-    aligned = itemsize == 1 or not (pointer % itemsize).any()
-    if aligned:
+    if itemsize == 1 or not (pointer % itemsize).any():
         source_start = pointer // itemsize
         source_start += pieces.start
         if flat is not None:
@@ -229,19 +232,21 @@ def gather_tokens(
             source, source_start = _merged_reads(indexed, source_start, length)
     else:
         source, source_start = _piece_reads(indexed, pointer + pieces.start * itemsize, length)
-    if batch == 0:
-        return np.empty((0, width), dtype=indexed.dtype), False
-    per_sample = np.add.reduceat(length, pieces.first)
-    if int(per_sample.max()) > width:
-        raise DataError(f"sample_index: a sample spans {int(per_sample.max())} > {width} tokens")
     placed = np.cumsum(length)
+    total = int(placed[-1])
     placed -= length  # where each piece starts in the dense stream of all samples
-    padded = int(per_sample.min()) < width
+    padded = total < batch * width
     if padded:  # short samples: each piece goes to its sample's row, the rest is pad_id
-        text = np.full(batch * width, pad_id, dtype=dtype)
+        per_sample = np.add.reduceat(length, pieces.first)
+        if int(per_sample.max()) > width:
+            raise DataError(f"sample_index: a sample spans {int(per_sample.max())} > {width}")
+        text = empty((batch, width), dtype)
+        text.fill(pad_id)
         pieces_per_sample = np.diff(pieces.first, append=len(length))
         placed += np.repeat(np.arange(batch) * width - placed[pieces.first], pieces_per_sample)
+    elif total > batch * width:
+        raise DataError(f"sample_index: {batch} samples span {total} > {batch * width} tokens")
     else:
-        text = np.empty(batch * width, dtype=indexed.dtype)
-    copy_ranges(source, source_start, text, placed, length)
-    return text.reshape(batch, width), padded
+        text = empty((batch, width), indexed.dtype)
+    copy_ranges(source, source_start, text.reshape(-1), placed, length)
+    return text, padded

@@ -211,3 +211,56 @@ def test_unaligned_pointers_read_piece_by_piece():
     stream = np.concatenate([documents[i] for i in document_index])
     assert not padded
     np.testing.assert_array_equal(text, [stream[4 * j : 4 * j + 5] for j in (2, 0, 1)])
+
+
+def test_held_batches_are_never_overwritten(prefix):
+    dataset = ours_dataset(prefix, None, "train", eod=3, random_seed=1, sequence_length=32)
+    rng = np.random.default_rng(0)
+    held = []
+    for _ in range(12):  # more batches than the pool keeps per shape
+        indices = rng.integers(0, len(dataset), 8)
+        batch = dataset.__getitems__(indices)
+        held.append((indices, {key: value.copy() for key, value in batch.items()}, batch))
+    for indices, snapshot, batch in held:
+        for key, value in batch.items():
+            np.testing.assert_array_equal(value, snapshot[key], err_msg=key)
+        fresh = dataset.__getitems__(indices)
+        for key in snapshot:
+            np.testing.assert_array_equal(fresh[key], snapshot[key], err_msg=key)
+
+
+def test_dropped_batches_are_reused(prefix):
+    dataset = ours_dataset(prefix, None, "train", eod=3, random_seed=1, sequence_length=32)
+    first = dataset.__getitems__([0, 1, 2])["tokens"]
+    address = first.__array_interface__["data"][0]
+    del first
+    again = dataset.__getitems__([3, 4, 5])["tokens"]
+    assert again.__array_interface__["data"][0] == address
+    view = again[1:]
+    del again
+    other = dataset.__getitems__([0, 1, 2])["tokens"]
+    assert other.__array_interface__["data"][0] != address  # a view still holds it
+    del view, other
+
+
+def test_constant_arrays_are_shared_and_read_only(prefix):
+    dataset = ours_dataset(
+        prefix,
+        None,
+        "train",
+        eod=3,
+        random_seed=1,
+        sequence_length=16,
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=False,
+    )
+    one, two = dataset.__getitems__([0, 1]), dataset.__getitems__([2, 3])
+    assert one["position_ids"] is two["position_ids"]
+    assert not one["position_ids"].flags.writeable and not one["loss_mask"].flags.writeable
+    np.testing.assert_array_equal(one["position_ids"], np.tile(np.arange(16), (2, 1)))
+    np.testing.assert_array_equal(one["loss_mask"], np.ones((2, 16)))
+    assert one["tokens"].flags.writeable and one["labels"].flags.writeable
+    single = dataset[0]
+    assert all(value.flags.writeable for value in single.values())
