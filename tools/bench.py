@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from absl import app, flags
+from bench_gpt import suite_gpt
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("repeats", 5, "Repeats per measurement; the table shows medians.")
@@ -634,6 +635,7 @@ def suite_format(bench: Bench) -> None:
 # Adding a suite: write ``def suite_x(bench: Bench) -> None`` and list it here.
 SUITES: dict[str, Callable[[Bench], None]] = {
     "format": suite_format,
+    "gpt": suite_gpt,
 }
 
 

@@ -39,3 +39,29 @@ def test_bench_format_smoke(tmp_path):
         assert metric in out, f"missing row {metric!r}:\n{out}"
     assert "check " in out and ": NO" not in out
     assert os.listdir(tmp_path) == [], "the scratch directory was not cleaned up"
+
+
+def test_bench_gpt_smoke(tmp_path):
+    command = [sys.executable, str(ROOT / "tools" / "bench.py"), "gpt",
+               "--scale", "0.01", "--repeats", "1", "--workdir", str(tmp_path)]
+    process = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert process.returncode == 0, process.stdout + process.stderr
+    out = process.stdout
+    assert out.startswith("command: ")
+    assert "suite gpt: scale 0.01" in out
+    for metric in (
+        "ours (megatron shuffle): time (s)",
+        "ours (megatron shuffle): peak RSS (MiB)",
+        "ours (megatron shuffle): peak RSS above imports (MiB)",
+        "ours (feistel shuffle): time (s)",
+        "read 32 x 4097 tokens, hot page cache (samples/s)",
+        "read: ours / raw piece copy (throughput)",
+        "cache-hit load of the build index, ours (megatron shuffle) (ms)",
+    ):
+        assert metric in out, f"missing row {metric!r}:\n{out}"
+    assert "note: build plan: " in out and "separate_final_epoch=True" in out
+    assert "check " in out and ": NO" not in out
+    assert os.listdir(tmp_path) == [], "the scratch directory was not cleaned up"
