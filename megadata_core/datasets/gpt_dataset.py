@@ -293,8 +293,11 @@ class GPTDataset:
         positions = positions.astype(np.int64, copy=False)
         size = len(self)
         if positions.size:
-            positions = np.where(positions < 0, positions + size, positions)
-            if int(positions.min()) < 0 or int(positions.max()) >= size:
+            low, high = int(positions.min()), int(positions.max())
+            if low < 0:  # negative positions count from the end, as for sequences
+                positions = np.where(positions < 0, positions + size, positions)
+                low, high = int(positions.min()), int(positions.max())
+            if low < 0 or high >= size:
                 raise IndexError(f"sample index out of range [0, {size}) ({self.split})")
         return positions
 
@@ -326,24 +329,23 @@ class GPTDataset:
         """The samples at ``indices`` (a list or int array of B positions), stacked:
         ``tokens``, ``labels`` [B, S], ``attention_mask`` [B, 1, S, S] bool (with
         ``create_attention_mask``), ``loss_mask`` [B, S] float32, ``position_ids`` [B, S].
-        ``tokens`` and ``labels`` are the caller's own contiguous arrays. A loss mask that
-        is all ones (no EOD masking, no pad possible) and position ids without
-        ``reset_position_ids`` are the same for every batch: they are shared, read-only
-        arrays (Megatron likewise returns one cached position-ids tensor every time).
+        Zero-copy where values allow, so the arrays are read-only: with
+        ``add_extra_token_to_sequence``, ``tokens`` and ``labels`` are views of one
+        [B, S + 1] buffer (labels = text shifted by one); a loss mask that is all ones (no
+        EOD masking, no pad possible) and position ids without ``reset_position_ids`` are
+        the same for every batch, so they are shared (Megatron likewise returns one
+        cached position-ids tensor every time). Copy an array to modify it; ``ds[i]``
+        returns writable copies.
         """
         config, pad, eod, dtype = self.config, self.pad_id, self.eod_id, self.token_dtype
         text, padded = self._text(self._positions(indices))
         batch, length = len(text), config.sequence_length
         empty = self._buffers.empty
         if self._extra:
-            tokens = empty((batch, length), dtype)
-            np.copyto(tokens, text[:, :-1])
-            labels = empty((batch, length), dtype)
-            np.copyto(labels, text[:, 1:])
+            tokens, labels = text[:, :-1], text[:, 1:]
         else:  # Megatron rolls the text left and puts a pad label at the end
-            tokens = empty((batch, length), dtype)
-            np.copyto(tokens, text)
-            labels = empty((batch, length), dtype)
+            tokens = text.view()  # a view: the read-only flag must not stick to the buffer
+            labels = empty((batch, length), dtype)[...]
             labels[:, :-1] = text[:, 1:]
             labels[:, -1] = pad
         # Masks are computed before pads become 0, as in Megatron.
@@ -369,10 +371,13 @@ class GPTDataset:
         if config.create_attention_mask:
             attention_mask = masks.attention_mask(tokens, eod, config.reset_attention_mask)
         if padded or self._pad_maybe_in_corpus:  # pad ids become 0 (embedding-safe)
-            tokens[tokens == pad] = 0
-            labels[labels == pad] = 0
+            text[text == pad] = 0
+            if not self._extra:
+                labels[labels == pad] = 0
         elif not self._extra:
             labels[:, -1] = 0
+        tokens.flags.writeable = False
+        labels.flags.writeable = False
         sample = {"tokens": tokens, "labels": labels}
         if attention_mask is not None:
             sample["attention_mask"] = attention_mask

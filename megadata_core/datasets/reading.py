@@ -208,22 +208,23 @@ def gather_tokens(
         pieces: from :func:`locate_pieces`.
         width: tokens per sample (S + extra).
         pad_id: fills the tail of short (partial) samples.
-        dtype: dtype of a padded result (int32 or int64).
+        dtype: dtype of the result (int32 or int64; values are cast while copied).
         flat: :func:`flat_tokens` of ``indexed`` when memory-mapped.
         empty: ``empty(shape, dtype)`` allocator of the result (e.g. a BufferPool's).
 
     Returns:
-        ``(text, padded)``: [B, width] tokens, and whether any sample was padded. The
-        dtype is the corpus dtype when nothing was padded (the copy stays a plain memory
-        copy; the caller casts while it splits tokens from labels), else ``dtype``.
+        ``(text, padded)``: ``dtype`` [B, width] tokens, and whether any sample was
+        padded.
     """
     batch = len(pieces.first)
     if batch == 0:
-        return np.empty((0, width), dtype=indexed.dtype), False
+        return np.empty((0, width), dtype=dtype), False
     itemsize = indexed.dtype.itemsize
     pointer = indexed.sequence_pointers[pieces.document]
     length = pieces.length
-    if itemsize == 1 or not (pointer % itemsize).any():
+    # IndexedDataset validates at open that pointers are whole tokens apart.
+    aligned = getattr(indexed, "pointers_aligned", False) or itemsize == 1
+    if aligned or not (pointer % itemsize).any():
         source_start = pointer // itemsize
         source_start += pieces.start
         if flat is not None:
@@ -247,6 +248,6 @@ def gather_tokens(
     elif total > batch * width:
         raise DataError(f"sample_index: {batch} samples span {total} > {batch * width} tokens")
     else:
-        text = empty((batch, width), indexed.dtype)
+        text = empty((batch, width), dtype)
     copy_ranges(source, source_start, text.reshape(-1), placed, length)
     return text, padded

@@ -186,6 +186,10 @@ class IndexedDataset:
 
     # -- metadata -------------------------------------------------------------
 
+    #: Every sequence pointer is the previous one plus its length in bytes (checked at
+    #: open), so pointers are whole tokens into the .bin.
+    pointers_aligned = True
+
     @property
     def num_documents(self) -> int:
         return len(self.document_indices) - 1
