@@ -1,11 +1,12 @@
-"""The megadata demo: real text from the standard library -> .bin/.idx -> samples.
+"""The megadata demo: real text from the standard library -> .bin/.idx -> GPT batches.
 
     python tools/demo.py [--workdir demo_output] [--max_documents 2000] [--workers 2]
 
 Builds a JSON-lines corpus from the installed Python standard library (no download),
-tokenizes it with the UTF-8 byte tokenizer into a Megatron .bin/.idx pair, reopens it,
-prints a few documents and measures random-read throughput. The GPT sample index,
-blending and the Grain/JAX pipeline join this demo as those parts land.
+tokenizes it with the UTF-8 byte tokenizer into a Megatron .bin/.idx pair, builds the
+GPT document/sample/shuffle indices (Megatron's, through the on-disk cache), prints a
+sample and measures batched-read throughput. Blending and the Grain/JAX pipeline join
+this demo as those parts land.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ flags.DEFINE_string("workdir", "demo_output", "Where the corpus and its .bin/.id
 flags.DEFINE_integer("max_documents", 2000, "Standard-library modules to include.")
 flags.DEFINE_integer("workers", 2, "Tokenizer processes.", lower_bound=1)
 flags.DEFINE_integer("show", 3, "Documents to print.")
-flags.DEFINE_integer("reads", 20000, "Random sequence reads for the throughput figure.")
+flags.DEFINE_integer("sequence_length", 1024, "Tokens per GPT sample.")
+flags.DEFINE_integer("batch_size", 32, "Samples per batch in the throughput figure.")
+flags.DEFINE_integer("batches", 200, "Batches read for the throughput figure.")
 
 
 def _decode(tokens: np.ndarray, eod_id: int) -> str:
@@ -41,7 +44,7 @@ def main(argv: list[str]) -> None:
     documents = build_demo_corpus(jsonl, max_documents=FLAGS.max_documents)
     size_mb = os.path.getsize(jsonl) / 1e6
     print(
-        f"[1/3] corpus: {documents} documents, {size_mb:.1f} MB of standard-library source "
+        f"[1/4] corpus: {documents} documents, {size_mb:.1f} MB of standard-library source "
         f"-> {jsonl} ({time.perf_counter() - start:.2f} s)"
     )
 
@@ -54,32 +57,48 @@ def main(argv: list[str]) -> None:
     )
     prefix = summary.output_prefixes["text"]
     print(
-        f"[2/3] tokenized: {summary.documents} documents, {summary.tokens:,} tokens in "
+        f"[2/4] tokenized: {summary.documents} documents, {summary.tokens:,} tokens in "
         f"{summary.seconds:.2f} s ({summary.documents_per_second:,.0f} docs/s, "
         f"{summary.megabytes_per_second:.1f} MB/s, {FLAGS.workers} workers) -> {prefix}.bin/.idx"
     )
 
     corpus = mdc.IndexedDataset(prefix)
     eod = ByteTokenizer.eod_id
-    print(f"[3/3] {corpus}")
+    print(f"[3/4] {corpus}")
     for index in range(min(FLAGS.show, len(corpus))):
-        text = _decode(corpus[index], eod)
-        preview = " ".join(text.split())[:160]
+        preview = " ".join(_decode(corpus[index], eod).split())[:120]
         print(f"      doc {index}: {len(corpus[index]):,} tokens | {preview}...")
 
-    rng = np.random.default_rng(0)
-    picks = rng.integers(0, len(corpus), size=FLAGS.reads)
+    config = mdc.GPTDataConfig(
+        random_seed=1234,
+        sequence_length=FLAGS.sequence_length,
+        path_to_cache=os.path.join(FLAGS.workdir, "index_cache"),
+        eod_id=eod,
+        create_attention_mask=False,
+    )
     start = time.perf_counter()
-    tokens_read = checksum = 0
-    for index in picks:
-        sequence = corpus[int(index)]
-        checksum += int(sequence.sum(dtype=np.int64))  # touch every token, not just the view
-        tokens_read += sequence.size
-    elapsed = time.perf_counter() - start
+    dataset = mdc.GPTDataset(corpus, np.arange(len(corpus)), None, config, "train")
+    print(f"[4/4] {dataset}: indices built or loaded in {time.perf_counter() - start:.3f} s")
+    sample = dataset[0]
+    text = _decode(sample["tokens"], eod)
     print(
-        f"      random reads: {FLAGS.reads / elapsed:,.0f} sequences/s, "
-        f"{tokens_read / elapsed / 1e6:,.1f} M tokens/s summed (mmap, hot page cache; "
-        f"checksum {checksum})"
+        f"      sample 0: keys {sorted(sample)}, tokens {sample['tokens'].shape} | "
+        f"{' '.join(text.split())[:100]}..."
+    )
+
+    rng = np.random.default_rng(0)
+    batches = [rng.integers(0, len(dataset), FLAGS.batch_size) for _ in range(FLAGS.batches)]
+    start = time.perf_counter()
+    checksum = 0
+    for indices in batches:
+        batch = dataset.__getitems__(indices)
+        checksum += int(batch["tokens"][:, -1].sum())
+    elapsed = time.perf_counter() - start
+    samples = FLAGS.batches * FLAGS.batch_size
+    print(
+        f"      batched reads: {samples / elapsed:,.0f} samples/s "
+        f"({samples * FLAGS.sequence_length / elapsed / 1e6:,.1f} M tokens/s, "
+        f"batches of {FLAGS.batch_size} x {FLAGS.sequence_length}; checksum {checksum})"
     )
 
 

@@ -20,8 +20,10 @@ def test_demo_runs(tmp_path):
             str(tmp_path),
             "--max_documents",
             "40",
-            "--reads",
-            "200",
+            "--batches",
+            "5",
+            "--sequence_length",
+            "128",
         ],
         capture_output=True,
         text=True,
@@ -29,7 +31,7 @@ def test_demo_runs(tmp_path):
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr
-    assert "[3/3]" in result.stdout and "sequences/s" in result.stdout
+    assert "[4/4]" in result.stdout and "samples/s" in result.stdout
     corpus = mdc.IndexedDataset(str(tmp_path / "stdlib_text_document"))
     assert len(corpus) == 40 and corpus.num_documents == 40
     assert all(int(corpus[i][-1]) == 256 for i in range(len(corpus)))  # EOD appended
