@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import warnings
+
 import numpy as np
 import pytest
 
@@ -14,9 +18,13 @@ from megadata_core.indices import (
     feistel_invert,
     feistel_permute,
 )
+from megadata_core.indices import feistel as fm
+from megadata_core.indices.feistel import feistel_range
+
+KEYS = [0, 1, 2**64 - 1, epoch_key(1234, 3)]
 
 
-@pytest.mark.parametrize("key", [0, 1, 2**64 - 1, epoch_key(1234, 3)])
+@pytest.mark.parametrize("key", KEYS)
 def test_bijection_for_every_small_n(key):
     for n in range(1, 301):
         x = np.arange(n)
@@ -24,6 +32,32 @@ def test_bijection_for_every_small_n(key):
         assert y.dtype == np.int64
         np.testing.assert_array_equal(np.sort(y), x)
         np.testing.assert_array_equal(feistel_invert(y, n, key), x)
+        np.testing.assert_array_equal(feistel_range(0, n, n, key), y)
+
+
+@pytest.mark.parametrize("n", [255, 256, 257, 4095, 4097, 65535, 65536, 65537, 1_000_003])
+def test_bijection_around_powers_of_two(n):
+    key = epoch_key(n, 1)
+    y = feistel_range(0, n, n, key)
+    assert y.dtype == np.int64
+    np.testing.assert_array_equal(np.bincount(y, minlength=n), np.ones(n))  # a permutation
+    np.testing.assert_array_equal(feistel_permute(np.arange(n), n, key), y)
+    np.testing.assert_array_equal(feistel_invert(y, n, key), np.arange(n))
+    np.testing.assert_array_equal(feistel_range(n // 3, n - 7, n, key), y[n // 3 : n - 7])
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 64, 65, 1000, 4097, 2**20 + 1, 2**28, 2**28 - 5])
+def test_tables_match_arithmetic(n):
+    """The tabulated network (n <= 2**28) and the hashed one (larger n) are one function."""
+    x = np.unique(np.random.default_rng(n).integers(0, n, 5000))
+    for key in KEYS[1:]:
+        table, arith = fm._TableNetwork(n, key), fm._ArithNetwork(n, key)
+        y = table.apply(x, False, 1)
+        np.testing.assert_array_equal(arith.apply(x, False, 1), y)
+        np.testing.assert_array_equal(arith.apply(y, True, 1), x)
+        np.testing.assert_array_equal(table.apply(y, True, 1), x)
+    assert isinstance(fm._network(2**28, 1), fm._TableNetwork)
+    assert isinstance(fm._network(2**28 + 1, 1), fm._ArithNetwork)
 
 
 def test_huge_domain_past_2_to_32():
@@ -36,6 +70,14 @@ def test_huge_domain_past_2_to_32():
     assert len(np.unique(y)) == len(np.unique(x))
     np.testing.assert_array_equal(feistel_invert(y, n, key), x)
     assert y.max() > 2**39  # not confined to the low bits
+
+
+def test_range_past_the_tables():
+    n, key = 2**30 + 7, epoch_key(3, 0)
+    for start, stop in [(0, 3000), (n - 70_000, n)]:
+        y = feistel_range(start, stop, n, key)
+        np.testing.assert_array_equal(y, feistel_permute(np.arange(start, stop), n, key))
+        assert y.min() >= 0 and y.max() < n and len(np.unique(y)) == stop - start
 
 
 def test_largest_domain():
@@ -53,12 +95,27 @@ def test_shapes_and_scalars():
     assert int(feistel_permute(3, 12, 5)) == y.reshape(-1)[3]
 
 
+def chi_square(counts: np.ndarray) -> float:
+    expected = counts.sum() / counts.size
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
 def test_uniformity_sanity():
-    n, keys = 10, 4000
+    n, keys = 10, 2000
     where_zero = np.array([int(np.flatnonzero(feistel_permute(np.arange(n), n, k) == 0)[0])
                            for k in range(keys)])  # fmt: skip
     counts = np.bincount(where_zero, minlength=n)
+    assert chi_square(counts) < 40  # 9 degrees of freedom: p ~ 1e-5
     assert counts.min() > 0.6 * keys / n and counts.max() < 1.4 * keys / n
+    # Whole permutations of a tiny domain: all 120 of [0, 5) come up, about equally often.
+    perms = np.array([feistel_permute(np.arange(5), 5, epoch_key(k, 0)) for k in range(2400)])
+    codes = np.unique(perms @ 5 ** np.arange(5), return_counts=True)[1]
+    assert codes.size == 120 and chi_square(codes) < 250  # 119 degrees of freedom
+    # The images of two inputs are about independent (n = 70: 4830 ordered pairs).
+    pairs = np.array([feistel_permute([0, 1], 70, epoch_key(k, 1)) for k in range(20_000)])
+    counts = np.bincount(pairs[:, 0] * 70 + pairs[:, 1], minlength=70 * 70)
+    assert not counts[::71].any()  # never equal
+    assert chi_square(np.delete(counts, np.arange(0, 70 * 70, 71))) < 1.1 * 4829 + 250
     # Different keys give different permutations; the identity is not favoured.
     perms = {tuple(feistel_permute(np.arange(50), 50, k).tolist()) for k in range(200)}
     assert len(perms) == 200
@@ -74,7 +131,13 @@ def test_epoch_keys_differ_and_are_stable():
     assert epoch_key(1234, 5) == epoch_key(1234, 5)
     # Pinned so that a change of the mixing (which would reorder every run) is noticed.
     assert epoch_key(1234, 5, 1) == 4445679969210163417
-    assert FeistelShuffle(1000, 1234, 0)[np.arange(5)].tolist() == [342, 528, 321, 430, 427]
+    assert FeistelShuffle(1000, 1234, 0)[np.arange(5)].tolist() == [788, 248, 549, 365, 502]
+    assert FeistelShuffle(20, 1234, 0)[:].tolist() == [
+        12, 16, 1, 2, 6, 0, 9, 7, 18, 13, 3, 11, 10, 15, 4, 5, 14, 8, 19, 17
+    ]  # fmt: skip
+    big = FeistelShuffle(2**40 + 3, 1234, 0)[np.arange(3)].tolist()
+    assert big == [70233906562, 279538008710, 651992811736]
+    assert FeistelShuffle(10**7, 1234, 0)[:3].tolist() == [2653675, 1466756, 5117882]
 
 
 def test_shuffle_object():
@@ -95,6 +158,66 @@ def test_shuffle_object():
             shuffle[bad]
     with pytest.raises(IndexError):
         shuffle[np.array([0.5])]
+
+
+def test_thread_count_does_not_matter():
+    n, key = 700_001, epoch_key(5, 2)
+    x = np.random.default_rng(0).integers(0, n, 600_000)
+    ids = np.arange(40, 40 + n, dtype=np.int32)
+    one = feistel_permute(x, n, key, threads=1)
+    full = feistel_range(0, n, n, key, threads=1)
+    index = feistel_document_index(ids, 2, 5, threads=1)
+    for threads in (2, 3, 8):
+        np.testing.assert_array_equal(feistel_permute(x, n, key, threads=threads), one)
+        np.testing.assert_array_equal(feistel_invert(one, n, key, threads=threads), x)
+        np.testing.assert_array_equal(feistel_range(0, n, n, key, threads=threads), full)
+        np.testing.assert_array_equal(feistel_document_index(ids, 2, 5, threads=threads), index)
+    np.testing.assert_array_equal(full[x], one)
+    np.testing.assert_array_equal(index[n:], feistel_document_order(ids, 5, 1))
+    assert feistel_document_index(ids, 2, 5).tolist() == index.tolist()  # deterministic
+
+
+def _order_in_child(queue) -> None:
+    ids = np.arange(700_001, dtype=np.int32)
+    queue.put(feistel_document_index(ids, 1, 5, threads=2)[:1000].tolist())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_threads_after_fork():
+    """A forked child (a DataLoader worker) gets fresh pool threads instead of hanging."""
+    ids = np.arange(700_001, dtype=np.int32)
+    expected = feistel_document_index(ids, 1, 5, threads=2)[:1000].tolist()  # pool started
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork of a threaded process
+        child = context.Process(target=_order_in_child, args=(queue,))
+        child.start()
+    try:
+        assert queue.get(timeout=60) == expected
+    finally:
+        child.join(10)
+        if child.is_alive():
+            child.kill()
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint16, np.uint32])
+def test_document_order_of_any_ids(dtype):
+    n = 3001
+    key = epoch_key(9, 4, fm.DOCUMENTS_STREAM)
+    perm = feistel_permute(np.arange(n), n, key)
+    top = min(int(np.iinfo(dtype).max) + 1, fm.MAX_N)  # ids < MAX_N
+    spread = np.sort(np.random.default_rng(1).choice(60_000, n, replace=False)).astype(dtype)
+    for ids in (np.arange(n, dtype=dtype), (top - n + np.arange(n)).astype(dtype), spread,
+                spread[::-1].copy()):  # fmt: skip
+        order = feistel_document_order(ids, 9, 4)
+        assert order.dtype == ids.dtype
+        np.testing.assert_array_equal(order, ids[perm])
+    if dtype != np.uint16:
+        ids = np.arange(2**31 - n, 2**31, dtype=dtype)  # ends at int32's top
+        index = feistel_document_index(ids, 5, 9)
+        assert index.dtype == np.int32
+        np.testing.assert_array_equal(index[4 * n :], ids[perm])
 
 
 def test_document_order_and_index():
@@ -125,8 +248,37 @@ def test_document_order_and_index():
         (lambda: epoch_key(0, -1), "epoch"),
         (lambda: FeistelShuffle(0, 1), "n"),
         (lambda: feistel_document_index(np.arange(3), 0, 1), "num_epochs"),
+        (lambda: feistel_document_index(np.arange(3), 1, 1, threads=0), "threads"),
+        (lambda: feistel_permute([0], 5, 1, threads=-1), "threads"),
+        (lambda: feistel_range(3, 2, 5, 1), "stop"),
+        (lambda: feistel_range(0, 6, 5, 1), "stop"),
+        (lambda: feistel_range(-1, 2, 5, 1), "start"),
     ],
 )
 def test_bad_input(call, field):
     with pytest.raises(mdc.DataError, match=field):
         call()
+
+
+def test_report_speed(capsys):
+    """Timings for the record (``pytest -s``): nothing is asserted about them."""
+    import time
+
+    def best(call, reps=3):
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    ids = np.arange(10_000_000, dtype=np.int32)
+    shuffle = FeistelShuffle(2_440_000, 1234)
+    positions = np.random.default_rng(0).integers(0, shuffle.n, 1024)
+    with capsys.disabled():
+        index = best(lambda: feistel_document_index(ids, 2, 1))
+        print(
+            f"\nfeistel_document_index 10M x 2: {index:.3f} s"
+            f"; FeistelShuffle(2.44M)[:]: {best(lambda: shuffle[:]) * 1e3:.1f} ms"
+            f"; 1024 lookups: {best(lambda: shuffle[positions], 20) * 1e3:.3f} ms"
+        )
