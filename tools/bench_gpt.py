@@ -134,6 +134,12 @@ def import_megatron():
     return torch, gpt_dataset, IndexedDataset, Split
 
 
+def document_ids(count: int) -> np.ndarray:
+    """Every document of the corpus, as both libraries get them: int32, as Megatron's
+    BlendedMegatronDatasetBuilder passes a split's ids (``numpy.arange(lo, hi, 1, int32)``)."""
+    return np.arange(count, dtype=np.int32)
+
+
 def megatron_dataset(megatron, prefix: str, num_samples, cache: str):
     """megatron-core's train GPTDataset over every document of ``prefix``."""
     _, gpt_dataset, indexed_class, split = megatron
@@ -150,7 +156,7 @@ def megatron_dataset(megatron, prefix: str, num_samples, cache: str):
         create_attention_mask=False,
     )
     indexed = indexed_class(prefix)
-    ids = np.arange(len(indexed.sequence_lengths), dtype=np.int32)
+    ids = document_ids(len(indexed.sequence_lengths))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return gpt_dataset.GPTDataset(indexed, prefix, ids, num_samples, split.train, config)
@@ -169,7 +175,7 @@ def ours_dataset(prefix: str, num_samples, cache: str | None, shuffle: str = "me
         shuffle=shuffle,
     )
     indexed = mdc.IndexedDataset(prefix)
-    return mdc.GPTDataset(indexed, np.arange(len(indexed)), num_samples, config)
+    return mdc.GPTDataset(indexed, document_ids(len(indexed)), num_samples, config)
 
 
 # -- P1: the build, one fresh interpreter per run ------------------------------------------
@@ -384,10 +390,11 @@ def item_build(bench, build: Build, have_megatron: bool) -> None:
                "earlier: 2.44 s and 708 MB peak for a comparable build.")
     bench.note("build: each run is a fresh interpreter writing to a fresh cache directory; "
                "time = IndexedDataset open + the GPTDataset constructor (index build + cache "
-               "write + reload; ours also fsyncs and sha256-hashes the arrays, Megatron does "
-               "neither); peak RSS = VmHWM of that interpreter, 'above imports' subtracts "
-               "VmRSS after imports (megatron-core imports torch). The .bin is sparse: "
-               "the build never reads it.")
+               "write + reload; ours also validates the .idx arrays on open and CRC-32s the "
+               "arrays as it writes them, Megatron does neither; neither fsyncs); both get "
+               "the same int32 np.arange of document ids; peak RSS = VmHWM of that "
+               "interpreter, 'above imports' subtracts VmRSS after imports (megatron-core "
+               "imports torch). The .bin is sparse: the build never reads it.")
 
 
 # -- P3: reading batches ----------------------------------------------------------------------
@@ -563,8 +570,9 @@ def item_cache(bench, build: Build, megatron) -> None:
                   median(results[side]) * 1e3, None if theirs is None else theirs * 1e3,
                   bench.repeats)
     bench.note("cache: time to construct the build item's GPTDataset again from its cache "
-               "directory, IndexedDataset open included, in this process (ours checks a "
-               "sampled sha256 of every array and of the .idx arrays on load).")
+               "directory, IndexedDataset open included, in this process (ours validates "
+               "the .idx arrays on open and checks a sampled sha256 of every cached array "
+               "and of the .idx arrays on load; Megatron checks nothing).")
 
 
 # -- the suite ----------------------------------------------------------------------------------

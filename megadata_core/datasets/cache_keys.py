@@ -15,22 +15,58 @@ from megadata_core.errors import DataError
 from megadata_core.format import idx_layout
 from megadata_core.indices.cache import full_digest, sampled_digest
 
+_CHUNK = 1 << 16  # ids compared per step: the slices and the flags stay in L2
 
-def document_ids(indexed, indices: object) -> tuple[np.ndarray, dict]:
+
+def _consecutive(ids: np.ndarray) -> bool:
+    """Whether ``ids[i] == ids[0] + i`` for every i (1-D, non-empty): the span is
+    ``len - 1`` and every step is positive (strictly increasing integers over that span
+    are consecutive). One comparison per pair, chunk by chunk, in the ids' own dtype: no
+    int64 copy, no difference array."""
+    size = ids.size
+    if int(ids[-1]) - int(ids[0]) != size - 1:
+        return False
+    rising = np.empty(min(_CHUNK, size), dtype=np.bool_)
+    for start in range(0, size - 1, _CHUNK):
+        chunk = ids[start : start + _CHUNK + 1]
+        pairs = len(chunk) - 1
+        if not np.greater(chunk[1:], chunk[:-1], out=rising[:pairs]).all():
+            return False
+    return True
+
+
+def _out_of_range(bad: int, count: int) -> DataError:
+    return DataError(f"indices: document {bad} is out of range [0, {count})")
+
+
+def document_ids(indexed, indices: object) -> tuple[np.ndarray | range, dict]:
     """The split's document ids, range-checked, and their description for the cache key:
     ``{"count", "range": [lo, hi]}`` for consecutive ids (Megatron's splits), else
-    ``{"count", "sha256"}`` of the ids as int64 (exact, never sampled)."""
+    ``{"count", "sha256"}`` of the ids as int64 (exact, never sampled).
+
+    ``indices`` is an integer array or a Python ``range``; a step-1 range is checked and
+    described in O(1) and returned as is (the index build reads it as a range: no id
+    array at all); an array is returned as given (no copy).
+    """
+    if isinstance(indices, range):
+        if indices.step == 1 or len(indices) <= 1:
+            ids = range(indices.start, indices.start + len(indices))
+            if not ids:
+                return ids, {"count": 0}
+            if ids.start < 0 or ids.stop > len(indexed):
+                raise _out_of_range(ids.start if ids.start < 0 else ids.stop - 1, len(indexed))
+            return ids, {"count": len(ids), "range": [ids.start, ids.stop]}
+        indices = np.arange(indices.start, indices.stop, indices.step)
     ids = np.asarray(indices)
     if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
         raise DataError(f"indices: expected a 1-D integer array, got {ids.dtype} {ids.shape}")
     if ids.size == 0:
         return ids.astype(np.int64), {"count": 0}
     first, last = int(ids[0]), int(ids[-1])
-    consecutive = last - first == ids.size - 1 and (ids.size < 2 or not (np.diff(ids) != 1).any())
+    consecutive = _consecutive(ids)
     low, high = (first, last) if consecutive else (int(ids.min()), int(ids.max()))
     if low < 0 or high >= len(indexed):
-        bad = low if low < 0 else high
-        raise DataError(f"indices: document {bad} is out of range [0, {len(indexed)})")
+        raise _out_of_range(low if low < 0 else high, len(indexed))
     if consecutive:
         return ids, {"count": int(ids.size), "range": [first, last + 1]}
     return ids, {"count": int(ids.size), "sha256": full_digest(ids.astype("<i8"))}
@@ -46,6 +82,10 @@ def data_identity(indexed) -> dict:
     arrays = [indexed.sequence_lengths, indexed.sequence_pointers, indexed.document_indices]
     if multimodal:
         arrays.append(indexed.sequence_modes)
+    digests = []
+    for array in arrays:
+        digests.append(sampled_digest(array))
+        idx_layout.drop_mapped_pages(array)  # the sampled pages: not this process's RSS
     return {
         "idx_size": idx_layout.expected_idx_size(count, boundaries, multimodal),
         "dtype": np.dtype(indexed.dtype).str,
@@ -53,5 +93,5 @@ def data_identity(indexed) -> dict:
         "document_boundaries": boundaries,
         "multimodal": multimodal,
         "bin_size": int(indexed.bin_size),
-        "idx_arrays_sampled_sha256": [sampled_digest(array) for array in arrays],
+        "idx_arrays_sampled_sha256": digests,
     }

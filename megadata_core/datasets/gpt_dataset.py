@@ -35,10 +35,11 @@ from megadata_core.indices import (
     tokens_per_epoch,
 )
 from megadata_core.indices.cache import GPT_ARRAYS, load_or_build
+from megadata_core.indices.feistel import ALGORITHM as FEISTEL_ALGORITHM
 from megadata_core.indices.feistel import ROUNDS as FEISTEL_ROUNDS
 
 #: Bumped whenever an index algorithm changes its output (invalidates cache entries).
-INDEX_ALGORITHM_VERSION = 1
+INDEX_ALGORITHM_VERSION = 2
 FEISTEL_ARRAYS = ("document_index", "sample_index", "feistel_split")
 TOKEN_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
@@ -91,7 +92,9 @@ class GPTDataset:
     Args:
         indexed: a :class:`megadata_core.IndexedDataset`.
         indices: int [D] the documents (sequences) of this split, e.g.
-            ``np.arange(lo, hi)`` (Megatron's ``indexed_indices``).
+            ``np.arange(lo, hi)`` (Megatron's ``indexed_indices``), or ``range(lo, hi)``
+            (checked in O(1); kept as ``ds.indices``). Consecutive ids are found in one
+            cheap pass and the index is built from their range either way.
         num_samples: samples requested (the dataset may hold more: whole epochs), or
             None for one epoch.
         config: a :class:`GPTDataConfig`.
@@ -206,12 +209,20 @@ class GPTDataset:
         }
         if config.shuffle == "feistel":
             description["feistel_rounds"] = FEISTEL_ROUNDS
+            description["feistel_algorithm"] = FEISTEL_ALGORITHM
         return description
+
+    def _document_ids(self) -> np.ndarray | range:
+        """The ids the index functions read: ``range(lo, hi)`` for consecutive ids (no
+        id array is read, gathered or tiled), else the ids array."""
+        span = self._ids_description.get("range")
+        return range(*span) if span is not None else self.indices
 
     def _build(self) -> dict[str, np.ndarray]:
         config = self.config
         lengths = self.indexed.sequence_lengths
-        tokens = tokens_per_epoch(lengths, self.indices)
+        ids = self._document_ids()
+        tokens = tokens_per_epoch(lengths, ids)
         if tokens == 0:
             raise DataError(
                 f"indices: the {len(self.indices)} documents of the {self.split} split "
@@ -221,7 +232,7 @@ class GPTDataset:
         if config.shuffle == "megatron":
             arrays = gpt_indices(
                 lengths,
-                self.indices,
+                ids,
                 length,
                 self.num_samples,
                 seed,
@@ -230,7 +241,12 @@ class GPTDataset:
             )
             return dict(zip(GPT_ARRAYS, arrays))
         epochs = num_epochs(tokens, length, self.num_samples, self._extra)
-        documents = feistel_document_index(self.indices, epochs, seed)
+        if isinstance(self.indices, range):  # the Feistel functions take an array
+            dtype = np.int64 if ids.stop > 1 << 31 else np.int32
+            ids = np.arange(ids.start, ids.stop, dtype=dtype)
+        else:
+            ids = self.indices
+        documents = feistel_document_index(ids, epochs, seed)
         samples = sample_index(
             lengths, documents, length, epochs, tokens, self._drop_last, self._extra
         )
@@ -245,7 +261,7 @@ class GPTDataset:
 
     def _load_indices(self) -> None:
         names = GPT_ARRAYS if self.config.shuffle == "megatron" else FEISTEL_ARRAYS
-        if self.indices.size == 0:
+        if len(self.indices) == 0:
             if self.num_samples == 0:
                 self._set_arrays(self._empty_arrays(names))
                 return
@@ -425,7 +441,8 @@ class GPTDataset:
         }
         for name in ("document_index", "sample_index", "shuffle_index"):
             state.pop(name, None)
-        if "range" in self._ids_description:  # Megatron's splits: no need to ship the ids
+        if "range" in self._ids_description and isinstance(self.indices, np.ndarray):
+            # Megatron's splits: no need to ship the ids (a range pickles as itself)
             state["indices"] = ("range", self.indices.dtype.str, *self._ids_description["range"])
         return state
 

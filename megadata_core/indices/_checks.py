@@ -25,7 +25,10 @@ def check_int(field: str, value: object, minimum: int | None = None) -> int:
 
 
 def check_int_array(field: str, values: object) -> np.ndarray:
-    """Return ``values`` as a 1-D integer ndarray (no copy when it already is one)."""
+    """Return ``values`` as a 1-D integer ndarray (no copy when it already is one; a
+    Python ``range`` becomes ``np.arange``, never a Python-level iteration)."""
+    if isinstance(values, range):
+        return np.arange(values.start, values.stop, values.step, dtype=np.int64)
     array = np.asarray(values)
     if array.ndim != 1:
         raise DataError(f"{field}: expected a 1-D array, got shape {array.shape}")
@@ -53,3 +56,16 @@ def check_ids(field: str, ids: object, bound: int) -> np.ndarray:
             bad = low if low < 0 else high
             raise DataError(f"{field}: id {bad} is out of range [0, {bound})")
     return array
+
+
+def id_range(field: str, ids: object, bound: int) -> range | None:
+    """``ids`` as a step-1 ``range`` whose ids lie in ``[0, bound)`` (checked in O(1)),
+    when ``ids`` is a Python ``range`` of consecutive ids (Megatron's splits); None for
+    anything else (arrays go through :func:`check_ids`). Same errors as check_ids."""
+    if not isinstance(ids, range) or (ids.step != 1 and len(ids) > 1):
+        return None
+    span = range(ids.start, ids.start + len(ids))
+    if span and (span.start < 0 or span.stop > bound):
+        bad = span.start if span.start < 0 else span.stop - 1
+        raise DataError(f"{field}: id {bad} is out of range [0, {bound})")
+    return span

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from megadata_core.errors import DataError
-from megadata_core.indices._checks import INT32_MAX, check_ids, check_int
+from megadata_core.indices._checks import INT32_MAX, check_ids, check_int, id_range
+
+_FILL_BLOCK = 1 << 20  # ids of a range written per step (a small arange temporary)
 
 
 def check_random_state(rng: object) -> np.random.RandomState:
@@ -30,8 +32,11 @@ def document_index(
     stream and the result are the same. With ``separate_final_epoch`` (and E > 1) the first
     E-1 epochs are shuffled together, then the final epoch alone.
 
+    A ``range`` of ids (Megatron's consecutive splits) is written block by block with
+    ``arange``: no id array is ever made, and the values are the same.
+
     Args:
-        doc_ids: int [D] document ids, each in ``[0, 2**31 - 1]``.
+        doc_ids: int [D] document ids, each in ``[0, 2**31 - 1]``, or a ``range`` of them.
         num_epochs: E >= 1.
         rng: the RandomState (advanced in place, as in Megatron).
         separate_final_epoch: shuffle the final epoch on its own.
@@ -39,11 +44,19 @@ def document_index(
     Returns:
         int32 [E * D].
     """
-    ids = check_ids("doc_ids", doc_ids, INT32_MAX + 1)
+    span = id_range("doc_ids", doc_ids, INT32_MAX + 1)
+    ids = span if span is not None else check_ids("doc_ids", doc_ids, INT32_MAX + 1)
     epochs = check_int("num_epochs", num_epochs, 1)
     check_random_state(rng)
     out = np.empty(epochs * len(ids), dtype=np.int32)
-    out.reshape(epochs, len(ids))[...] = ids
+    rows = out.reshape(epochs, len(ids))
+    if span is None:
+        rows[...] = ids
+    else:
+        for start in range(0, len(span), _FILL_BLOCK):
+            stop = min(start + _FILL_BLOCK, len(span))
+            rows[0, start:stop] = np.arange(span.start + start, span.start + stop, dtype=np.int32)
+        rows[1:] = rows[0]
     if separate_final_epoch and epochs > 1:
         split = (epochs - 1) * len(ids)
         rng.shuffle(out[:split])

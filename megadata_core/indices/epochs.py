@@ -11,10 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from megadata_core.errors import DataError
-from megadata_core.indices._checks import check_ids, check_int, check_lengths
+from megadata_core.indices._checks import check_ids, check_int, check_lengths, id_range
 
 #: Megatron shuffles the final epoch apart when it yields fewer than this share of an epoch.
 SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80
+_GATHER_BLOCK = 1 << 20  # ids per gather: lengths are summed block by block
 
 
 def tokens_per_epoch(sequence_lengths: np.ndarray, document_ids: np.ndarray) -> int:
@@ -22,14 +23,27 @@ def tokens_per_epoch(sequence_lengths: np.ndarray, document_ids: np.ndarray) -> 
 
     Args:
         sequence_lengths: int [N] token count of every document of the corpus.
-        document_ids: int [D] the documents of the split, each in ``[0, N)``.
+        document_ids: int [D] the documents of the split, each in ``[0, N)``, or a
+            ``range`` of them (a slice sum: no gather).
 
     Returns:
         Python int, ``sum(sequence_lengths[document_ids])`` summed in int64.
     """
     lengths = check_lengths("sequence_lengths", sequence_lengths)
+    span = id_range("document_ids", document_ids, len(lengths))
+    if span is not None:
+        return int(lengths[span.start : span.stop].sum(dtype=np.int64))
     ids = check_ids("document_ids", document_ids, len(lengths))
-    return int(np.take(lengths, ids).sum(dtype=np.int64))
+    # Gathered block by block into one small buffer (no [D] temporary); in range, so
+    # "wrap" never wraps, it only skips numpy's per-element bounds error path.
+    buffer = np.empty(min(ids.size, _GATHER_BLOCK), dtype=lengths.dtype)
+    total = 0
+    for start in range(0, ids.size, _GATHER_BLOCK):
+        block = ids[start : start + _GATHER_BLOCK]
+        gathered = buffer[: block.size]
+        np.take(lengths, block, out=gathered, mode="wrap")
+        total += int(gathered.sum(dtype=np.int64))
+    return total
 
 
 def _extra(add_extra_token: bool | int) -> int:

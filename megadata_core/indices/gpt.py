@@ -19,7 +19,7 @@ from megadata_core.indices.sample_shuffle import shuffle_index
 
 def gpt_indices(
     sequence_lengths: np.ndarray,
-    document_ids: np.ndarray,
+    document_ids: np.ndarray | range,
     sequence_length: int,
     num_samples: int | None,
     random_seed: int,
@@ -36,7 +36,8 @@ def gpt_indices(
 
     Args:
         sequence_lengths: int [N] lengths of every document of the corpus.
-        document_ids: int [D] the split's documents (Megatron: ``numpy.arange(lo, hi)``).
+        document_ids: int [D] the split's documents (Megatron: ``numpy.arange(lo, hi)``),
+            or the ``range(lo, hi)`` itself (same values; no id array is read or made).
         sequence_length: S >= 1.
         num_samples: samples requested, or None for one epoch.
         random_seed: in ``[0, 2**32)``.

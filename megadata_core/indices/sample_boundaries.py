@@ -197,6 +197,7 @@ def sample_index(
     max_length = int(lengths.max())
     source = _gather_source(lengths, len(doc_index), max_length)
     gathered, starts, bases = _gather_lengths(source, doc_index, threads)
+    del source  # a uint16 copy of the lengths: not needed past phase 1 (lower peak memory)
     if bases[-1] != epochs * tokens:
         raise DataError(
             f"tokens_per_epoch: {epochs} epochs x {tokens} tokens != {bases[-1]} tokens "

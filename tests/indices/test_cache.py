@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import glob
+import io
 import json
 import multiprocessing
 import os
 import time
 import warnings
+import zlib
 
 import numpy as np
 import pytest
@@ -71,7 +73,52 @@ def test_round_trip_is_memory_mapped(tmp_path):
     assert record["key"] == key and record["description"] == description
     meta = record["arrays"]["sample_index"]
     assert meta["shape"] == list(built["sample_index"].shape)
-    assert meta["sha256"] == cache.full_digest(built["sample_index"])
+    assert meta["crc32"] == cache.full_checksum(built["sample_index"])
+    assert meta["crc32"] == f"{zlib.crc32(built['sample_index'].tobytes()):08x}"
+
+
+def test_files_are_npy_bytes_with_a_chunked_crc(tmp_path, monkeypatch):
+    """The files are exactly what np.save writes, and the recorded CRC-32 (computed on a
+    second thread, chunk by chunk) is that of the whole array, whatever the chunk size."""
+    monkeypatch.setattr(cache, "CHECKSUM_CHUNK_BYTES", 1000)  # many chunks, a ragged last one
+    description = _description(documents={"count": 3000, "range": [0, 3000]}, num_samples=5000)
+    built = _build(description)
+    cache.load_or_build(str(tmp_path), description, "train", lambda: built)
+    key = cache.description_key(description)
+    record = json.loads((tmp_path / f"{key}-train-description.json").read_text())
+    for name, array in built.items():
+        expected = io.BytesIO()
+        np.save(expected, array)
+        assert (tmp_path / f"{key}-train-{name}.npy").read_bytes() == expected.getvalue()
+        assert record["arrays"][name]["crc32"] == f"{zlib.crc32(array.tobytes()):08x}"
+    loaded = cache.load_cached(str(tmp_path), description, "train", NAMES, verify="full")
+    for name, array in built.items():
+        np.testing.assert_array_equal(loaded[name], array)
+
+
+def test_no_fsync_on_write(tmp_path, monkeypatch):
+    """Cache files are not fsync'ed (an entry can always be rebuilt; renames are atomic)."""
+
+    def fail(*args):
+        raise AssertionError("fsync called")
+
+    monkeypatch.setattr(os, "fsync", fail)
+    description = _description()
+    cache.load_or_build(str(tmp_path), description, "train", lambda: _build(description))
+    assert cache.load_cached(str(tmp_path), description, "train", NAMES) is not None
+
+
+def test_entry_of_an_older_cache_version_is_rebuilt(tmp_path):
+    description, base = _entry(tmp_path)
+    path = f"{base}-description.json"
+    record = json.load(open(path))
+    record["version"] = 1
+    json.dump(record, open(path, "w"))
+    with pytest.raises(mdc.DataError, match="cache format version 1"):
+        cache.load_cached(str(tmp_path), description, "train", NAMES)
+    with pytest.warns(UserWarning, match="rebuilding"):
+        cache.load_or_build(str(tmp_path), description, "train", lambda: _build(description))
+    assert json.load(open(path))["version"] == cache.CACHE_VERSION
 
 
 def test_key_covers_every_field():
