@@ -37,10 +37,13 @@ from megadata_core.indices import (
 from megadata_core.indices.cache import GPT_ARRAYS, load_or_build
 from megadata_core.indices.feistel import ALGORITHM as FEISTEL_ALGORITHM
 from megadata_core.indices.feistel import ROUNDS as FEISTEL_ROUNDS
+from megadata_core.indices.feistel import FeistelDocumentIndex
 
 #: Bumped whenever an index algorithm changes its output (invalidates cache entries).
-INDEX_ALGORITHM_VERSION = 2
-FEISTEL_ARRAYS = ("document_index", "sample_index", "feistel_split")
+INDEX_ALGORITHM_VERSION = 3
+# Feistel mode stores only the sample index and [first sample of the final epoch, epochs]:
+# the document and sample orders are computed on demand.
+FEISTEL_ARRAYS = ("sample_index", "feistel_split")
 TOKEN_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 
@@ -241,22 +244,20 @@ class GPTDataset:
             )
             return dict(zip(GPT_ARRAYS, arrays))
         epochs = num_epochs(tokens, length, self.num_samples, self._extra)
-        if isinstance(self.indices, range):  # the Feistel functions take an array
-            dtype = np.int64 if ids.stop > 1 << 31 else np.int32
-            ids = np.arange(ids.start, ids.stop, dtype=dtype)
-        else:
-            ids = self.indices
+        ids = self.indices
+        if isinstance(ids, range):  # the Feistel functions take an array
+            ids = np.arange(ids.start, ids.stop, dtype=np.int32)
         documents = feistel_document_index(ids, epochs, seed)
         samples = sample_index(
             lengths, documents, length, epochs, tokens, self._drop_last, self._extra
         )
+        del documents  # recomputed on demand by FeistelDocumentIndex; never stored
         first = len(samples) - 1
         if separate_final_epoch(epochs, tokens, length, self.num_samples, self._extra):
             first = samples_in_epochs(epochs - 1, tokens, length, self._extra)
         return {
-            "document_index": documents,
             "sample_index": samples,
-            "feistel_split": np.array([first], dtype=np.int64),
+            "feistel_split": np.array([first, epochs], dtype=np.int64),
         }
 
     def _load_indices(self) -> None:
@@ -277,21 +278,23 @@ class GPTDataset:
             "document_index": np.empty(0, np.int32),
             "sample_index": np.zeros((1, 2), np.int32),
             "shuffle_index": np.empty(0, np.uint32),
-            "feistel_split": np.zeros(1, np.int64),
+            "feistel_split": np.array([0, 1], np.int64),
         }
         return {name: arrays[name] for name in names}
 
     def _set_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         self._arrays = arrays  # memory maps stay here (pickled as file names)
         # Plain ndarray views: numpy.memmap results pay subclass overhead on every op.
-        self.document_index = np.asarray(arrays["document_index"])
         self.sample_index = np.asarray(arrays["sample_index"])
         total = len(self.sample_index) - 1
         if "shuffle_index" in arrays:
+            self.document_index = np.asarray(arrays["document_index"])
             self.shuffle_index = np.asarray(arrays["shuffle_index"])
         else:
-            first = int(arrays["feistel_split"][0])
-            self.shuffle_index = FeistelOrder(first, total, self.config.random_seed)
+            first, epochs = (int(value) for value in arrays["feistel_split"])
+            seed = self.config.random_seed
+            self.document_index = FeistelDocumentIndex(self.indices, epochs, seed)
+            self.shuffle_index = FeistelOrder(first, total, seed)
         if len(self.shuffle_index) != total:
             raise DataError(f"shuffle_index: {len(self.shuffle_index)} entries for {total} samples")
 

@@ -621,3 +621,55 @@ def feistel_document_index(
             key = epoch_key(seed, epoch, DOCUMENTS_STREAM)
             _fill_order(out[epoch], ids, base, key, workers)
     return out.reshape(-1)
+
+
+class FeistelDocumentIndex:
+    """:func:`feistel_document_index` computed on demand, so it need not be stored.
+
+    Entry ``p`` is ``doc_ids[feistel_permute(p mod D)]`` under the key of epoch
+    ``p // D``; indexing takes an int, a slice or an integer array (gives int64), and
+    ``np.asarray(index)`` materializes the whole int32 [E * D] array.
+    """
+
+    def __init__(self, doc_ids: object, num_epochs: int, seed: int) -> None:
+        self.num_epochs = check_int("num_epochs", num_epochs, 1)
+        self.seed = seed
+        self._keys = [epoch_key(seed, e, DOCUMENTS_STREAM) for e in range(self.num_epochs)]
+        if isinstance(doc_ids, range) and doc_ids.step == 1:  # never materialized
+            self.doc_ids = doc_ids
+            self._count, self._base = len(doc_ids), doc_ids.start
+            if doc_ids.start < 0 or doc_ids.stop > INT32_MAX + 1:
+                raise DataError(f"doc_ids: {doc_ids} must lie in [0, 2^31)")
+            return
+        self.doc_ids = check_ids("doc_ids", doc_ids, INT32_MAX + 1)
+        self._count = self.doc_ids.size
+        self._base = _range_start(self.doc_ids) if self._count else None
+
+    def __len__(self) -> int:
+        return self.num_epochs * self._count
+
+    def __getitem__(self, index: object) -> int | np.ndarray:
+        size = len(self)
+        if isinstance(index, slice):
+            positions = np.arange(*index.indices(size), dtype=np.int64)
+        else:
+            positions = np.asarray(index, dtype=np.int64)
+            if positions.size and positions.min() < 0:
+                positions = np.where(positions < 0, positions + size, positions)
+            if positions.size and (positions.min() < 0 or positions.max() >= size):
+                raise IndexError(f"document index position out of range [0, {size})")
+        count = self._count
+        epoch, within = np.divmod(positions, count) if count else (positions, positions)
+        out = np.empty(positions.shape, dtype=np.int64)
+        for e in np.unique(epoch).tolist():  # a batch touches one epoch, rarely two
+            mask = epoch == e
+            permuted = feistel_permute(within[mask], count, self._keys[e], threads=1)
+            out[mask] = permuted + self._base if self._base is not None else self.doc_ids[permuted]
+        return int(out) if out.ndim == 0 else out
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        ids = self.doc_ids
+        if isinstance(ids, range):
+            ids = np.arange(ids.start, ids.stop, dtype=np.int32)
+        values = feistel_document_index(ids, self.num_epochs, self.seed)
+        return values if dtype is None else values.astype(dtype)

@@ -264,3 +264,22 @@ def test_constant_arrays_are_shared_and_read_only(prefix):
     np.testing.assert_array_equal(one["tokens"][:, 1:], one["labels"][:, :-1])
     single = dataset[0]
     assert all(value.flags.writeable for value in single.values())
+
+
+def test_feistel_mode_stores_no_document_or_shuffle_index(prefix, tmp_path):
+    dataset = ours_dataset(
+        prefix,
+        300,
+        "train",
+        eod=3,
+        random_seed=2,
+        sequence_length=16,
+        shuffle="feistel",
+        path_to_cache=str(tmp_path),
+    )
+    stored = sorted(name for name in os.listdir(tmp_path) if name.endswith(".npy"))
+    assert stored and all("sample_index" in name or "feistel_split" in name for name in stored)
+    clone = pickle.loads(pickle.dumps(dataset))
+    batch = clone.__getitems__(np.arange(len(clone)))
+    for position in (0, len(dataset) // 2, len(dataset) - 1):
+        np.testing.assert_array_equal(batch["tokens"][position], dataset[position]["tokens"])

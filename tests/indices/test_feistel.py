@@ -282,3 +282,21 @@ def test_report_speed(capsys):
             f"; FeistelShuffle(2.44M)[:]: {best(lambda: shuffle[:]) * 1e3:.1f} ms"
             f"; 1024 lookups: {best(lambda: shuffle[positions], 20) * 1e3:.3f} ms"
         )
+
+
+def test_lazy_document_index_equals_materialized():
+    from megadata_core.indices.feistel import FeistelDocumentIndex
+
+    rng = np.random.default_rng(3)
+    scattered = np.sort(rng.choice(1_000_000, 777, replace=False)).astype(np.int32)
+    for ids in (np.arange(5, 1005, dtype=np.int32), scattered, range(5, 1005)):
+        lazy = FeistelDocumentIndex(ids, 3, 42)
+        array_ids = np.arange(5, 1005, dtype=np.int32) if isinstance(ids, range) else ids
+        full = feistel_document_index(array_ids, 3, 42)
+        np.testing.assert_array_equal(np.asarray(lazy), full)
+        positions = rng.integers(0, len(lazy), 500)
+        np.testing.assert_array_equal(lazy[positions], full[positions])
+        np.testing.assert_array_equal(lazy[10:50], full[10:50])
+        assert lazy[7] == full[7] and lazy[-1] == full[-1] and len(lazy) == len(full)
+        with pytest.raises(IndexError):
+            lazy[len(lazy)]
