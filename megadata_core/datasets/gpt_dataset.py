@@ -293,7 +293,9 @@ class GPTDataset:
         else:
             first, epochs = (int(value) for value in arrays["feistel_split"])
             seed = self.config.random_seed
-            self.document_index = FeistelDocumentIndex(self.indices, epochs, seed)
+            span = self._ids_description.get("range")  # consecutive ids: no id scan
+            ids = self.indices if span is None else range(*span)
+            self.document_index = FeistelDocumentIndex(ids, epochs, seed)
             self.shuffle_index = FeistelOrder(first, total, seed)
         if len(self.shuffle_index) != total:
             raise DataError(f"shuffle_index: {len(self.shuffle_index)} entries for {total} samples")
