@@ -4,7 +4,9 @@ The core imports numpy and the standard library only; framework adapters live in
 the top-level ``adapters`` package.
 """
 
+from megadata_core import samplers
 from megadata_core.datasets import GPTDataConfig, GPTDataset
+from megadata_core.datasets.context_parallel import context_parallel_slice
 from megadata_core.errors import DataError
 from megadata_core.format import (
     IndexedDataset,
@@ -25,4 +27,6 @@ __all__ = [
     "register_scheme",
     "GPTDataConfig",
     "GPTDataset",
+    "context_parallel_slice",
+    "samplers",
 ]

@@ -1,0 +1,116 @@
+"""Context parallelism: the zig-zag (load-balanced) split of a batch's sequence axis.
+
+Mirrors megatron-core's ``get_batch_on_this_cp_rank`` (``megatron/core/utils.py``). With a
+causal mask the late positions of a sequence cost more attention than the early ones, so
+Megatron cuts the sequence into ``2·cp_size`` equal chunks and gives rank ``r`` chunks
+``r`` and ``2·cp_size − 1 − r`` (for cp_size 2: rank 0 gets chunks 0 and 3, rank 1 gets
+chunks 1 and 2), concatenated in that order.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from megadata_core.errors import DataError
+
+__all__ = ["context_parallel_slice", "context_parallel_positions"]
+
+
+def _int(field: str, value: object) -> int:
+    if isinstance(value, (bool, np.bool_, float, np.floating)):
+        raise DataError(f"{field}: {value!r} is not an integer")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise DataError(f"{field}: {value!r} is not an integer") from None
+
+
+def context_parallel_positions(sequence_length: int, cp_rank: int, cp_size: int) -> np.ndarray:
+    """Sequence positions kept by ``cp_rank``: int64 ``[sequence_length // cp_size]``.
+
+    ``concat(chunk[cp_rank], chunk[2·cp_size − 1 − cp_rank])`` where the sequence is cut
+    into ``2·cp_size`` chunks of ``sequence_length // (2·cp_size)`` positions.
+
+    Raises:
+        DataError: ``cp_size < 1``, ``cp_rank`` outside ``[0, cp_size)``, or
+            ``sequence_length`` not divisible by ``2·cp_size``.
+    """
+    cp_size = _int("cp_size", cp_size)
+    cp_rank = _int("cp_rank", cp_rank)
+    sequence_length = _int("sequence_length", sequence_length)
+    if cp_size < 1:
+        raise DataError(f"cp_size: {cp_size} must be >= 1")
+    if not 0 <= cp_rank < cp_size:
+        raise DataError(f"cp_rank: {cp_rank} is out of range [0, {cp_size})")
+    chunks = 2 * cp_size
+    if sequence_length < 0 or sequence_length % chunks:
+        raise DataError(
+            f"sequence_length: {sequence_length} is not divisible by 2 x cp_size = {chunks}"
+        )
+    chunk = sequence_length // chunks
+    first = np.arange(cp_rank * chunk, (cp_rank + 1) * chunk, dtype=np.int64)
+    second_start = (chunks - 1 - cp_rank) * chunk
+    return np.concatenate([first, np.arange(second_start, second_start + chunk, dtype=np.int64)])
+
+
+def context_parallel_slice(
+    batch: Mapping[str, Any], cp_rank: int, cp_size: int
+) -> Mapping[str, Any]:
+    """This context-parallel rank's share of ``batch`` (Megatron's zig-zag split).
+
+    Every array of the batch is cut on its sequence axis: axis 1 for ``[B, S, ...]``
+    arrays (``tokens``, ``labels``, ``loss_mask``, ``position_ids``; int or float, any
+    dtype, kept), axis 2 for ``attention_mask`` ``[B, 1, S, S]`` — only the query axis, as
+    Megatron (the key axis keeps all ``S`` positions, so the result is
+    ``[B, 1, S/cp_size, S]``). ``None`` values pass through, as in Megatron.
+
+    Unlike Megatron, which replaces the tensors of the dict it is given, this returns a
+    new dict and leaves ``batch`` alone. With ``cp_size == 1`` ``batch`` itself is
+    returned, unchanged (same object, same arrays).
+
+    Args:
+        batch: ``{name: np.ndarray | None}``; arrays must have ``S`` divisible by
+            ``2·cp_size`` on their sequence axis.
+        cp_rank: this rank in the context-parallel group, ``0 <= cp_rank < cp_size``.
+        cp_size: context-parallel group size, >= 1.
+
+    Returns:
+        ``{name: np.ndarray}`` with the sequence axis reduced to ``S / cp_size``
+        (new arrays, a gather of the two chunks).
+
+    Raises:
+        DataError: bad ``cp_rank``/``cp_size``, an array without a sequence axis, or
+            ``S`` not divisible by ``2·cp_size`` (naming the key).
+    """
+    context_parallel_positions(0, cp_rank, cp_size)  # validates cp_rank and cp_size
+    if not isinstance(batch, Mapping):
+        raise DataError(f"batch: expected a mapping of arrays, got {type(batch).__name__}")
+    if operator.index(cp_size) == 1:
+        return batch
+    chunks = 2 * operator.index(cp_size)
+    positions_of: dict[int, np.ndarray] = {}
+    out: dict[str, Any] = {}
+    for key, value in batch.items():  # one trip per key of the batch
+        if value is None:
+            out[key] = None
+            continue
+        array = np.asarray(value)
+        axis = 2 if key == "attention_mask" else 1
+        if array.ndim <= axis:
+            raise DataError(
+                f"batch[{key!r}]: shape {array.shape} has no sequence axis {axis}"
+            )
+        length = array.shape[axis]
+        if length % chunks:
+            raise DataError(
+                f"batch[{key!r}]: sequence length {length} (axis {axis}) is not divisible "
+                f"by 2 x cp_size = {chunks}"
+            )
+        if length not in positions_of:
+            positions_of[length] = context_parallel_positions(length, cp_rank, cp_size)
+        out[key] = np.take(array, positions_of[length], axis=axis)
+    return out

@@ -1,0 +1,421 @@
+"""Data-parallel batch samplers: which global sample indices each DP rank reads.
+
+Two samplers with the constructor signatures of Megatron-LM's
+``megatron/training/data_samplers.py`` (not shipped in the megatron-core wheel):
+
+* :class:`PretrainingSampler` — ``MegatronPretrainingSampler`` (``--dataloader-type
+  single``): walks the global indices ``consumed_samples .. total_samples - 1`` in order.
+  Index-for-index identical to Megatron.
+* :class:`RandomSampler` — ``MegatronPretrainingRandomSampler`` (``--dataloader-type
+  cyclic``): one shuffled pass per epoch, epochs repeating forever. Same structure as
+  Megatron; the permutations come from numpy (``np.random.default_rng((seed, epoch))``)
+  instead of ``torch.Generator().manual_seed(epoch)``, and ``data_sharding=False`` uses an
+  elastic layout (see the class docstring for the deviation and why).
+
+Both are *batch samplers*: iterating one yields this rank's micro-batches as ``list[int]``
+(Python ints, length ``micro_batch_size``), so they plug straight into
+``torch.utils.data.DataLoader(dataset, batch_sampler=sampler)`` or any loop that calls
+``dataset.__getitems__(batch)``. The core imports numpy only; no torch is needed.
+
+Vocabulary. ``G = micro_batch_size * data_parallel_size`` is the number of samples one
+step reads across all DP ranks (Megatron's ``micro_batch_times_data_parallel_size``; with
+gradient accumulation a *training* step reads several such groups, which changes nothing
+here). "Global sequence" means the concatenation over steps of the ranks' micro-batches
+in rank order. A sampler is **elastic** when its global sequence does not depend on
+``data_parallel_size`` for a fixed ``G``: then a run checkpointed at ``consumed_samples``
+with one DP size can resume with another (same ``G``) and read exactly the samples it
+would have read. :class:`PretrainingSampler` and ``RandomSampler(data_sharding=False)``
+are elastic; ``RandomSampler(data_sharding=True)`` is not (as in Megatron).
+
+Resumption. A sampler built with ``consumed_samples=c`` continues exactly where a sampler
+built with ``consumed_samples=0`` is after it handed out ``c`` global samples (``c/G``
+steps). ``state_dict()`` / ``load_state_dict()`` carry that number in the style of
+torchdata's ``StatefulDataLoader`` (see each class for what counts as handed out).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from megadata_core.errors import DataError
+
+__all__ = ["PretrainingSampler", "RandomSampler", "epoch_rng"]
+
+
+def _int(field: str, value: object, minimum: int | None = None) -> int:
+    """``value`` as a Python int (bools and floats refused), or DataError naming ``field``."""
+    if isinstance(value, (bool, np.bool_, float, np.floating)):
+        raise DataError(f"{field}: {value!r} is not an integer")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise DataError(f"{field}: {value!r} is not an integer") from None
+    if minimum is not None and number < minimum:
+        raise DataError(f"{field}: {number} must be >= {minimum}")
+    return number
+
+
+def _check_dp(micro_batch_size: object, rank: object, size: object) -> tuple[int, int, int]:
+    """Validated ``(micro_batch_size, data_parallel_rank, data_parallel_size)``."""
+    mbs = _int("micro_batch_size", micro_batch_size, minimum=1)
+    dp_size = _int("data_parallel_size", size, minimum=1)
+    dp_rank = _int("data_parallel_rank", rank, minimum=0)
+    if dp_rank >= dp_size:
+        raise DataError(
+            f"data_parallel_rank: {dp_rank} must be smaller than data_parallel_size {dp_size}"
+        )
+    return mbs, dp_rank, dp_size
+
+
+def _check_state(
+    state: Mapping[str, Any], expected: Mapping[str, Any], kind: str
+) -> int:
+    """Check a state dict against this sampler's config; return its consumed_samples."""
+    if not isinstance(state, Mapping) or "consumed_samples" not in state:
+        raise DataError(f"state: expected a mapping with 'consumed_samples', got {state!r}")
+    for field, value in expected.items():
+        if field in state and state[field] != value:
+            raise DataError(
+                f"state: {field} is {state[field]!r} in the state but {value!r} in this "
+                f"{kind}"
+            )
+    return _int("consumed_samples", state["consumed_samples"], minimum=0)
+
+
+class PretrainingSampler:
+    """Megatron's ``MegatronPretrainingSampler``: sequential, resumable, elastic.
+
+    Global step ``t`` reads the global indices ``[c + t·G, c + (t+1)·G)`` (``c`` =
+    ``consumed_samples``, ``G = micro_batch_size · data_parallel_size``); rank ``r`` gets
+    the contiguous slice ``[c + t·G + r·mbs, c + t·G + (r+1)·mbs)``. Iteration stops at
+    ``total_samples``. The last, partial global batch (fewer than ``G`` indices left) is
+    dropped when ``drop_last=True``; with ``drop_last=False`` it is sliced exactly as
+    Megatron slices it, so a rank may get a short or even an **empty** list (every rank
+    still yields it, keeping the ranks in step).
+
+    ``len(sampler)`` is ``total_samples``, as in Megatron (not the number of batches).
+    Python's ``list(sampler)`` takes ``len`` as a size hint and pre-allocates that many
+    slots: for huge totals collect ``list(iter(sampler))`` instead.
+
+    Elastic: the global sequence is ``c, c+1, ..., total_samples-1`` whatever the DP size,
+    so resuming from ``consumed_samples`` with another DP size (same ``G``, or in fact any
+    ``G``) continues it exactly.
+
+    State: each ``iter(sampler)`` starts at ``self.consumed_samples`` (as Megatron, which
+    never advances it) and counts the global samples it hands out in
+    ``self.samples_handed_out`` (``G`` per yielded batch, counted when the batch is
+    yielded). ``state_dict()["consumed_samples"]`` is the sum of the two: a new sampler
+    built from it, or ``load_state_dict`` of it, continues after the last batch handed
+    out. A ``torch.utils.data.DataLoader`` with workers pulls batches from the sampler
+    ahead of the training loop, so a trainer that checkpoints should count the batches it
+    trained on (as Megatron does with ``args.consumed_samples``) rather than trust the
+    prefetching sampler's count.
+
+    Args:
+        total_samples: number of samples in the dataset (``len(dataset)``), > 0.
+        consumed_samples: global samples already consumed, ``0 <= c < total_samples``.
+        micro_batch_size: samples per rank per step, > 0.
+        data_parallel_rank: this rank, ``0 <= rank < data_parallel_size``.
+        data_parallel_size: number of DP ranks, > 0.
+        drop_last: drop the final partial global batch (Megatron default True).
+
+    Raises:
+        DataError: naming the offending field.
+
+    Yields:
+        ``list[int]`` of global sample indices, length ``micro_batch_size`` (shorter or
+        empty only for the last partial batch with ``drop_last=False``).
+    """
+
+    def __init__(
+        self,
+        total_samples: int,
+        consumed_samples: int,
+        micro_batch_size: int,
+        data_parallel_rank: int,
+        data_parallel_size: int,
+        drop_last: bool = True,
+    ) -> None:
+        self.total_samples = _int("total_samples", total_samples, minimum=1)
+        self.micro_batch_size, self.data_parallel_rank, self.data_parallel_size = _check_dp(
+            micro_batch_size, data_parallel_rank, data_parallel_size
+        )
+        self.micro_batch_times_data_parallel_size = (
+            self.micro_batch_size * self.data_parallel_size
+        )
+        self.drop_last = bool(drop_last)
+        self.consumed_samples = self._check_consumed(consumed_samples)
+        self.samples_handed_out = 0
+
+    def _check_consumed(self, consumed_samples: object) -> int:
+        consumed = _int("consumed_samples", consumed_samples, minimum=0)
+        if consumed >= self.total_samples:
+            raise DataError(
+                f"consumed_samples: {consumed} is at or beyond the total of "
+                f"{self.total_samples} samples (total_samples); no samples left to consume"
+            )
+        return consumed
+
+    def __len__(self) -> int:
+        """``total_samples`` (Megatron's choice; not the number of batches)."""
+        return self.total_samples
+
+    def get_start_end_idx(self) -> tuple[int, int]:
+        """This rank's ``[start, end)`` slice of every global batch."""
+        start = self.data_parallel_rank * self.micro_batch_size
+        return start, start + self.micro_batch_size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self.samples_handed_out = 0
+        return self._batches(self.consumed_samples)
+
+    def _batches(self, first: int) -> Iterator[list[int]]:
+        step = self.micro_batch_times_data_parallel_size
+        lo, hi = self.get_start_end_idx()
+        full_end = first + (self.total_samples - first) // step * step
+        for batch_start in range(first, full_end, step):  # one trip per global batch
+            self.samples_handed_out += step
+            yield list(range(batch_start + lo, batch_start + hi))
+        if full_end < self.total_samples and not self.drop_last:
+            self.samples_handed_out += self.total_samples - full_end
+            yield list(range(full_end, self.total_samples)[lo:hi])
+
+    def _config(self) -> dict[str, Any]:
+        return {"total_samples": self.total_samples}
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"consumed_samples", "total_samples", "micro_batch_size",
+        "data_parallel_size", "drop_last"}``; ``consumed_samples`` counts the samples
+        handed out by the current iterator. Plain ints and bools (JSON-able)."""
+        return {
+            "consumed_samples": self.consumed_samples + self.samples_handed_out,
+            "total_samples": self.total_samples,
+            "micro_batch_size": self.micro_batch_size,
+            "data_parallel_size": self.data_parallel_size,
+            "drop_last": self.drop_last,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state["consumed_samples"]`` on the next ``iter()``.
+
+        ``total_samples`` must match (other DP sizes and micro-batch sizes are fine: the
+        sampler is elastic). A state whose ``consumed_samples`` equals ``total_samples``
+        (a finished pass) is accepted and yields nothing.
+        """
+        consumed = _check_state(state, self._config(), "PretrainingSampler")
+        if consumed > self.total_samples:
+            raise DataError(
+                f"consumed_samples: {consumed} is beyond the total of {self.total_samples} "
+                "samples (total_samples)"
+            )
+        self.consumed_samples = consumed
+        self.samples_handed_out = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"PretrainingSampler(total_samples={self.total_samples}, "
+            f"consumed_samples={self.consumed_samples}, "
+            f"micro_batch_size={self.micro_batch_size}, "
+            f"data_parallel_rank={self.data_parallel_rank}, "
+            f"data_parallel_size={self.data_parallel_size}, drop_last={self.drop_last})"
+        )
+
+
+def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
+    """The generator of one epoch: ``np.random.default_rng((seed, epoch))``.
+
+    A pure function of ``(seed, epoch)``; never of wall clock, host or worker count.
+    """
+    return np.random.default_rng((seed, epoch))
+
+
+class RandomSampler:
+    """Megatron's ``MegatronPretrainingRandomSampler`` (``--dataloader-type cyclic``).
+
+    Epochs. With ``G = micro_batch_size · data_parallel_size``, each epoch reads
+    ``active_total = total_samples − total_samples % G`` samples (``active_total_samples``)
+    in ``active_total / G`` steps; epochs repeat forever with a fresh shuffle each.
+    From ``consumed_samples`` the sampler derives ``epoch = consumed // active_total`` and
+    ``current_epoch_samples = consumed % active_total``, exactly as Megatron.
+
+    Iteration (as Megatron): ``iter(sampler)`` yields the *rest of the current epoch* and
+    stops; every yielded batch adds ``G`` to ``self.consumed_samples`` (when yielded), so
+    the next ``iter()`` continues with the next epoch. Wrap it the way Megatron's
+    ``cyclic_iter`` does (``while True: yield from sampler``) for an endless stream.
+    ``self.epoch`` is the epoch of the latest ``iter()`` (Megatron hands it to
+    ``RandomSeedDataset.set_epoch``). ``len(sampler)`` is ``total_samples``, as Megatron
+    (so prefer ``list(iter(sampler))`` to ``list(sampler)`` for huge totals).
+
+    ``data_sharding=True`` (Megatron's default): the active range is cut into
+    ``data_parallel_size`` contiguous buckets of ``bucket_size = (total // G) · mbs``;
+    rank ``r`` owns ``[r·bucket_size, (r+1)·bucket_size)``, permutes it with the epoch's
+    generator (``epoch_rng(seed, epoch).permutation(bucket_size)``, the same permutation
+    on every rank, as Megatron's ``randperm`` seeded by the epoch), skips
+    ``bucket_offset = current_epoch_samples // data_parallel_size`` entries and yields the
+    rest in micro-batches. Same algorithm as Megatron; only the random numbers differ
+    (numpy instead of ``torch.randperm``, and the ``seed`` argument is mixed in).
+    **Not elastic**: a rank's bucket depends on the DP size, so resuming with another DP
+    size reads different samples (it still resumes exactly with the same DP size).
+
+    ``data_sharding=False`` (**deviates from Megatron, to be elastic**): each epoch
+    permutes all ``total_samples`` indices with ``epoch_rng(seed, epoch)`` — independent of
+    the DP size and micro-batch size — and reads the first ``active_total`` entries of the
+    permutation in order: global step ``t`` of the epoch is ``perm[t·G : (t+1)·G]`` and rank
+    ``r`` takes the contiguous slice ``perm[t·G + r·mbs : t·G + (r+1)·mbs]``. Megatron
+    instead permutes ``(total // mbs) · mbs`` indices (a length that changes with ``mbs``,
+    hence with the DP size at fixed ``G``) and deals them out strided (``[rank::dp]``), so
+    the order within a global batch depends on the DP size; and when ``(total // mbs) ·
+    mbs`` is not a multiple of ``G`` its ranks yield different numbers of batches per epoch
+    and drift out of step. Our layout has the same step sets as Megatron's shape (a
+    contiguous block of the epoch's permutation per step) and a global sequence that
+    depends on ``(total_samples, G, seed, consumed_samples)`` only.
+
+    Args:
+        total_samples: samples in the dataset, ``>= G`` (so an epoch has a step).
+        consumed_samples: global samples consumed so far, ``>= 0`` and a multiple of ``G``
+            (Megatron asserts the same of ``consumed % active_total``); may exceed
+            ``total_samples`` (later epochs).
+        micro_batch_size: samples per rank per step, > 0.
+        data_parallel_rank: this rank, ``0 <= rank < data_parallel_size``.
+        data_parallel_size: number of DP ranks, > 0.
+        data_sharding: Megatron's ``--data-sharding`` (default True).
+        seed: non-negative int mixed into every epoch's generator (Megatron has none: its
+            order depends on the epoch only).
+
+    Raises:
+        DataError: naming the offending field.
+
+    Yields:
+        ``list[int]`` of ``micro_batch_size`` global sample indices in
+        ``[0, total_samples)``.
+    """
+
+    def __init__(
+        self,
+        total_samples: int,
+        consumed_samples: int,
+        micro_batch_size: int,
+        data_parallel_rank: int,
+        data_parallel_size: int,
+        data_sharding: bool = True,
+        seed: int = 0,
+    ) -> None:
+        self.total_samples = _int("total_samples", total_samples, minimum=1)
+        self.micro_batch_size, self.data_parallel_rank, self.data_parallel_size = _check_dp(
+            micro_batch_size, data_parallel_rank, data_parallel_size
+        )
+        self.micro_batch_times_data_parallel_size = (
+            self.micro_batch_size * self.data_parallel_size
+        )
+        self.last_batch_size = self.total_samples % self.micro_batch_times_data_parallel_size
+        self.active_total_samples = self.total_samples - self.last_batch_size
+        if self.active_total_samples == 0:
+            raise DataError(
+                f"total_samples: {self.total_samples} is smaller than one global batch "
+                f"(micro_batch_size {self.micro_batch_size} x data_parallel_size "
+                f"{self.data_parallel_size} = {self.micro_batch_times_data_parallel_size})"
+            )
+        self.data_sharding = bool(data_sharding)
+        self.seed = _int("seed", seed, minimum=0)
+        self.consumed_samples = self._check_consumed(consumed_samples)
+        self.initial_consumed_samples = self.consumed_samples
+        self.epoch = self.consumed_samples // self.active_total_samples
+
+    def _check_consumed(self, consumed_samples: object) -> int:
+        consumed = _int("consumed_samples", consumed_samples, minimum=0)
+        step = self.micro_batch_times_data_parallel_size
+        if consumed % step:
+            raise DataError(
+                f"consumed_samples: {consumed} is not a multiple of the global batch "
+                f"micro_batch_size x data_parallel_size = {step}"
+            )
+        return consumed
+
+    @property
+    def samples_handed_out(self) -> int:
+        """Global samples handed out since construction (or the last ``load_state_dict``)."""
+        return self.consumed_samples - self.initial_consumed_samples
+
+    def __len__(self) -> int:
+        """``total_samples`` (Megatron's choice; not the number of batches)."""
+        return self.total_samples
+
+    def epoch_indices(self, epoch: int, current_epoch_samples: int = 0) -> np.ndarray:
+        """This rank's remaining micro-batches of ``epoch``, int64 ``[steps, mbs]``.
+
+        ``current_epoch_samples`` (a multiple of ``G``) global samples of the epoch are
+        skipped; ``steps = (active_total - current_epoch_samples) / G``.
+        """
+        mbs, rank, dp = self.micro_batch_size, self.data_parallel_rank, self.data_parallel_size
+        rng = epoch_rng(self.seed, epoch)
+        if self.data_sharding:
+            bucket_size = self.total_samples // self.micro_batch_times_data_parallel_size * mbs
+            bucket_offset = current_epoch_samples // dp
+            order = rng.permutation(bucket_size)[bucket_offset:] + rank * bucket_size
+            return order.reshape(-1, mbs)
+        step = self.micro_batch_times_data_parallel_size
+        order = rng.permutation(self.total_samples)
+        order = order[current_epoch_samples : self.active_total_samples]
+        return order.reshape(-1, step)[:, rank * mbs : (rank + 1) * mbs]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self.epoch = self.consumed_samples // self.active_total_samples
+        current_epoch_samples = self.consumed_samples % self.active_total_samples
+        return self._batches(self.epoch_indices(self.epoch, current_epoch_samples))
+
+    def _batches(self, batches: np.ndarray) -> Iterator[list[int]]:
+        step = self.micro_batch_times_data_parallel_size
+        for row in batches:  # one trip per micro-batch
+            self.consumed_samples += step
+            yield row.tolist()
+
+    def _config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {
+            "total_samples": self.total_samples,
+            "global_batch_size": self.micro_batch_times_data_parallel_size,
+            "data_sharding": self.data_sharding,
+            "seed": self.seed,
+        }
+        if self.data_sharding:  # not elastic: the DP layout must not change
+            config["micro_batch_size"] = self.micro_batch_size
+            config["data_parallel_size"] = self.data_parallel_size
+        return config
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"consumed_samples", "total_samples", "global_batch_size", "data_sharding",
+        "seed", "micro_batch_size", "data_parallel_size"}`` (plain ints and bools)."""
+        return {
+            "consumed_samples": self.consumed_samples,
+            "total_samples": self.total_samples,
+            "global_batch_size": self.micro_batch_times_data_parallel_size,
+            "data_sharding": self.data_sharding,
+            "seed": self.seed,
+            "micro_batch_size": self.micro_batch_size,
+            "data_parallel_size": self.data_parallel_size,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state["consumed_samples"]`` on the next ``iter()``.
+
+        Checked against this sampler: ``total_samples``, ``global_batch_size``,
+        ``data_sharding`` and ``seed`` always; with ``data_sharding=True`` also
+        ``micro_batch_size`` and ``data_parallel_size`` (that layout is not elastic).
+        """
+        consumed = _check_state(state, self._config(), "RandomSampler")
+        self.consumed_samples = self._check_consumed(consumed)
+        self.initial_consumed_samples = self.consumed_samples
+        self.epoch = self.consumed_samples // self.active_total_samples
+
+    def __repr__(self) -> str:
+        return (
+            f"RandomSampler(total_samples={self.total_samples}, "
+            f"consumed_samples={self.consumed_samples}, "
+            f"micro_batch_size={self.micro_batch_size}, "
+            f"data_parallel_rank={self.data_parallel_rank}, "
+            f"data_parallel_size={self.data_parallel_size}, "
+            f"data_sharding={self.data_sharding}, seed={self.seed})"
+        )
