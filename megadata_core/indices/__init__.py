@@ -4,8 +4,18 @@ Megatron-exact (megatron-core 0.16.1, bit-identical values): :func:`tokens_per_e
 :func:`num_epochs`, :func:`separate_final_epoch`, :func:`document_index`,
 :func:`sample_index`, :func:`shuffle_index`, and :func:`gpt_indices` for the three at
 once. Lazy, O(1)-memory alternative: the Feistel bijection (:class:`FeistelShuffle`).
+Blending: :func:`megatron_blending_indices`, :func:`megatron_exhaustive_blending_indices`
+(Megatron-exact) and :func:`balanced_blending_indices` (every dataset within one sample
+of its share in every prefix). Splits: :func:`parse_split`, :func:`split_matrix`,
+:func:`document_ranges`, and blend sizing (:func:`normalize_weights`,
+:func:`samples_per_dataset`), as Megatron's builder.
 """
 
+from megadata_core.indices.blending import (
+    balanced_blending_indices,
+    megatron_blending_indices,
+    megatron_exhaustive_blending_indices,
+)
 from megadata_core.indices.document_order import document_index
 from megadata_core.indices.epochs import (
     num_epochs,
@@ -24,9 +34,19 @@ from megadata_core.indices.feistel import (
 from megadata_core.indices.gpt import gpt_indices
 from megadata_core.indices.sample_boundaries import sample_index
 from megadata_core.indices.sample_shuffle import shuffle_index
+from megadata_core.indices.splits import (
+    document_ranges,
+    normalize_weights,
+    parse_split,
+    samples_per_dataset,
+    split_matrix,
+)
 
 __all__ = [
     "FeistelShuffle",
+    "balanced_blending_indices",
+    "megatron_blending_indices",
+    "megatron_exhaustive_blending_indices",
     "document_index",
     "epoch_key",
     "feistel_document_index",
@@ -40,4 +60,9 @@ __all__ = [
     "separate_final_epoch",
     "shuffle_index",
     "tokens_per_epoch",
+    "document_ranges",
+    "normalize_weights",
+    "parse_split",
+    "samples_per_dataset",
+    "split_matrix",
 ]

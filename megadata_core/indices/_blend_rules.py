@@ -1,0 +1,313 @@
+"""The two sequential blending rules, vectorized over K independent runs and in plain
+Python (private to ``blending``; run by :mod:`megadata_core.indices._blend_engine`).
+
+``c_j`` is the number of samples taken from dataset j before step t; ties go to the
+lowest j; all arithmetic is IEEE double, the same operations in the vectorized and the
+plain-Python form (and, for ``megatron``, as megatron-core's ``helpers.cpp``).
+
+* ``megatron``: ``argmax_j w_j * max(t, 1) - c_j`` (``build_blending_indices``); with
+  caps, datasets whose count reached their cap are skipped
+  (``build_exhaustive_blending_indices``).
+* ``edf``: earliest deadline first with bound ``D`` (``slack = 1 - D``): dataset j may
+  take step t when ``(c_j + slack) / p_j <= t + 1`` (then ``c_j + 1 <= p_j (t + 1) + D``)
+  and the one with the smallest deadline ``(c_j + D) / p_j`` does (after it,
+  ``c_j(m) >= p_j m - D`` would fail). EDF is optimal for unit jobs with release times
+  and deadlines, and Tijdeman (1980, the "chairman assignment problem") shows a sequence
+  with ``|c_j(m) - p_j m| <= 1 - 1 / (2n - 2)`` exists for any n >= 2 rates, so with that
+  D no deadline is ever missed. (D = 1 is Balinski and Young's quota method.)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def edf_bound(datasets: int) -> float:
+    """Tijdeman's bound ``1 - 1 / (2n - 2)`` for n >= 2 datasets (1/2 for two)."""
+    return 1.0 - 1.0 / (2 * datasets - 2) if datasets >= 2 else 0.0
+
+
+def apportion(rates: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """int64 [n, K]: the largest-remainder apportionment of ``steps[k]`` samples (int64
+    [K]) by ``rates`` (float64 [n], sum 1); ties to the lowest dataset (a guess of the
+    counts at a step: any guess is corrected by the engine)."""
+    quotas = rates[:, None] * steps[None, :].astype(np.float64)
+    floors = np.floor(quotas)
+    order = np.argsort(floors - quotas, axis=0, kind="stable")  # largest remainder first
+    counts = floors.astype(np.int64)
+    need = np.clip(steps - counts.sum(axis=0), 0, len(rates))
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(len(rates))[:, None], axis=0)
+    counts += ranks < need[None, :]
+    short = steps - counts.sum(axis=0)  # float rounding: the rest goes to the largest
+    if short.any():
+        counts[counts.argmax(axis=0), np.arange(len(steps))] += short
+    return np.maximum(counts, 0)
+
+
+def deadline_order_counts(rates: np.ndarray, steps: np.ndarray, bound: float) -> np.ndarray:
+    """int64 [n, K]: a guess of the edf counts after ``steps[k]`` steps (int64 [K]): the
+    first ``steps[k]`` deadlines ``(c + bound) / p_j`` in sorted order (what EDF takes
+    when no release holds it back), clipped to the bound and summing to ``steps[k]``.
+
+    Far better than the largest remainder for EDF: a rare dataset is taken near the end
+    of its window, not when its remainder is large, and a wrong guess for it lasts until
+    its next sample.
+    """
+    rates_ = rates[:, None]
+    target = steps.astype(np.float64)
+    width = len(rates) + 2.0  # sum_j N_j(x) lies within n + 1 of x
+    low, high = target - width, target + width
+
+    def taken(threshold):  # deadlines <= threshold, per dataset
+        return np.maximum(0.0, np.floor(rates_ * threshold - bound) + 1.0)
+
+    for _ in range(48):
+        middle = (low + high) / 2
+        enough = taken(middle).sum(axis=0) >= target
+        high = np.where(enough, middle, high)
+        low = np.where(enough, low, middle)
+    counts = taken(high)
+    quotas = rates_ * target
+    counts = np.clip(counts, np.ceil(quotas - bound), np.floor(quotas + bound))
+    return _fix_sums(counts, rates_, steps, bound)
+
+
+def _fix_sums(counts: np.ndarray, rates: np.ndarray, steps: np.ndarray, bound: float):
+    """Counts (float [n, K]) moved one at a time, by deadline, until column k sums to
+    ``steps[k]``; int64, never negative."""
+    columns = np.arange(counts.shape[1])
+    for _ in range(2 * counts.shape[0] + 2):
+        short = steps - counts.sum(axis=0)
+        if not short.any():
+            break
+        grow = short > 0
+        next_deadline = np.where(counts >= 0, (counts + bound) / rates, np.inf)
+        last_deadline = np.where(counts > 0, (counts - 1 + bound) / rates, -np.inf)
+        add = np.argmin(next_deadline, axis=0)
+        drop = np.argmax(last_deadline, axis=0)
+        counts[add[grow], columns[grow]] += 1
+        shrink = short < 0
+        counts[drop[shrink], columns[shrink]] -= 1
+    counts = np.maximum(counts, 0).astype(np.int64)
+    short = steps - counts.sum(axis=0)
+    if short.any():  # any rest on the largest count (a guess need not be good)
+        counts[counts.argmax(axis=0), columns] += short
+    return np.maximum(counts, 0)
+
+
+#: Added to (or subtracted from) a masked dataset's key: far beyond any real deadline
+#: (rates below MIN_RATE are dropped, so deadlines stay below ~2**152) or error.
+HUGE = 1e300
+#: EDF rates below this are never picked (their first release lies past step 2**100).
+MIN_RATE = 2.0**-100
+
+
+class Megatron:
+    """``argmax_j w_j * max(t, 1) - c_j`` over K columns (a dataset at its cap is skipped).
+
+    State: counts float64 [n, K] (exact integers, as the C++ casts them), the step t of
+    each column (float64 [K]); scratch arrays are reused across steps. The per-dataset
+    loop is branch-free (a masked copy costs ~4 ns per element with unpredictable masks,
+    arithmetic ~0.3 ns): see ``_follow``.
+    """
+
+    #: The per-dataset loop gives way to [n, K] array ops above this many datasets.
+    WIDE = 256
+
+    def __init__(self, weights: np.ndarray, caps: np.ndarray | None) -> None:
+        self.weights = weights
+        self.caps = None if caps is None else caps.astype(np.float64)[:, None]
+        self.wide = len(weights) > self.WIDE
+
+    def start(self, counts: np.ndarray, steps: np.ndarray) -> None:
+        """Start K runs at steps ``steps`` (int64 [K]) from ``counts`` (int [n, K])."""
+        # C order: the flat view must share memory; exact below 2**53, as in the C++
+        self.counts = np.ascontiguousarray(counts, dtype=np.float64)
+        self.flat = self.counts.reshape(-1)
+        self.time = steps.astype(np.float64)
+        size = len(steps)
+        self.offsets = np.arange(size, dtype=np.intp)
+        self.best, self.key, self.x = np.empty(size), np.empty(size), np.empty(size)
+        self.mask = np.empty(size, dtype=bool)
+        self.late = np.empty(size, dtype=bool)
+        self.where = np.empty(size, dtype=np.intp)
+        self.move = np.empty(size, dtype=np.intp)
+
+    def _masked(self, spent: np.ndarray | None, j: int, key: np.ndarray, sign: float) -> None:
+        if spent is not None:
+            key += sign * HUGE * spent[j]
+
+    def _follow(self, pick: np.ndarray, j: int) -> None:
+        """``pick[mask] = j`` without a branch per element: datasets come in increasing
+        order, so ``pick < j`` and ``max(pick, mask * j)`` is the same."""
+        np.multiply(self.mask, j, out=self.move)
+        np.maximum(pick, self.move, out=pick)
+
+    def step(self, pick: np.ndarray, before: np.ndarray) -> None:
+        """One step of every run: writes ``pick`` (intp [K]) and ``before`` (float64 [K],
+        the picked dataset's count before the step)."""
+        counts, weights, x = self.counts, self.weights, self.x
+        np.maximum(self.time, 1.0, out=x)
+        spent = None if self.caps is None else counts >= self.caps
+        if self.wide:
+            errors = np.multiply.outer(weights, x)
+            errors -= counts
+            if spent is not None:
+                errors -= HUGE * spent
+            np.argmax(errors, axis=0, out=pick)
+        else:
+            best, error, mask = self.best, self.key, self.mask
+            np.multiply(x, weights[0], out=best)
+            best -= counts[0]
+            self._masked(spent, 0, best, -1.0)
+            pick.fill(0)
+            for j in range(1, len(weights)):
+                np.multiply(x, weights[j], out=error)
+                error -= counts[j]
+                self._masked(spent, j, error, -1.0)
+                np.greater(error, best, out=mask)
+                np.maximum(best, error, out=best)
+                self._follow(pick, j)
+        self._take(pick, before)
+
+    def _take(self, pick: np.ndarray, before: np.ndarray) -> None:
+        where = self.where
+        np.multiply(pick, len(self.offsets), out=where)
+        where += self.offsets
+        np.take(self.flat, where, out=before)
+        self.flat[where] = before + 1.0
+        self.time += 1.0
+
+    def state(self) -> np.ndarray:
+        """int64 [n, K]: the counts now."""
+        return self.counts.astype(np.int64)
+
+    def guess(self, steps: np.ndarray) -> np.ndarray:
+        """int64 [n, K]: a guess of the counts after ``steps[k]`` steps."""
+        return apportion(self.weights / self.weights.sum(), steps)
+
+
+class Edf(Megatron):
+    """Earliest deadline first with bound D over K columns (see the module docstring).
+
+    Extra state: release ``(c + slack) / p`` and deadline ``(c + D) / p``, float64 [n, K],
+    recomputed for the picked dataset after each step. A dataset not yet released (or
+    at its cap) competes with ``max(deadline, HUGE)``.
+    """
+
+    WIDE = 24
+
+    def __init__(self, rates: np.ndarray, caps: np.ndarray | None) -> None:
+        super().__init__(rates, caps)
+        self.bound = edf_bound(len(rates))
+        self.slack = 1.0 - self.bound
+
+    def guess(self, steps: np.ndarray) -> np.ndarray:
+        return deadline_order_counts(self.weights, steps, self.bound)
+
+    def start(self, counts: np.ndarray, steps: np.ndarray) -> None:
+        super().start(counts, steps)
+        self.time += 1.0  # x = t + 1, the prefix length after the step
+        rates = self.weights[:, None]
+        self.release = (self.counts + self.slack) / rates
+        self.deadline = (self.counts + self.bound) / rates
+        self.release_flat = self.release.reshape(-1)
+        self.deadline_flat = self.deadline.reshape(-1)
+        self.rate = np.empty(len(steps))
+
+    def _key(self, spent, j: int, out: np.ndarray) -> np.ndarray:
+        """Dataset j's deadline, or at least HUGE where it may not take this step."""
+        late = self.late
+        np.greater(self.release[j], self.time, out=late)
+        if spent is not None:
+            late |= spent[j]
+        np.multiply(late, HUGE, out=out)
+        return np.maximum(self.deadline[j], out, out=out)
+
+    def step(self, pick: np.ndarray, before: np.ndarray) -> None:
+        spent = None if self.caps is None else self.counts >= self.caps
+        best = self.best
+        if self.wide:
+            late = self.release > self.time
+            if spent is not None:
+                late |= spent
+            due = np.maximum(self.deadline, HUGE * late)
+            np.argmin(due, axis=0, out=pick)
+            best[:] = due[pick, self.offsets]
+        else:
+            self._key(spent, 0, best)
+            pick.fill(0)
+            for j in range(1, len(self.weights)):
+                due = self._key(spent, j, self.key)
+                np.less(due, best, out=self.mask)
+                np.minimum(best, due, out=best)
+                self._follow(pick, j)
+        if best.max() >= HUGE:  # nothing released: only float rounding at a bound
+            stuck = best >= HUGE
+            due = self.deadline + (0.0 if spent is None else HUGE * spent)
+            pick[stuck] = np.argmin(due[:, stuck], axis=0)
+        where = self.where
+        np.multiply(pick, len(self.offsets), out=where)
+        where += self.offsets
+        np.take(self.flat, where, out=before)
+        after = before + 1.0
+        self.flat[where] = after
+        np.take(self.weights, pick, out=self.rate)
+        self.release_flat[where] = (after + self.slack) / self.rate
+        after += self.bound
+        after /= self.rate
+        self.deadline_flat[where] = after
+        self.time += 1.0
+
+
+# -- plain Python: small sizes, and the sequential fallback ------------------------------
+
+
+def scalar_megatron(weights, caps, counts, first: int, stop: int) -> tuple[list, list]:
+    """Steps ``[first, stop)`` of the megatron rule from ``counts``: (picks, samples)."""
+    w = [float(value) for value in weights]
+    c = [int(value) for value in counts]
+    cap = [math.inf] * len(w) if caps is None else [int(value) for value in caps]
+    ids = range(len(w))
+    picks, samples = [], []
+    for t in range(first, stop):
+        x = float(t) if t > 1 else 1.0
+        pick, best = -1, -math.inf
+        for j in ids:
+            error = w[j] * x - c[j]
+            if error > best and c[j] < cap[j]:
+                pick, best = j, error
+        picks.append(pick)
+        samples.append(c[pick])
+        c[pick] += 1
+    return picks, samples
+
+
+def scalar_edf(rates, caps, counts, first: int, stop: int) -> tuple[list, list]:
+    """Steps ``[first, stop)`` of the edf rule from ``counts``: (picks, samples)."""
+    p = [float(value) for value in rates]
+    c = [int(value) for value in counts]
+    cap = [math.inf] * len(p) if caps is None else [int(value) for value in caps]
+    bound = edf_bound(len(p))
+    slack = 1.0 - bound
+    release = [(c[j] + slack) / p[j] for j in range(len(p))]
+    deadline = [(c[j] + bound) / p[j] for j in range(len(p))]
+    ids = range(len(p))
+    picks, samples = [], []
+    for t in range(first, stop):
+        x = float(t + 1)
+        pick, best = -1, math.inf
+        for j in ids:
+            if release[j] <= x and deadline[j] < best and c[j] < cap[j]:
+                pick, best = j, deadline[j]
+        if pick < 0:  # as in the vectorized form: float rounding at a bound only
+            pick = min((j for j in ids if c[j] < cap[j]), key=lambda j: (deadline[j], j))
+        picks.append(pick)
+        samples.append(c[pick])
+        c[pick] += 1
+        release[pick] = (c[pick] + slack) / p[pick]
+        deadline[pick] = (c[pick] + bound) / p[pick]
+    return picks, samples

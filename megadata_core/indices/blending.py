@@ -1,0 +1,229 @@
+"""Blending indices: for blended sample i, which dataset it reads and which of its samples.
+
+Every function returns ``(dataset_index, dataset_sample_index)``: ``dataset_index`` int16
+[size] (int32 past 32767 datasets), ``dataset_sample_index`` int64 [size], where
+``dataset_sample_index[i]`` counts the earlier samples from the same dataset (each
+dataset's samples are read in order, 0, 1, 2, ...).
+
+* :func:`megatron_blending_indices`: megatron-core 0.16.1's
+  ``helpers.build_blending_indices``, value for value: step i picks
+  ``argmax_j w_j * max(i, 1) - c_j`` in IEEE double (ties to the lowest j). Its prefix
+  counts stray up to about 2 samples from ``w_j * i`` with skewed weights.
+* :func:`megatron_exhaustive_blending_indices`: ``build_exhaustive_blending_indices``
+  (exactly ``sizes[j]`` samples of dataset j, same rule, spent datasets skipped).
+* :func:`balanced_blending_indices` (our default order): earliest deadline first over
+  the rates ``p_j = w_j / sum(w)`` of the n datasets with weight > 0, with Tijdeman's
+  bound ``D = 1 - 1 / (2n - 2)`` (1/2 for two datasets): every prefix of length m holds
+  ``|c_j - p_j m| <= D < 1`` samples of dataset j; zero-weight datasets are never picked
+  (nor those below 2**-100 of the total, which no blend of < 2**52 samples could reach);
+  rule and proof: :mod:`megadata_core.indices._blend_rules`.
+
+Why not a sort of the ideal positions ``(k + 1/2) / w_j``? Such a merge of arithmetic
+progressions drifts: with one dataset of weight 0.5 and fifty of weight 0.01, the first
+49 samples all come from the big one (12.5 more than its share), and 4 random weights
+already reach 1.3. Keeping every dataset within one sample of its share in every prefix
+is the "chairman assignment" problem (Tijdeman 1980); its solutions decide step by step.
+
+All three orders are sequential by definition; they are computed exactly, vectorized, by
+:mod:`megadata_core.indices._blend_engine` (many segments of the order run side by
+side, each checked to start where the previous one ends; see there for the speed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from megadata_core.errors import DataError
+from megadata_core.indices import _blend_engine as engine
+from megadata_core.indices import _blend_rules as rules
+from megadata_core.indices._checks import check_int
+
+__all__ = [
+    "balanced_blending_indices",
+    "balanced_bound",
+    "blend_counts",
+    "check_weights",
+    "megatron_blending_indices",
+    "megatron_exhaustive_blending_indices",
+    "megatron_normalize",
+    "prefix_deviation",
+]
+
+
+def check_weights(weights: object, field: str = "weights") -> np.ndarray:
+    """float64 [n] weights: a non-empty 1-D sequence of finite numbers >= 0, not all 0.
+
+    Raises:
+        DataError: naming ``field`` and the offending weight.
+    """
+    try:
+        values = np.asarray(weights, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise DataError(f"{field}: {weights!r} are not numbers") from None
+    if values.ndim != 1 or values.size == 0:
+        raise DataError(f"{field}: expected a non-empty 1-D sequence, got shape {values.shape}")
+    bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
+    if bad.size:
+        j = int(bad[0])
+        raise DataError(f"{field}: weight {j} is {values[j]!r}; weights must be finite and >= 0")
+    if not values.any():
+        raise DataError(f"{field}: every weight is 0")
+    return values
+
+
+def megatron_normalize(weights: object) -> np.ndarray:
+    """float64 [n]: Megatron's ``normalize`` (float64 array divided by ``numpy.sum``), the
+    weights its BlendedDataset hands to ``build_blending_indices``."""
+    values = check_weights(weights)
+    return values / np.sum(values)
+
+
+def _size(size: object) -> int:
+    number = check_int("size", size, 0)
+    if number >= 1 << 52:
+        raise DataError(f"size: {number} must be < 2**52")
+    return number
+
+
+def megatron_blending_indices(
+    weights: object, size: int, *, normalize: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """megatron-core's ``build_blending_indices(weights, size)``, value for value.
+
+    Args:
+        weights: float [n], finite, >= 0, not all 0.
+        size: samples in the blend (>= 0).
+        normalize: divide the weights by their sum first, as Megatron's BlendedDataset
+            does before it calls the helper (False: the helper on the raw weights).
+
+    Returns:
+        ``(dataset_index int16 [size], dataset_sample_index int64 [size])``.
+
+    A zero weight is still picked on ties (as in Megatron, which forbids zero weights in
+    its BlendedDataset); :class:`~megadata_core.BlendedDataset` drops such datasets.
+    """
+    values = megatron_normalize(weights) if normalize else check_weights(weights)
+    size = _size(size)
+    return engine.run("megatron", values, size, None, engine.dataset_dtype(len(values)))
+
+
+def megatron_exhaustive_blending_indices(sizes: object) -> tuple[np.ndarray, np.ndarray]:
+    """megatron-core's ``build_exhaustive_blending_indices(sizes)``, value for value.
+
+    Args:
+        sizes: int [n] >= 0: exactly ``sizes[j]`` samples of dataset j are drawn,
+            ``sum(sizes)`` in all, in the megatron order with weights ``sizes / sum``.
+
+    Returns:
+        ``(dataset_index int16 [sum], dataset_sample_index int64 [sum])``.
+
+    A size of 0 is never picked (Megatron's helper loops past its buffers then).
+    """
+    counts = _sizes(sizes)
+    total = int(counts.sum())
+    index_dtype = engine.dataset_dtype(len(counts))
+    if total == 0:
+        return np.empty(0, index_dtype), np.empty(0, np.int64)
+    weights = counts.astype(np.float64) / float(total)  # as the C++: size / double(total)
+    return engine.run("megatron", weights, total, counts, index_dtype)
+
+
+def _sizes(sizes: object, field: str = "sizes") -> np.ndarray:
+    try:
+        values = np.asarray(sizes)
+    except (TypeError, ValueError):
+        raise DataError(f"{field}: {sizes!r} are not integers") from None
+    if values.ndim != 1 or values.size == 0:
+        raise DataError(f"{field}: expected a non-empty 1-D sequence, got shape {values.shape}")
+    if values.dtype.kind == "f":
+        if not np.all(np.isfinite(values)) or np.any(values != np.floor(values)):
+            raise DataError(f"{field}: {values.tolist()!r} are not integers")
+    elif values.dtype.kind not in "iu":
+        raise DataError(f"{field}: {sizes!r} are not integers")
+    if np.any(values < 0):
+        raise DataError(f"{field}: {values.tolist()!r} must be >= 0")
+    if values.size and float(values.max()) >= 2**52:
+        raise DataError(f"{field}: {values.tolist()!r} must be < 2**52")
+    return values.astype(np.int64)
+
+
+def balanced_blending_indices(
+    weights: object, size: int | None = None, *, caps: object = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The balanced order (see the module docstring): ``|c_j - p_j m| <= balanced_bound(n)
+    < 1`` for every prefix length m and dataset j, ``p_j = w_j / sum(w)``.
+
+    Args:
+        weights: float [n], finite, >= 0, not all 0 (zero weights are never picked).
+        size: samples in the blend (>= 0); None with ``caps``: ``sum(caps)``.
+        caps: optional int [n]: dataset j is never picked more than ``caps[j]`` times.
+            With ``weights = caps`` and ``size = sum(caps)`` (the exhaustive blend) the
+            bound keeps every count below its cap, so each dataset gives exactly its
+            cap; caps that bind otherwise void the bound.
+
+    Returns:
+        ``(dataset_index int16 [size], dataset_sample_index int64 [size])``.
+    """
+    values = check_weights(weights)
+    limits = None if caps is None else _sizes(caps, "caps")
+    if limits is not None and len(limits) != len(values):
+        raise DataError(f"caps: {len(limits)} caps for {len(values)} weights")
+    if size is None:
+        if limits is None:
+            raise DataError("size: None needs caps (the exhaustive blend)")
+        size = int(limits.sum())
+    size = _size(size)
+    if limits is not None and size > int(limits[values > 0].sum()):
+        raise DataError(
+            f"size: {size} exceeds the caps of the datasets with weight > 0 "
+            f"({int(limits[values > 0].sum())})"
+        )
+    index_dtype = engine.dataset_dtype(len(values))
+    live, rates = _live_rates(values)
+    index, sample = engine.run(
+        "edf", rates, size, None if limits is None else limits[live], index_dtype
+    )
+    if len(live) < len(values):  # map back to the caller's dataset ids
+        index = live.astype(index_dtype)[index]
+    return index, sample
+
+
+def _live_rates(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, rates) of the datasets the balanced order reads: weight > 0 and at least
+    ``MIN_RATE`` (2**-100) of the total, which no order of < 2**52 samples could read;
+    the rates sum to 1."""
+    live = np.flatnonzero(values > 0)
+    rates = values[live] / np.sum(values[live])
+    keep = rates >= rules.MIN_RATE
+    if not keep.all():
+        live, rates = live[keep], rates[keep] / np.sum(rates[keep])
+    return live, rates
+
+
+def balanced_bound(weights: object) -> float:
+    """The balanced order's guaranteed bound on ``|c_j(m) - p_j m|``: Tijdeman's
+    ``1 - 1 / (2n - 2)`` for the n datasets it reads (0 for one dataset)."""
+    return rules.edf_bound(len(_live_rates(check_weights(weights))[0]))
+
+
+def blend_counts(dataset_index: np.ndarray, datasets: int) -> np.ndarray:
+    """int64 [datasets]: how many samples the blend reads from each dataset."""
+    return np.bincount(np.asarray(dataset_index), minlength=datasets).astype(np.int64)
+
+
+def prefix_deviation(dataset_index: np.ndarray, weights: object, chunk: int = 1 << 20) -> float:
+    """max over prefix lengths m and datasets j of ``|c_j(m) - p_j m|`` (p = weights / sum):
+    the balance of an order (a check for tests and benchmarks; O(size * n), in chunks)."""
+    rates = megatron_normalize(weights)
+    index = np.asarray(dataset_index)
+    counts = np.zeros(len(rates), dtype=np.int64)
+    worst = 0.0
+    for start in range(0, len(index), chunk):
+        piece = index[start : start + chunk]
+        steps = np.arange(start + 1, start + len(piece) + 1, dtype=np.float64)
+        for j, rate in enumerate(rates):
+            running = np.cumsum(piece == j, dtype=np.int64)
+            running += counts[j]
+            worst = max(worst, float(np.max(np.abs(running - rate * steps))))
+            counts[j] = running[-1]
+    return worst
