@@ -5,7 +5,7 @@ the top-level ``adapters`` package.
 """
 
 from megadata_core import samplers
-from megadata_core.datasets import GPTDataConfig, GPTDataset
+from megadata_core.datasets import BlendedDataset, GPTDataConfig, GPTDataset, build_datasets
 from megadata_core.datasets.context_parallel import context_parallel_slice
 from megadata_core.errors import DataError
 from megadata_core.format import (
@@ -27,6 +27,8 @@ __all__ = [
     "register_scheme",
     "GPTDataConfig",
     "GPTDataset",
+    "BlendedDataset",
     "context_parallel_slice",
     "samplers",
+    "build_datasets",
 ]

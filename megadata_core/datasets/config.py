@@ -6,8 +6,8 @@ tokenizer object; here they are plain fields (``eod_id``, ``pad_id``). Megatron'
 ``Optional[bool]`` switches that it asserts are set (``reset_position_ids``,
 ``reset_attention_mask``, ``eod_mask_loss``) default to False here.
 
-Blend and split parsing is deliberately minimal (shape checks only): the builder that turns
-them into datasets owns the details.
+Blends and the split string are checked here (shapes, weights > 0, the split parses);
+the builder (:mod:`megadata_core.datasets.builder`) turns them into datasets.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from __future__ import annotations
 import math
 import operator
 import os
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
+from megadata_core.datasets import blend_args
 from megadata_core.errors import DataError
+from megadata_core.indices import splits
 
 SHUFFLE_MODES = ("megatron", "feistel")
 BLEND_ORDERS = ("balanced", "megatron")
@@ -58,6 +59,8 @@ def _blend(field: str, value: object) -> tuple | None:
     """``(prefixes, weights or None)`` as tuples (hashable), shape-checked."""
     if value is None:
         return None
+    if isinstance(value, str):  # Megatron's --data-path string: "0.3 /a 0.7 /b" or "/a /b"
+        value = blend_args.blend_from_list(value, field)
     try:
         prefixes, weights = value
     except (TypeError, ValueError):
@@ -71,24 +74,14 @@ def _blend(field: str, value: object) -> tuple | None:
             raise DataError(
                 f"{field}: {len(prefixes)} prefixes but {len(weights)} weights ({weights!r})"
             )
-        if any(not math.isfinite(weight) or weight < 0 for weight in weights):
-            raise DataError(f"{field}: weights {weights!r} must be finite and >= 0")
+        splits.check_weights(weights, f"{field} weights")
     return (prefixes, weights)
 
 
 def parse_split(split: str) -> tuple[float, float, float]:
-    """Megatron's split string (``"969,30,1"``, ``"98/2/0"``) as normalized fractions.
-
-    Numbers are read as Megatron does (``[.0-9]+`` runs); missing trailing parts are 0.
-    """
-    parts = [float(part) for part in re.findall(r"[.0-9]+", split)]
-    if not 1 <= len(parts) <= len(SPLIT_NAMES):
-        raise DataError(f"split: {split!r} must hold 1 to 3 numbers")
-    parts += [0.0] * (len(SPLIT_NAMES) - len(parts))
-    total = sum(parts)
-    if not math.isfinite(total) or total <= 0:
-        raise DataError(f"split: {split!r} must have a positive sum")
-    return tuple(part / total for part in parts)
+    """Megatron's split string (``"969,30,1"``, ``"98/2/0"``) as normalized fractions
+    (:func:`megadata_core.indices.splits.parse_split`; missing trailing parts are 0)."""
+    return splits.parse_split(split, "split")
 
 
 @dataclass(frozen=True)
@@ -99,7 +92,10 @@ class GPTDataConfig:
         random_seed: seed of every RandomState / Feistel key, in ``[0, 2**32)``.
         sequence_length: S, tokens per sample (samples read S + 1 tokens with
             ``add_extra_token_to_sequence``).
-        blend: ``(prefixes, weights or None)``; not with ``blend_per_split``.
+        blend: ``(prefixes, weights or None)``, or Megatron's ``--data-path`` string
+            (``"0.3 /a 0.7 /b"``, ``"/a /b"``); weights finite, >= 0 and not all 0
+            (a 0 weight: the dataset is never read; Megatron asserts > 0); not with
+            ``blend_per_split``.
         blend_per_split: one blend (or None) per split: train, valid, test.
         split: Megatron's split string, e.g. ``"969,30,1"`` (required with ``blend``).
         path_to_cache: directory of the index cache; None builds in memory.
@@ -213,3 +209,11 @@ class GPTDataConfig:
     def split_fractions(self) -> tuple[float, float, float] | None:
         """``split`` as normalized (train, valid, test) fractions, or None."""
         return None if self.split is None else parse_split(self.split)
+
+    @property
+    def split_matrix(self) -> list[tuple[float, float] | None] | None:
+        """Megatron's split matrix: ``(begin, end)`` fractions per split, None for an empty
+        split (e.g. ``"98,2,0"`` -> ``[(0, .98), (.98, 1.0), None]``); None without
+        ``split``."""
+        fractions = self.split_fractions
+        return None if fractions is None else splits.split_matrix(fractions)

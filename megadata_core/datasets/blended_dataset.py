@@ -1,0 +1,291 @@
+"""``BlendedDataset``: several datasets read in a blended order (megatron-core's
+``BlendedDataset``), a whole batch at once.
+
+``ds[i]`` is ``{"dataset_id": j, **datasets[j][k]}`` with ``(j, k) =
+(dataset_index[i], dataset_sample_index[i])``, as in Megatron. The two index arrays are
+built by :mod:`megadata_core.indices.blending` in the order ``config.blend_order`` names:
+``"megatron"`` (Megatron's values) or ``"balanced"`` (earliest deadline first: every dataset
+within one sample of its share in every prefix). They go through the on-disk cache
+(:mod:`megadata_core.indices.cache`) when ``config.path_to_cache`` is set, keyed by the
+members' own descriptions, the weights, the size and the order.
+
+Differences from Megatron: a weight of 0 is allowed (the dataset is never read; in the
+megatron order the blend is Megatron's over the other datasets); errors are
+:class:`~megadata_core.DataError` (Megatron asserts, or raises IndexError when a dataset
+is asked for more samples than it has).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from megadata_core.datasets.config import BLEND_ORDERS, SPLIT_NAMES
+from megadata_core.errors import DataError
+from megadata_core.indices.blending import (
+    balanced_blending_indices,
+    blend_counts,
+    check_weights,
+    megatron_blending_indices,
+    megatron_exhaustive_blending_indices,
+    megatron_normalize,
+)
+from megadata_core.indices.cache import load_or_build
+
+#: Bumped whenever a blending algorithm changes its output (invalidates cache entries).
+BLEND_ALGORITHM_VERSION = 1
+BLEND_ARRAYS = ("dataset_index", "dataset_sample_index", "dataset_counts")
+
+
+def _split_of(datasets) -> str:
+    """The members' common split name (``.split``, a name or Megatron's ``Split``;
+    "train" for members without one)."""
+    names = set()
+    for dataset in datasets:
+        split = getattr(dataset, "split", "train")
+        names.add(getattr(split, "name", split))
+    if len(names) != 1:
+        raise DataError(f"datasets: members come from different splits {sorted(map(str, names))}")
+    name = names.pop()
+    if name not in SPLIT_NAMES:
+        raise DataError(f"datasets: split {name!r} is not one of {SPLIT_NAMES}")
+    return name
+
+
+def _integral_sizes(weights: list) -> list[int]:
+    """Exhaustive blends draw ``weights[j]`` samples of dataset j: whole numbers."""
+    values = check_weights(weights)
+    if np.any(values != np.floor(values)):
+        raise DataError(
+            f"weights: {weights!r} must be whole numbers (samples per dataset) when size is None"
+        )
+    return [int(value) for value in values]
+
+
+class BlendedDataset:
+    """Samples of several datasets in a blended order.
+
+    Args:
+        datasets: the member datasets (``len``, ``[k]``, optionally ``__getitems__``),
+            e.g. :class:`GPTDataset`s of one split.
+        weights: one weight per dataset, finite and >= 0, not all 0; None: the datasets'
+            lengths. With ``size`` None, whole numbers: dataset j gives exactly
+            ``weights[j]`` samples (Megatron's exhaustive blend).
+        size: samples in the blend, or None (exhaustive: ``sum(weights)``).
+        config: a :class:`GPTDataConfig` (``blend_order``, ``path_to_cache``).
+
+    Attributes:
+        dataset_index: int16 [size] which dataset each sample reads.
+        dataset_sample_index: int64 [size] which of that dataset's samples.
+        weights: the normalized weights (float), or the per-dataset sample counts (int)
+            of an exhaustive blend.
+
+    Raises:
+        DataError: bad weights or size, members of different splits, or a blend that
+            asks a dataset for more samples than it has (raise
+            ``mid_level_dataset_surplus``, as Megatron says).
+    """
+
+    def __init__(self, datasets, weights, size: int | None, config) -> None:
+        datasets = list(datasets)
+        if not datasets:
+            raise DataError("datasets: no datasets to blend")
+        order = getattr(config, "blend_order", None)
+        if order not in BLEND_ORDERS:
+            raise DataError(f"blend_order: {order!r} is not one of {BLEND_ORDERS}")
+        if weights is None:
+            weights = [len(dataset) for dataset in datasets]
+        try:
+            weights = list(weights)
+        except TypeError:
+            raise DataError(f"weights: {weights!r} is not a sequence") from None
+        if len(weights) != len(datasets):
+            raise DataError(f"weights: {len(weights)} weights for {len(datasets)} datasets")
+        self.datasets = datasets
+        self.config = config
+        self.blend_order = order
+        self.split = _split_of(datasets)
+        if size is None:
+            self.weights = _integral_sizes(weights)
+        else:
+            if isinstance(size, (bool, float, np.floating)) or not isinstance(
+                size, (int, np.integer)
+            ):
+                raise DataError(f"size: {size!r} is not an integer")
+            if size < 0:
+                raise DataError(f"size: {size} must be >= 0")
+            self.weights = megatron_normalize(weights).tolist()
+        self.size = None if size is None else int(size)
+        self._load_indices()
+
+    # -- indices ------------------------------------------------------------------------
+
+    def description(self) -> dict | None:
+        """Every input of the index arrays (the cache key is its sha256); None when a
+        member cannot describe itself (then nothing is cached)."""
+        members = []
+        for dataset in self.datasets:
+            describe = getattr(dataset, "description", None)
+            if describe is None:
+                return None
+            members.append(describe())
+        return {
+            "kind": "megadata.BlendedDataset",
+            "algorithm": BLEND_ALGORITHM_VERSION,
+            "split": self.split,
+            "blend_order": self.blend_order,
+            "weights": self.weights,
+            "size": self.size,
+            "datasets": members,
+        }
+
+    def _build(self) -> dict[str, np.ndarray]:
+        weights = np.asarray(self.weights, dtype=np.float64)
+        live = np.flatnonzero(weights > 0)
+        if self.size is None and self.blend_order == "megatron":
+            index, sample = megatron_exhaustive_blending_indices(self.weights)
+        elif self.size is None:
+            index, sample = balanced_blending_indices(weights, None, caps=self.weights)
+        elif self.blend_order == "balanced":
+            index, sample = balanced_blending_indices(weights, self.size)
+        elif len(live) == len(weights):  # Megatron: normalized once, then the helper
+            index, sample = megatron_blending_indices(weights, self.size, normalize=False)
+        else:  # Megatron's blend of the datasets with weight > 0 (normalized again)
+            index, sample = megatron_blending_indices(weights[live], self.size)
+            index = live.astype(index.dtype)[index]
+        counts = blend_counts(index, len(self.datasets))
+        return {"dataset_index": index, "dataset_sample_index": sample, "dataset_counts": counts}
+
+    def _load_indices(self) -> None:
+        directory = getattr(self.config, "path_to_cache", None)
+        description = self.description() if directory is not None else None
+        if directory is not None and description is None:
+            warnings.warn(
+                "path_to_cache: a blended dataset has no description(); its indices are "
+                "built in memory, not cached",
+                stacklevel=3,
+            )
+            directory = None
+        arrays = load_or_build(
+            directory, description or {}, self.split, self._build, names=BLEND_ARRAYS
+        )
+        self._set_arrays(arrays)
+
+    def _set_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        self._arrays = arrays  # memory maps stay here (pickled as file names)
+        self.dataset_index = np.asarray(arrays["dataset_index"])
+        self.dataset_sample_index = np.asarray(arrays["dataset_sample_index"])
+        counts = np.asarray(arrays["dataset_counts"])
+        for j, (count, dataset) in enumerate(zip(counts.tolist(), self.datasets)):
+            if count > len(dataset):
+                raise DataError(
+                    f"weights: the {self.split} blend asks {count} samples of dataset {j} "
+                    f"({type(dataset).__name__}, {len(dataset)} samples); raise "
+                    "mid_level_dataset_surplus (e.g. two- or ten-fold, from "
+                    f"{getattr(self.config, 'mid_level_dataset_surplus', '?')}) or size "
+                    "the members larger"
+                )
+
+    # -- samples ------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.dataset_index)
+
+    def _positions(self, indices: object) -> np.ndarray:
+        positions = np.asarray(indices)
+        if positions.ndim != 1:
+            positions = positions.reshape(-1)
+        if positions.size and positions.dtype.kind not in "iu":
+            raise IndexError(f"sample indices must be integers, got {positions.dtype}")
+        positions = positions.astype(np.int64, copy=False)
+        size = len(self)
+        if positions.size:
+            if int(positions.min()) < 0:
+                positions = np.where(positions < 0, positions + size, positions)
+            low, high = int(positions.min()), int(positions.max())
+            if low < 0 or high >= size:
+                raise IndexError(f"sample index out of range [0, {size}) ({self.split})")
+        return positions
+
+    def __getitem__(self, index: int) -> dict:
+        """``{"dataset_id": j, **datasets[j][k]}`` (Megatron's keys and order)."""
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"sample index must be an int, got {type(index).__name__}")
+        position = int(self._positions([index])[0])
+        dataset_id = self.dataset_index[position]
+        sample_id = int(self.dataset_sample_index[position])
+        return {"dataset_id": dataset_id, **self.datasets[int(dataset_id)][sample_id]}
+
+    def __getitems__(self, indices) -> dict[str, np.ndarray]:
+        """The samples at ``indices`` (B positions), stacked: ``dataset_id`` int16 [B] and
+        every member key with a leading batch axis. One ``__getitems__`` call per member
+        read (members without one are read sample by sample and stacked)."""
+        positions = self._positions(indices)
+        ids = self.dataset_index[positions]
+        samples = self.dataset_sample_index[positions]
+        order = np.argsort(ids, kind="stable")  # grouped by member, batch order inside
+        counts = np.bincount(ids, minlength=len(self.datasets))
+        ends = np.cumsum(counts).tolist()
+        parts = []
+        for member in np.flatnonzero(counts).tolist():
+            where = order[ends[member] - counts[member] : ends[member]]
+            parts.append((where, self._read(member, samples[where])))
+        batch = {"dataset_id": ids}
+        if not parts:
+            return batch
+        keys = list(parts[0][1])
+        for _, part in parts[1:]:
+            if list(part) != keys:
+                raise DataError(
+                    f"datasets: members return different keys ({keys} and {list(part)})"
+                )
+        if len(parts) == 1:  # one member: its batch is already in order
+            batch.update(parts[0][1])
+            return batch
+        for key in keys:
+            first = np.asarray(parts[0][1][key])
+            dtype = np.result_type(*(np.asarray(part[key]).dtype for _, part in parts))
+            out = np.empty((len(ids),) + first.shape[1:], dtype=dtype)
+            for where, part in parts:
+                out[where] = part[key]
+            batch[key] = out
+        return batch
+
+    def _read(self, member: int, samples: np.ndarray) -> dict:
+        dataset = self.datasets[member]
+        getitems = getattr(dataset, "__getitems__", None)
+        if getitems is not None:
+            return getitems(samples)
+        rows = [dataset[int(k)] for k in samples]
+        return {key: np.stack([np.asarray(row[key]) for row in rows]) for key in rows[0]}
+
+    # -- pickling (workers): memory-mapped indices travel as file names -------------
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_arrays"] = {
+            name: ("mmap", array.filename) if isinstance(array, np.memmap) else array
+            for name, array in self._arrays.items()
+        }
+        state.pop("dataset_index", None)
+        state.pop("dataset_sample_index", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        arrays = {
+            name: np.load(value[1], mmap_mode="r") if isinstance(value, tuple) else value
+            for name, value in state.pop("_arrays").items()
+        }
+        self.__dict__.update(state)
+        self._arrays = arrays
+        self.dataset_index = np.asarray(arrays["dataset_index"])
+        self.dataset_sample_index = np.asarray(arrays["dataset_sample_index"])
+
+    def __repr__(self) -> str:
+        weights = [round(w, 6) if isinstance(w, float) else w for w in self.weights]
+        members = ", ".join(repr(dataset) for dataset in self.datasets)
+        return (
+            f"BlendedDataset(split={self.split!r}, size={len(self)}, "
+            f"order={self.blend_order!r}, weights={weights}, datasets=[{members}])"
+        )

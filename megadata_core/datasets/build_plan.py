@@ -1,0 +1,163 @@
+"""The plan of ``build_datasets``: which GPTDatasets to build and how each split is made
+of them, from the config and the sizes alone (no file is read here).
+
+:func:`plan_blend` (``config.blend`` + ``config.split``) and :func:`plan_blend_per_split`
+return one :class:`Recipe` (or None) per split, as megatron-core 0.16.1's
+``BlendedMegatronDatasetBuilder._build_blended_dataset_splits`` decides: a single prefix
+without weights is the GPTDataset itself; a weighted blend asks dataset j for
+``ceil(ceil(size * w_j) * (1 + surplus))`` samples and holds ``sum_j ceil(size * w_j)``;
+an unweighted blend builds one epoch of every dataset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
+from megadata_core.errors import DataError
+from megadata_core.indices import splits
+
+VALID = SPLIT_NAMES.index("valid")
+WHOLE = (0.0, 1.0)  # a whole corpus (blend_per_split)
+Sizes = tuple[int | None, int | None, int | None]  # samples per split: train, valid, test
+Matrix = Sequence[tuple[float, float] | None]  # (begin, end) fractions per split
+
+
+@dataclass(frozen=True)
+class Job:
+    """One GPTDataset to build: the documents ``bookend`` of ``prefix`` for ``split``."""
+
+    prefix: str
+    split: str
+    bookend: tuple[float, float]
+    num_samples: int | None
+
+
+@dataclass
+class Recipe:
+    """How one split is made from built GPTDatasets.
+
+    ``kind``: "single" (``jobs[0]`` itself), "list" (the datasets as a list) or "blend"
+    (a BlendedDataset with ``weights`` and ``size``; weights None = by dataset lengths,
+    then ``size`` is the cap, None for exhaustive).
+    """
+
+    kind: str
+    jobs: list[Job]
+    field: str
+    weights: list[float] | None = None
+    size: int | None = None
+
+
+def check_sizes(sizes: object) -> Sizes:
+    """``sizes`` as a (train, valid, test) tuple of ints >= 0 or None."""
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
+        raise DataError(f"sizes: {sizes!r} is not a sequence of 3 sample counts")
+    if len(sizes) != len(SPLIT_NAMES):
+        raise DataError(f"sizes: {len(sizes)} entries ({sizes!r}), expected one per split "
+                        f"{SPLIT_NAMES}")
+    checked = []
+    for name, size in zip(SPLIT_NAMES, sizes):
+        if size is not None:
+            if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)):
+                raise DataError(f"sizes[{name}]: {size!r} is not an integer or None")
+            if size < 0:
+                raise DataError(f"sizes[{name}]: {size} must be >= 0")
+            size = int(size)
+        checked.append(size)
+    return tuple(checked)
+
+
+def _weighted_size_error(field: str, name: str) -> DataError:
+    return DataError(
+        f"sizes[{name}]: None, but {field} has weights. Megatron apportions a weighted blend "
+        f"as ceil(size * weight) samples per dataset, so it needs a size (it raises 'Using "
+        f"client-specified weights requires client-specified size'); give a size, or drop "
+        f"the weights to blend one epoch of every dataset in proportion to its length"
+    )
+
+
+def _weighted_blend(
+    field: str,
+    prefixes: Sequence[str],
+    weights: list[float],
+    matrix: Matrix,
+    sizes: Sequence[int | None],
+    surplus: float,
+) -> list[Recipe | None]:
+    """Recipes of the splits of a weighted blend (every split in ``matrix`` not None)."""
+    for bookend, size, name in zip(matrix, sizes, SPLIT_NAMES):
+        if bookend is not None and size is None:
+            raise _weighted_size_error(field, name)
+    targets = splits.samples_per_dataset(weights, sizes)
+    buffers = splits.samples_per_dataset(weights, sizes, surplus)
+    recipes: list[Recipe | None] = []
+    for s, (bookend, name) in enumerate(zip(matrix, SPLIT_NAMES)):
+        if bookend is None:
+            recipes.append(None)
+            continue
+        jobs = [Job(p, name, bookend, buffer[s]) for p, buffer in zip(prefixes, buffers)]
+        size = sum(target[s] for target in targets)
+        recipes.append(Recipe("blend", jobs, field, weights, size))
+    return recipes
+
+
+def plan_blend(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
+    """Recipes of the three splits of ``config.blend`` with ``config.split``."""
+    prefixes, weights = config.blend
+    matrix = config.split_matrix
+    if weights is None:
+        if len(prefixes) == 1:
+            return [
+                None if bookend is None else Recipe(
+                    "single", [Job(prefixes[0], name, bookend, size)], "blend"
+                )
+                for bookend, name, size in zip(matrix, SPLIT_NAMES, sizes)
+            ]
+        return [
+            None if bookend is None else Recipe(
+                "blend", [Job(p, name, bookend, None) for p in prefixes], "blend", None, size
+            )
+            for bookend, name, size in zip(matrix, SPLIT_NAMES, sizes)
+        ]
+    weights = splits.normalize_weights(weights, "blend weights")
+    return _weighted_blend(
+        "blend", prefixes, weights, matrix, sizes, config.mid_level_dataset_surplus
+    )
+
+
+def plan_blend_per_split(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
+    """Recipes of ``config.blend_per_split``: each split over whole corpora."""
+    recipes: list[Recipe | None] = []
+    for s, (blend, name, size) in enumerate(zip(config.blend_per_split, SPLIT_NAMES, sizes)):
+        field = f"blend_per_split[{name}]"
+        if blend is None:
+            recipes.append(None)
+            continue
+        prefixes, weights = blend
+        if len(prefixes) == 1:
+            recipes.append(Recipe("single", [Job(prefixes[0], name, WHOLE, size)], field))
+        elif config.multiple_validation_sets and s == VALID:
+            if config.full_validation and size is not None:
+                raise DataError(
+                    f"sizes[valid]: {size}, but full_validation with multiple_validation_sets "
+                    "builds one full epoch of every validation set: give None"
+                )
+            recipes.append(Recipe("list", [Job(p, name, WHOLE, size) for p in prefixes], field))
+        elif weights is None:
+            jobs = [Job(p, name, WHOLE, None) for p in prefixes]
+            recipes.append(Recipe("blend", jobs, field, None, size))
+        else:
+            weights = splits.normalize_weights(weights, f"{field} weights")
+            spoof_matrix = [WHOLE if k == s else None for k in range(len(SPLIT_NAMES))]
+            spoof_sizes = [size if k == s else 0 for k in range(len(SPLIT_NAMES))]
+            recipes.append(
+                _weighted_blend(
+                    field, prefixes, weights, spoof_matrix, spoof_sizes,
+                    config.mid_level_dataset_surplus,
+                )[s]
+            )
+    return recipes
