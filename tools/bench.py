@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from absl import app, flags
+from bench_blend import suite_blend
+from bench_builder import suite_builder
 from bench_gpt import suite_gpt
 
 FLAGS = flags.FLAGS
@@ -636,6 +638,8 @@ def suite_format(bench: Bench) -> None:
 SUITES: dict[str, Callable[[Bench], None]] = {
     "format": suite_format,
     "gpt": suite_gpt,
+    "builder": suite_builder,
+    "blend": suite_blend,
 }
 
 

@@ -65,3 +65,43 @@ def test_bench_gpt_smoke(tmp_path):
     assert "note: build plan: " in out and "separate_final_epoch=True" in out
     assert "check " in out and ": NO" not in out
     assert os.listdir(tmp_path) == [], "the scratch directory was not cleaned up"
+
+
+def test_bench_builder_smoke(tmp_path):
+    command = [sys.executable, str(ROOT / "tools" / "bench.py"), "builder",
+               "--scale", "0.01", "--repeats", "1", "--workdir", str(tmp_path)]
+    process = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert process.returncode == 0, process.stdout + process.stderr
+    out = process.stdout
+    assert "suite builder: scale 0.01" in out
+    for metric in (
+        "builder cold start, fresh cache, 10 prefixes x 200 docs (s)",
+        "builder warm start, cache hit, 10 prefixes x 200 docs (s)",
+    ):
+        assert metric in out, f"missing row {metric!r}:\n{out}"
+    assert "check builder: " in out and ": NO" not in out
+    assert os.listdir(tmp_path) == [], "the scratch directory was not cleaned up"
+
+
+def test_bench_blend_smoke(tmp_path):
+    command = [sys.executable, str(ROOT / "tools" / "bench.py"), "blend",
+               "--scale", "0.01", "--repeats", "1", "--workdir", str(tmp_path)]
+    process = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert process.returncode == 0, process.stdout + process.stderr
+    out = process.stdout
+    assert "suite blend: scale 0.01" in out
+    for metric in (
+        "balanced order vs Megatron build_blending_indices, 0.5M samples, 4 datasets (s)",
+        "megatron order vs Megatron build_blending_indices, 0.5M samples, 4 datasets (s)",
+    ):
+        assert metric in out, f"missing row {metric!r}:\n{out}"
+    assert "check megatron order equals Megatron's values: yes" in out
+    assert "check balanced order max prefix deviation < 1: yes" in out
+    assert ": NO" not in out and "note: max prefix deviation" in out
+    assert os.listdir(tmp_path) == [], "the scratch directory was not cleaned up"

@@ -1,0 +1,106 @@
+"""tools/build_index.py and the configs: plan, build, table, and one-line errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import megadata_core as mdc
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+from data_config import to_gpt_config  # noqa: E402
+
+
+@pytest.fixture()
+def corpora(tmp_path):
+    rng = np.random.default_rng(0)
+    for name in "ab":
+        with mdc.IndexedDatasetWriter(str(tmp_path / name), np.uint16) as writer:
+            lengths = rng.integers(5, 200, 300)
+            tokens = rng.integers(1, 1000, int(lengths.sum()))
+            tokens[np.cumsum(lengths) - 1] = 0
+            writer.add_documents(tokens, lengths)
+    config = tmp_path / "config.py"
+    config.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT / 'tools')!r})\n"
+        "from data_config import base_config\n\n"
+        "def get_config():\n"
+        "    c = base_config()\n"
+        f"    c.data_path = '0.7 {tmp_path / 'a'} 0.3 {tmp_path / 'b'}'\n"
+        "    c.split = '90,8,2'\n"
+        "    c.sequence_length = 64\n"
+        "    c.eod_id = 0\n"
+        f"    c.path_to_cache = {str(tmp_path / 'cache')!r}\n"
+        "    c.train_samples, c.valid_samples, c.test_samples = 2000, 100, 50\n"
+        "    return c\n"
+    )
+    return tmp_path, config
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(ROOT / "tools" / "build_index.py"), "--noprogress", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def test_dry_run_prints_the_plan_and_builds_nothing(corpora):
+    root, config = corpora
+    result = _run(f"--config={config}", "--dry_run")
+    assert result.returncode == 0, result.stderr
+    assert "train: blend, 2,000 samples" in result.stdout
+    assert "weight 0.7000, 1,407 samples" in result.stdout  # ceil(ceil(2000*0.7)*1.005)
+    assert not (root / "cache").exists()
+
+
+def test_build_fills_the_cache_and_prints_tables(corpora):
+    root, config = corpora
+    result = _run(f"--config={config}", "--config.sequence_length=32")
+    assert result.returncode == 0, result.stderr
+    for split in ("train: 2,000 samples", "valid: 100 samples", "test: 50 samples"):
+        assert split in result.stdout
+    assert "realized" in result.stdout and "0.7000" in result.stdout
+    assert any(name.endswith(".npy") for name in (p.name for p in (root / "cache").iterdir()))
+    again = _run(f"--config={config}", "--config.sequence_length=32")
+    assert again.stdout.split("\n", 1)[1] == result.stdout.split("\n", 1)[1]
+
+
+def test_megatron_flags_override_the_blend(corpora):
+    root, config = corpora
+    result = _run(f"--config={config}", f"--data_path={root / 'b'}", "--split=1", "--dry_run")
+    assert result.returncode == 0, result.stderr
+    assert "train: single" in result.stdout and str(root / "a") not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("--split=1,2,3,4", "split: '1,2,3,4'"),
+        ("--split=0,0,0", "split"),
+        ("--data_path=0.5 {root}/a 0.5 {root}/missing", "missing"),
+        ("--data_path=-1 {root}/a 2 {root}/b", "weights"),
+    ],
+)
+def test_bad_config_is_one_line_and_exit_1(corpora, flag, message):
+    root, config = corpora
+    result = _run(f"--config={config}", flag.format(root=root))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("name", ["single_corpus", "weighted_blend", "blend_per_split", "demo"])
+def test_shipped_configs_convert(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "configs" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config, sizes, extras = to_gpt_config(module.get_config())
+    assert isinstance(config, mdc.GPTDataConfig) and len(sizes) == 3
+    assert (config.blend is None) != (config.blend_per_split is None)
+    assert extras["mock"] is False

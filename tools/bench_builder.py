@@ -1,0 +1,271 @@
+"""The ``builder`` suite of tools/bench.py: build_datasets beside megatron-core's
+BlendedMegatronDatasetBuilder, for a blend of many small corpora.
+
+Usage::
+
+    python tools/bench.py builder                            # full run: 1,000 prefixes
+    python tools/bench.py builder --scale 0.01 --repeats 1   # smoke run (10 prefixes)
+
+Setup: ``1000 x scale`` corpora of 200 documents each (lognormal lengths, mean ~200
+tokens, uint16), one weighted blend over all of them (random weights), split
+``"98,2,0"``, S = 256, sizes ``[150 N, 10 N, 0]`` (about one epoch of every corpus),
+``mid_level_dataset_surplus=0.05`` (Megatron's 0.005 lets this many tiny valid members
+be oversampled, which it rejects). A two-corpus build on each side first pays the
+one-time costs (imports, compiled helpers) outside the timings.
+
+Items:
+
+* ``cold``: the whole build with a fresh cache directory on each run (every index is
+  built and written; both sides also open every corpus). Megatron runs with a one-rank
+  gloo process group, as in training (its BlendedDataset cache needs torch.distributed).
+* ``warm``: the same build again on the cache the cold run left (both load from it).
+
+Checks: the lengths of every split and member dataset are equal, and the blend's
+``dataset_index`` / ``dataset_sample_index`` are equal (``blend_order="megatron"``).
+The suite reaches tools/bench.py only through the ``Bench`` object it is given.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+
+DOCUMENTS = 200
+MEAN_LENGTH = 200
+SEQUENCE = 256
+SPLIT = "98,2,0"
+SEED = 1234
+SURPLUS = 0.05
+BLEND_ORDER = "megatron"
+EOD = 0
+VOCAB = 50_000
+
+
+def progress(message: str) -> None:
+    print(f"  .. {message}", file=sys.stderr, flush=True)
+
+
+def median(values: list) -> float | None:
+    values = [value for value in values if value is not None]
+    return statistics.median(values) if values else None
+
+
+def write_corpora(directory: str, count: int, rng: np.random.Generator) -> list[str]:
+    """``count`` small uint16 corpora (one sequence per document, each ending in EOD)."""
+    import megadata_core as mdc
+
+    prefixes = []
+    mu = np.log(MEAN_LENGTH) - 0.5
+    for number in range(count):
+        lengths = np.maximum(2, rng.lognormal(mu, 1.0, DOCUMENTS)).astype(np.int64)
+        tokens = rng.integers(1, VOCAB, int(lengths.sum()), dtype=np.uint16)
+        tokens[np.cumsum(lengths) - 1] = EOD
+        prefix = os.path.join(directory, f"corpus_{number:05d}")
+        with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
+            writer.add_document(tokens, lengths.tolist())
+        prefixes.append(prefix)
+    return prefixes
+
+
+class _Tokenizer:
+    """What megatron's GPTDataset reads from a tokenizer."""
+
+    eod = EOD
+    vocab_size = VOCAB
+    unique_identifiers = {"class": "bench_builder._Tokenizer", "eod": EOD}
+
+
+def import_megatron(workdir: str):
+    """(builder class, GPTDataset, GPTDatasetConfig), with a one-rank process group; or
+    None when megatron-core is not installed."""
+    logging.getLogger("megatron").setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import torch
+            import torch.distributed as dist
+            from megatron.core.datasets.blended_megatron_dataset_builder import (
+                BlendedMegatronDatasetBuilder,
+            )
+            from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+    except ImportError:
+        return None
+    torch.set_num_threads(1)
+    if not dist.is_initialized():
+        store = os.path.join(workdir, "process_group")
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    return BlendedMegatronDatasetBuilder, GPTDataset, GPTDatasetConfig
+
+
+def megatron_build(megatron, blend, sizes, cache: str):
+    builder, gpt, config_class = megatron
+    config = config_class(
+        random_seed=SEED,
+        sequence_length=SEQUENCE,
+        blend=blend,
+        split=SPLIT,
+        mid_level_dataset_surplus=SURPLUS,
+        path_to_cache=cache,
+        tokenizer=_Tokenizer(),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=False,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return builder(gpt, list(sizes), lambda: True, config).build()
+
+
+def ours_build(blend, sizes, cache: str):
+    import megadata_core as mdc
+    from megadata_core.datasets.builder import build_datasets
+
+    config = mdc.GPTDataConfig(
+        random_seed=SEED,
+        sequence_length=SEQUENCE,
+        blend=blend,
+        split=SPLIT,
+        mid_level_dataset_surplus=SURPLUS,
+        path_to_cache=cache,
+        eod_id=EOD,
+        create_attention_mask=False,
+        blend_order=BLEND_ORDER,
+    )
+    return build_datasets(config, sizes)
+
+
+def _timed(function):
+    gc.collect()
+    start = time.perf_counter()
+    result = function()
+    return time.perf_counter() - start, result
+
+
+def _same(ours, theirs) -> tuple[bool, str]:
+    """Lengths of every split and member, and the blend indices, equal."""
+    for name, mine, reference in zip(("train", "valid", "test"), ours, theirs):
+        if (mine is None) != (reference is None):
+            return False, f"{name}: built on one side only"
+        if mine is None:
+            continue
+        if len(mine) != len(reference):
+            return False, f"{name}: {len(mine)} != {len(reference)} samples"
+        members = [len(d) for d in mine.datasets], [len(d) for d in reference.datasets]
+        if members[0] != members[1]:
+            return False, f"{name}: member lengths differ"
+        if not np.array_equal(mine.dataset_index, reference.dataset_index) or not (
+            np.array_equal(mine.dataset_sample_index, reference.dataset_sample_index)
+        ):
+            return False, f"{name}: blend indices differ"
+    return True, ""
+
+
+class BlendTimer:
+    """Seconds spent in a BlendedDataset's index build/load (a method patched with a
+    timing wrapper while the context is open), to tell the builder's own cost apart."""
+
+    def __init__(self, cls, method: str) -> None:
+        self.cls, self.method, self.seconds = cls, method, 0.0
+
+    def __enter__(self) -> BlendTimer:
+        original = self.original = getattr(self.cls, self.method)
+        timer = self
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                timer.seconds += time.perf_counter() - start
+
+        setattr(self.cls, self.method, timed)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        setattr(self.cls, self.method, self.original)
+
+
+def _blend_timer(side: str) -> BlendTimer:
+    if side == "ours":
+        from megadata_core.datasets.blended_dataset import BlendedDataset
+
+        return BlendTimer(BlendedDataset, "_load_indices")
+    from megatron.core.datasets.blended_dataset import BlendedDataset
+
+    return BlendTimer(BlendedDataset, "_build_indices")
+
+
+def suite_builder(bench) -> None:
+    """Startup of a blend of many small corpora: cold (fresh cache) and warm (cache hit)."""
+    count = bench.scaled(1000)
+    rng = np.random.default_rng(bench.seed)
+    data = bench.path("corpora", "x")
+    progress(f"builder: writing {count:,} corpora of {DOCUMENTS} documents")
+    prefixes = write_corpora(os.path.dirname(data), count, rng)
+    weights = rng.lognormal(0.0, 1.0, count).tolist()
+    blend = (prefixes, weights)
+    sizes = [150 * count, 10 * count, 0]
+    megatron = import_megatron(bench.workdir)
+    if megatron is None:
+        bench.note("megatron-core is not installed: its column is n/a.")
+    sides = {"ours": lambda cache: ours_build(blend, sizes, cache)}
+    if megatron is not None:
+        sides["megatron"] = lambda cache: megatron_build(megatron, blend, sizes, cache)
+    warmup = {"ours": ours_build, "megatron": lambda *a: megatron_build(megatron, *a)}
+    for side in sides:
+        cache = tempfile.mkdtemp(prefix=f"warmup_{side}_", dir=bench.workdir)
+        warmup[side]((prefixes[:2], weights[:2]), [300, 20, 0], cache)
+        shutil.rmtree(cache, ignore_errors=True)
+    times = {kind: {side: [] for side in sides} for kind in ("cold", "members", "warm")}
+    last: dict[str, object] = {}
+    for repeat in range(bench.repeats):
+        order = list(sides) if repeat % 2 == 0 else list(reversed(sides))
+        for side in order:
+            cache = tempfile.mkdtemp(prefix=f"cache_{side}_", dir=bench.workdir)
+            progress(f"builder: {side} cold build {repeat + 1}/{bench.repeats}")
+            with _blend_timer(side) as blending:
+                seconds, last[side] = _timed(lambda s=side, c=cache: sides[s](c))
+            times["cold"][side].append(seconds)
+            times["members"][side].append(seconds - blending.seconds)
+            if bench.wants("warm"):
+                progress(f"builder: {side} warm build {repeat + 1}/{bench.repeats}")
+                seconds, last[side] = _timed(lambda s=side, c=cache: sides[s](c))
+                times["warm"][side].append(seconds)
+            shutil.rmtree(cache, ignore_errors=True)
+    label = f"{count:,} prefixes x {DOCUMENTS} docs"
+    rows = [("cold", f"builder cold start, fresh cache, {label}"),
+            ("members", f"builder cold start without the blend indices, {label}"),
+            ("warm", f"builder warm start, cache hit, {label}")]
+    for kind, metric in rows:
+        if kind != "warm" or bench.wants("warm"):
+            bench.row(metric, "s", "lower", median(times[kind]["ours"]),
+                      median(times[kind].get("megatron", [])), bench.repeats)
+    if "megatron" in last:
+        ok, detail = _same(last["ours"], last["megatron"])
+        bench.check("builder: split lengths, member lengths and blend indices equal", ok, detail)
+        per_prefix = median(times["cold"]["megatron"]) / count * 1000
+        bench.note(f"builder: megatron-core cold start costs {per_prefix:.2f} ms per prefix here "
+                   "(local disk, one rank)")
+    else:
+        bench.check("builder: split lengths equal", None, "megatron-core not installed")
+    blend_seconds = {side: median([c - m for c, m in zip(times["cold"][side],
+                                                        times["members"][side])])
+                     for side in sides}
+    bench.note("builder: blend indices (BlendedDataset build, cold): " + ", ".join(
+        f"{side} {seconds:.3f} s" for side, seconds in blend_seconds.items()))
+    bench.note("builder: 'without the blend indices' = the cold start minus the time in the "
+               "BlendedDatasets' index build (ours: BlendedDataset._load_indices, megatron: "
+               "BlendedDataset._build_indices): opening the corpora and every member index")
+    bench.note(f"builder: blend of {count:,} corpora, weights lognormal, split {SPLIT!r}, "
+               f"S={SEQUENCE}, sizes {sizes}, blend_order={BLEND_ORDER!r}, "
+               f"{os.cpu_count()} CPUs")

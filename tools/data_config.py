@@ -1,0 +1,68 @@
+"""ml_collections data configs -> megadata's GPTDataConfig and split sizes.
+
+The core takes a frozen GPTDataConfig; configs for programs (``configs/*.py``) are
+ml_collections ConfigDicts with Megatron's data arguments. This module is the one place
+that converts between them, so the core never imports ml_collections.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import ml_collections
+
+from megadata_core import GPTDataConfig
+from megadata_core.datasets.blend_args import blend_from_args
+
+#: Megatron-LM's data arguments (``--data-path`` etc.) as ConfigDict fields.
+BLEND_FIELDS = (
+    "data_path",
+    "data_args_path",
+    "split",
+    "train_data_path",
+    "valid_data_path",
+    "test_data_path",
+    "per_split_data_args_path",
+)
+SIZE_FIELDS = ("train_samples", "valid_samples", "test_samples")
+_GPT_FIELDS = {field.name for field in dataclasses.fields(GPTDataConfig)} - {
+    "blend",
+    "blend_per_split",
+    "split",
+}
+
+
+def base_config() -> ml_collections.ConfigDict:
+    """Every field with its default; configs/*.py start from this and set what differs."""
+    placeholder = ml_collections.config_dict.placeholder
+    config = ml_collections.ConfigDict()
+    for name in BLEND_FIELDS:
+        config[name] = placeholder(str)
+    for name in SIZE_FIELDS:
+        config[name] = placeholder(int)
+    defaults = GPTDataConfig(random_seed=1234, sequence_length=4096)
+    for name in sorted(_GPT_FIELDS):
+        value = getattr(defaults, name)
+        config[name] = value if value is not None else placeholder(_field_type(name))
+    config.mock = False
+    config.vocab_size = placeholder(int)
+    return config
+
+
+def _field_type(name: str) -> type:
+    return {"path_to_cache": str, "eod_id": int}.get(name, str)
+
+
+def to_gpt_config(config: ml_collections.ConfigDict) -> tuple[GPTDataConfig, list, dict]:
+    """``(GPTDataConfig, sizes [train, valid, test], extras {"mock", "vocab_size"})``.
+
+    Blend fields use Megatron's command-line forms (``data_path = "0.3 /a 0.7 /b"``,
+    per-split paths, a data-args file); unknown fields are a DataError from the core.
+    """
+    values: dict[str, Any] = config.to_dict()
+    blend = blend_from_args(**{name: values.pop(name, None) for name in BLEND_FIELDS})
+    sizes = [values.pop(name, None) for name in SIZE_FIELDS]
+    extras = {"mock": bool(values.pop("mock", False)), "vocab_size": values.pop("vocab_size", None)}
+    gpt = GPTDataConfig(**blend, **values)
+    return gpt, sizes, extras
