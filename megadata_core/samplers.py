@@ -35,35 +35,22 @@ torchdata's ``StatefulDataLoader`` (see each class for what counts as handed out
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
+from megadata_core.checks import check_int
 from megadata_core.errors import DataError
 
 __all__ = ["PretrainingSampler", "RandomSampler", "epoch_rng"]
 
 
-def _int(field: str, value: object, minimum: int | None = None) -> int:
-    """``value`` as a Python int (bools and floats refused), or DataError naming ``field``."""
-    if isinstance(value, (bool, np.bool_, float, np.floating)):
-        raise DataError(f"{field}: {value!r} is not an integer")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise DataError(f"{field}: {value!r} is not an integer") from None
-    if minimum is not None and number < minimum:
-        raise DataError(f"{field}: {number} must be >= {minimum}")
-    return number
-
-
 def _check_dp(micro_batch_size: object, rank: object, size: object) -> tuple[int, int, int]:
     """Validated ``(micro_batch_size, data_parallel_rank, data_parallel_size)``."""
-    mbs = _int("micro_batch_size", micro_batch_size, minimum=1)
-    dp_size = _int("data_parallel_size", size, minimum=1)
-    dp_rank = _int("data_parallel_rank", rank, minimum=0)
+    mbs = check_int("micro_batch_size", micro_batch_size, minimum=1)
+    dp_size = check_int("data_parallel_size", size, minimum=1)
+    dp_rank = check_int("data_parallel_rank", rank, minimum=0)
     if dp_rank >= dp_size:
         raise DataError(
             f"data_parallel_rank: {dp_rank} must be smaller than data_parallel_size {dp_size}"
@@ -71,19 +58,16 @@ def _check_dp(micro_batch_size: object, rank: object, size: object) -> tuple[int
     return mbs, dp_rank, dp_size
 
 
-def _check_state(
-    state: Mapping[str, Any], expected: Mapping[str, Any], kind: str
-) -> int:
+def _check_state(state: Mapping[str, Any], expected: Mapping[str, Any], kind: str) -> int:
     """Check a state dict against this sampler's config; return its consumed_samples."""
     if not isinstance(state, Mapping) or "consumed_samples" not in state:
         raise DataError(f"state: expected a mapping with 'consumed_samples', got {state!r}")
     for field, value in expected.items():
         if field in state and state[field] != value:
             raise DataError(
-                f"state: {field} is {state[field]!r} in the state but {value!r} in this "
-                f"{kind}"
+                f"state: {field} is {state[field]!r} in the state but {value!r} in this {kind}"
             )
-    return _int("consumed_samples", state["consumed_samples"], minimum=0)
+    return check_int("consumed_samples", state["consumed_samples"], minimum=0)
 
 
 class PretrainingSampler:
@@ -140,19 +124,17 @@ class PretrainingSampler:
         data_parallel_size: int,
         drop_last: bool = True,
     ) -> None:
-        self.total_samples = _int("total_samples", total_samples, minimum=1)
+        self.total_samples = check_int("total_samples", total_samples, minimum=1)
         self.micro_batch_size, self.data_parallel_rank, self.data_parallel_size = _check_dp(
             micro_batch_size, data_parallel_rank, data_parallel_size
         )
-        self.micro_batch_times_data_parallel_size = (
-            self.micro_batch_size * self.data_parallel_size
-        )
+        self.micro_batch_times_data_parallel_size = self.micro_batch_size * self.data_parallel_size
         self.drop_last = bool(drop_last)
         self.consumed_samples = self._check_consumed(consumed_samples)
         self.samples_handed_out = 0
 
     def _check_consumed(self, consumed_samples: object) -> int:
-        consumed = _int("consumed_samples", consumed_samples, minimum=0)
+        consumed = check_int("consumed_samples", consumed_samples, minimum=0)
         if consumed >= self.total_samples:
             raise DataError(
                 f"consumed_samples: {consumed} is at or beyond the total of "
@@ -304,13 +286,11 @@ class RandomSampler:
         data_sharding: bool = True,
         seed: int = 0,
     ) -> None:
-        self.total_samples = _int("total_samples", total_samples, minimum=1)
+        self.total_samples = check_int("total_samples", total_samples, minimum=1)
         self.micro_batch_size, self.data_parallel_rank, self.data_parallel_size = _check_dp(
             micro_batch_size, data_parallel_rank, data_parallel_size
         )
-        self.micro_batch_times_data_parallel_size = (
-            self.micro_batch_size * self.data_parallel_size
-        )
+        self.micro_batch_times_data_parallel_size = self.micro_batch_size * self.data_parallel_size
         self.last_batch_size = self.total_samples % self.micro_batch_times_data_parallel_size
         self.active_total_samples = self.total_samples - self.last_batch_size
         if self.active_total_samples == 0:
@@ -320,13 +300,13 @@ class RandomSampler:
                 f"{self.data_parallel_size} = {self.micro_batch_times_data_parallel_size})"
             )
         self.data_sharding = bool(data_sharding)
-        self.seed = _int("seed", seed, minimum=0)
+        self.seed = check_int("seed", seed, minimum=0)
         self.consumed_samples = self._check_consumed(consumed_samples)
         self.initial_consumed_samples = self.consumed_samples
         self.epoch = self.consumed_samples // self.active_total_samples
 
     def _check_consumed(self, consumed_samples: object) -> int:
-        consumed = _int("consumed_samples", consumed_samples, minimum=0)
+        consumed = check_int("consumed_samples", consumed_samples, minimum=0)
         step = self.micro_batch_times_data_parallel_size
         if consumed % step:
             raise DataError(

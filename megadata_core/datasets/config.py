@@ -13,12 +13,12 @@ the builder (:mod:`megadata_core.datasets.builder`) turns them into datasets.
 from __future__ import annotations
 
 import math
-import operator
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
+from megadata_core.checks import check_int
 from megadata_core.datasets import blend_args
 from megadata_core.errors import DataError
 from megadata_core.indices import splits
@@ -38,15 +38,6 @@ _BOOL_FIELDS = (
     "multiple_validation_sets",
     "full_validation",
 )
-
-
-def _int(field: str, value: object) -> int:
-    if isinstance(value, (bool, np.bool_, float, np.floating)):
-        raise DataError(f"{field}: {value!r} is not an integer")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise DataError(f"{field}: {value!r} is not an integer") from None
 
 
 def _bool(field: str, value: object) -> bool:
@@ -143,11 +134,11 @@ class GPTDataConfig:
         def put(name: str, value: object) -> None:
             object.__setattr__(self, name, value)
 
-        seed = _int("random_seed", self.random_seed)
+        seed = check_int("random_seed", self.random_seed)
         if not 0 <= seed < 1 << 32:
             raise DataError(f"random_seed: {seed} must be in [0, 2**32)")
         put("random_seed", seed)
-        length = _int("sequence_length", self.sequence_length)
+        length = check_int("sequence_length", self.sequence_length)
         if length <= 0:
             raise DataError(f"sequence_length: {length} must be > 0")
         put("sequence_length", length)
@@ -165,8 +156,8 @@ class GPTDataConfig:
             raise DataError(f"mid_level_dataset_surplus: {surplus!r} must be finite and >= 0")
         put("mid_level_dataset_surplus", float(surplus))
         if self.eod_id is not None:
-            put("eod_id", _int("eod_id", self.eod_id))
-        pad = _int("pad_id", self.pad_id)
+            put("eod_id", check_int("eod_id", self.eod_id))
+        pad = check_int("pad_id", self.pad_id)
         if not -(1 << 63) <= pad < 1 << 63:
             raise DataError(f"pad_id: {pad} does not fit int64")
         put("pad_id", pad)

@@ -15,18 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from megadata_core.checks import check_int
 from megadata_core.errors import DataError
 
 __all__ = ["context_parallel_slice", "context_parallel_positions"]
-
-
-def _int(field: str, value: object) -> int:
-    if isinstance(value, (bool, np.bool_, float, np.floating)):
-        raise DataError(f"{field}: {value!r} is not an integer")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise DataError(f"{field}: {value!r} is not an integer") from None
 
 
 def context_parallel_positions(sequence_length: int, cp_rank: int, cp_size: int) -> np.ndarray:
@@ -39,9 +31,9 @@ def context_parallel_positions(sequence_length: int, cp_rank: int, cp_size: int)
         DataError: ``cp_size < 1``, ``cp_rank`` outside ``[0, cp_size)``, or
             ``sequence_length`` not divisible by ``2·cp_size``.
     """
-    cp_size = _int("cp_size", cp_size)
-    cp_rank = _int("cp_rank", cp_rank)
-    sequence_length = _int("sequence_length", sequence_length)
+    cp_size = check_int("cp_size", cp_size)
+    cp_rank = check_int("cp_rank", cp_rank)
+    sequence_length = check_int("sequence_length", sequence_length)
     if cp_size < 1:
         raise DataError(f"cp_size: {cp_size} must be >= 1")
     if not 0 <= cp_rank < cp_size:
@@ -101,9 +93,7 @@ def context_parallel_slice(
         array = np.asarray(value)
         axis = 2 if key == "attention_mask" else 1
         if array.ndim <= axis:
-            raise DataError(
-                f"batch[{key!r}]: shape {array.shape} has no sequence axis {axis}"
-            )
+            raise DataError(f"batch[{key!r}]: shape {array.shape} has no sequence axis {axis}")
         length = array.shape[axis]
         if length % chunks:
             raise DataError(

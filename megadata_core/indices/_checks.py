@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 
+from megadata_core.checks import check_int  # noqa: F401 (re-exported for the index functions)
 from megadata_core.errors import DataError
 
 INT32_MAX = int(np.iinfo(np.int32).max)
-
-
-def check_int(field: str, value: object, minimum: int | None = None) -> int:
-    """Return ``value`` as a Python int, or raise DataError naming ``field``."""
-    if isinstance(value, (float, np.floating)):
-        raise DataError(f"{field}: {value!r} is not an integer")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise DataError(f"{field}: {value!r} is not an integer") from None
-    if minimum is not None and number < minimum:
-        raise DataError(f"{field}: {number} must be >= {minimum}")
-    return number
 
 
 def check_int_array(field: str, values: object) -> np.ndarray:
