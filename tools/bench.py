@@ -20,7 +20,6 @@ import gc
 import glob
 import importlib.metadata
 import json
-import logging
 import multiprocessing
 import os
 import shlex
@@ -31,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -40,6 +38,7 @@ from absl import app, flags
 from bench_blend import suite_blend
 from bench_builder import suite_builder
 from bench_gpt import suite_gpt
+from peers import quiet_import
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("repeats", 5, "Repeats per measurement; the table shows medians.")
@@ -183,15 +182,8 @@ def timed(function: Callable[[], object]) -> float:
 
 def import_megatron_indexed():
     """megatron-core's indexed_dataset module, or None when it is not installed."""
-    # megatron-core logs INFO lines and warns about missing CUDA extensions on import.
-    logging.getLogger("megatron").setLevel(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from megatron.core.datasets import indexed_dataset
-    except ImportError:
-        return None
-    return indexed_dataset
+    modules = quiet_import("megatron.core.datasets.indexed_dataset")
+    return None if modules is None else modules[0]
 
 
 def version_of(distribution: str) -> str:
@@ -363,8 +355,10 @@ def _format_finalize(bench: Bench, megatron) -> None:
         bench.repeats,
     )
     bench.check("finalize: .bin and .idx byte-identical", identical)
-    bench.note("finalize goal: ours/megatron <= 0.20. Ours includes an fsync of the .idx; "
-               "Megatron's does not fsync.")
+    bench.note(
+        "finalize goal: ours/megatron <= 0.20. Ours includes an fsync of the .idx; "
+        "Megatron's does not fsync."
+    )
 
 
 # Runs in a fresh interpreter so that its peak RSS is the merge's alone.
@@ -418,7 +412,7 @@ def _merge_in_child(side: str, out_prefix: str, list_path: str) -> dict:
     )
     for line in process.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return json.loads(line[len("RESULT ") :])
     raise RuntimeError(
         f"merge child ({side}) failed with status {process.returncode}:\n{process.stderr[-4000:]}"
     )
@@ -439,8 +433,9 @@ def _format_merge(bench: Bench, megatron, repeats: int) -> None:
         first, last = part * per_part, (part + 1) * per_part
         token_start = int(ends[first - 1]) if first else 0
         prefix = bench.path("merge", "parts", f"part_{part:05d}")
-        write_raw_corpus(prefix, tokens[token_start : int(ends[last - 1])],
-                         lengths[first:last], boundaries)
+        write_raw_corpus(
+            prefix, tokens[token_start : int(ends[last - 1])], lengths[first:last], boundaries
+        )
         prefixes.append(prefix)
     del tokens, lengths, ends
     list_path = bench.path("merge", "parts.txt")
@@ -449,7 +444,9 @@ def _format_merge(bench: Bench, megatron, repeats: int) -> None:
 
     results = {}
     results["ours"], results["theirs"], identical = side_by_side(
-        bench, "merge", repeats,
+        bench,
+        "merge",
+        repeats,
         lambda prefix: _merge_in_child("ours", prefix, list_path),
         (lambda prefix: _merge_in_child("theirs", prefix, list_path)) if megatron else None,
     )
@@ -459,18 +456,35 @@ def _format_merge(bench: Bench, megatron, repeats: int) -> None:
 
     mib = 1024 * 1024
     label = f"merge {parts:,} parts x {per_part:,} seqs"
-    bench.row(f"{label}: peak RSS", "MiB", "lower",
-              stat("ours", lambda r: r["peak"] / mib),
-              stat("theirs", lambda r: r["peak"] / mib), repeats)
-    bench.row(f"{label}: peak RSS above imports", "MiB", "lower",
-              stat("ours", lambda r: (r["peak"] - r["baseline"]) / mib),
-              stat("theirs", lambda r: (r["peak"] - r["baseline"]) / mib), repeats)
-    bench.row(f"{label}: time", "s", "lower",
-              stat("ours", lambda r: r["seconds"]),
-              stat("theirs", lambda r: r["seconds"]), repeats)
+    bench.row(
+        f"{label}: peak RSS",
+        "MiB",
+        "lower",
+        stat("ours", lambda r: r["peak"] / mib),
+        stat("theirs", lambda r: r["peak"] / mib),
+        repeats,
+    )
+    bench.row(
+        f"{label}: peak RSS above imports",
+        "MiB",
+        "lower",
+        stat("ours", lambda r: (r["peak"] - r["baseline"]) / mib),
+        stat("theirs", lambda r: (r["peak"] - r["baseline"]) / mib),
+        repeats,
+    )
+    bench.row(
+        f"{label}: time",
+        "s",
+        "lower",
+        stat("ours", lambda r: r["seconds"]),
+        stat("theirs", lambda r: r["seconds"]),
+        repeats,
+    )
     bench.check("merge: .bin and .idx byte-identical", identical)
-    bench.note("merge runs each side in a fresh interpreter; peak RSS is VmHWM of that "
-               "interpreter (it includes imports: megatron-core pulls in torch).")
+    bench.note(
+        "merge runs each side in a fresh interpreter; peak RSS is VmHWM of that "
+        "interpreter (it includes imports: megatron-core pulls in torch)."
+    )
     shutil.rmtree(os.path.dirname(list_path), ignore_errors=True)
 
 
@@ -521,30 +535,77 @@ def ours_preprocess(jsonl: str, output_prefix: str, workers: int) -> str:
     return written[0][: -len(".idx")]
 
 
-_WORDS_UNICODE = ["café", "naïve", "über", "façade", "Zürich", "東京", "Привет", "ελληνικά",
-                  "señor", "😀", "résumé", "coöperate"]
+_WORDS_UNICODE = [
+    "café",
+    "naïve",
+    "über",
+    "façade",
+    "Zürich",
+    "東京",
+    "Привет",
+    "ελληνικά",
+    "señor",
+    "😀",
+    "résumé",
+    "coöperate",
+]
 
 
 def make_jsonl(path: str, documents: int, seed: int) -> int:
     """English-like documents (Zipf words, sentences, paragraphs); returns the bytes written."""
     rng = np.random.default_rng(seed)
     letters = np.array(list("etaoinshrdlcumwfgypbvkjxqz"))
-    frequency = np.array([12.7, 9.1, 8.2, 7.5, 7.0, 6.7, 6.3, 6.1, 6.0, 4.3, 4.0, 2.8, 2.8, 2.4,
-                          2.4, 2.2, 2.0, 2.0, 1.9, 1.5, 1.0, 0.8, 0.2, 0.2, 0.1, 0.1])
+    frequency = np.array(
+        [
+            12.7,
+            9.1,
+            8.2,
+            7.5,
+            7.0,
+            6.7,
+            6.3,
+            6.1,
+            6.0,
+            4.3,
+            4.0,
+            2.8,
+            2.8,
+            2.4,
+            2.4,
+            2.2,
+            2.0,
+            2.0,
+            1.9,
+            1.5,
+            1.0,
+            0.8,
+            0.2,
+            0.2,
+            0.1,
+            0.1,
+        ]
+    )
     frequency /= frequency.sum()
-    vocabulary = ["".join(rng.choice(letters, size=n, p=frequency))
-                  for n in np.clip(rng.poisson(4.5, size=5000), 1, 14)]
+    vocabulary = [
+        "".join(rng.choice(letters, size=n, p=frequency))
+        for n in np.clip(rng.poisson(4.5, size=5000), 1, 14)
+    ]
     vocabulary = ["the", "of", "and", "to", "a", "in", "is", "that"] + vocabulary + _WORDS_UNICODE
     weights = 1.0 / np.arange(1, len(vocabulary) + 1)
     weights /= weights.sum()
     sentences = []
     for _ in range(20_000):
-        words = [vocabulary[i] for i in rng.choice(len(vocabulary), size=rng.integers(4, 26),
-                                                   p=weights)]
+        words = [
+            vocabulary[i] for i in rng.choice(len(vocabulary), size=rng.integers(4, 26), p=weights)
+        ]
         if len(words) > 8 and rng.random() < 0.4:
             words[len(words) // 2] += ","
-        sentences.append(words[0].capitalize() + " " + " ".join(words[1:])
-                         + [". ", ". ", ". ", "? ", "! "][rng.integers(0, 5)])
+        sentences.append(
+            words[0].capitalize()
+            + " "
+            + " ".join(words[1:])
+            + [". ", ". ", ". ", "? ", "! "][rng.integers(0, 5)]
+        )
     counts = np.maximum(1, rng.lognormal(np.log(8) - 0.32, 0.8, size=documents).astype(int))
     picks = rng.integers(0, len(sentences), size=int(counts.sum()))
     breaks = rng.random(size=picks.size) < 0.15
@@ -568,8 +629,10 @@ def _format_preprocess(bench: Bench, megatron, repeats: int) -> None:
     documents = bench.scaled(100_000)
     jsonl = bench.path("preprocess", "input.jsonl")
     size = make_jsonl(jsonl, documents, bench.seed + 3)
-    progress(f"preprocess: {documents:,} documents, {size / 1e6:.1f} MB of jsonl, "
-             f"{bench.workers} workers")
+    progress(
+        f"preprocess: {documents:,} documents, {size / 1e6:.1f} MB of jsonl, "
+        f"{bench.workers} workers"
+    )
     try:
         from megadata_core import preprocess
 
@@ -593,7 +656,10 @@ def _format_preprocess(bench: Bench, megatron, repeats: int) -> None:
         return seconds
 
     ours_s, theirs_s, identical = side_by_side(
-        bench, "preprocess", repeats, ours if have_ours else None,
+        bench,
+        "preprocess",
+        repeats,
+        ours if have_ours else None,
         theirs if megatron is not None else None,
     )
     bench.row(
@@ -605,9 +671,11 @@ def _format_preprocess(bench: Bench, megatron, repeats: int) -> None:
         repeats,
     )
     bench.check("preprocess: .bin and .idx byte-identical", identical)
-    bench.note("preprocess peer: Megatron's design re-implemented here (Pool.imap(encode, "
-               "lines, chunksize=32), builder.add_document(list_of_ids, [len]) in the main "
-               "process); byte tokenizer = UTF-8 bytes + eod 256, uint16.")
+    bench.note(
+        "preprocess peer: Megatron's design re-implemented here (Pool.imap(encode, "
+        "lines, chunksize=32), builder.add_document(list_of_ids, [len]) in the main "
+        "process); byte tokenizer = UTF-8 bytes + eod 256, uint16."
+    )
 
 
 def suite_format(bench: Bench) -> None:
@@ -618,12 +686,16 @@ def suite_format(bench: Bench) -> None:
     merge_repeats = min(bench.repeats, FLAGS.merge_repeats)
     preprocess_repeats = min(bench.repeats, 3)
     if bench.wants("merge") and merge_repeats < bench.repeats:
-        bench.note(f"merge runs {merge_repeats} time(s), not {bench.repeats}, to keep a full "
-                   "run near 5 minutes (--merge_repeats); Megatron's merge time is mostly "
-                   "gc.collect() per part.")
+        bench.note(
+            f"merge runs {merge_repeats} time(s), not {bench.repeats}, to keep a full "
+            "run near 5 minutes (--merge_repeats); Megatron's merge time is mostly "
+            "gc.collect() per part."
+        )
     if bench.wants("preprocess") and preprocess_repeats < bench.repeats:
-        bench.note(f"preprocess runs {preprocess_repeats} times, not {bench.repeats}, to keep "
-                   "a full run near 5 minutes.")
+        bench.note(
+            f"preprocess runs {preprocess_repeats} times, not {bench.repeats}, to keep "
+            "a full run near 5 minutes."
+        )
     if bench.wants("writer"):
         _format_writer(bench, megatron)
     if bench.wants("finalize"):
@@ -696,8 +768,10 @@ def main(argv: list[str]) -> int:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     print()
-    print(f"suite {name}: scale {FLAGS.scale:g}, medians of up to {FLAGS.repeats} repeats, "
-          f"{time.perf_counter() - started:.0f} s")
+    print(
+        f"suite {name}: scale {FLAGS.scale:g}, medians of up to {FLAGS.repeats} repeats, "
+        f"{time.perf_counter() - started:.0f} s"
+    )
     print(render_table(bench.rows))
     failed = False
     if bench.checks:

@@ -22,13 +22,12 @@ The suite reaches tools/bench.py only through the ``Bench`` object it is given.
 from __future__ import annotations
 
 import gc
-import logging
 import statistics
 import sys
 import time
-import warnings
 
 import numpy as np
+from peers import quiet_import
 
 WEIGHTS = (0.4, 0.3, 0.2, 0.1)
 SAMPLES = 50_000_000
@@ -48,14 +47,8 @@ def timed(function):
 
 def import_helpers():
     """megatron-core's compiled ``helpers`` module, or None when it is not installed."""
-    logging.getLogger("megatron").setLevel(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from megatron.core.datasets import helpers
-    except ImportError:
-        return None
-    return helpers
+    modules = quiet_import("megatron.core.datasets.helpers")
+    return None if modules is None else modules[0]
 
 
 def megatron_order(helpers, weights: np.ndarray, size: int):

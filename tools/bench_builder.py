@@ -28,7 +28,6 @@ The suite reaches tools/bench.py only through the ``Bench`` object it is given.
 from __future__ import annotations
 
 import gc
-import logging
 import os
 import shutil
 import statistics
@@ -38,6 +37,7 @@ import time
 import warnings
 
 import numpy as np
+from peers import quiet_import
 
 DOCUMENTS = 200
 MEAN_LENGTH = 200
@@ -87,18 +87,17 @@ class _Tokenizer:
 def import_megatron(workdir: str):
     """(builder class, GPTDataset, GPTDatasetConfig), with a one-rank process group; or
     None when megatron-core is not installed."""
-    logging.getLogger("megatron").setLevel(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import torch
-            import torch.distributed as dist
-            from megatron.core.datasets.blended_megatron_dataset_builder import (
-                BlendedMegatronDatasetBuilder,
-            )
-            from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
-    except ImportError:
+    modules = quiet_import(
+        "torch",
+        "torch.distributed",
+        "megatron.core.datasets.blended_megatron_dataset_builder",
+        "megatron.core.datasets.gpt_dataset",
+    )
+    if modules is None:
         return None
+    torch, dist, builder_module, gpt_module = modules
+    BlendedMegatronDatasetBuilder = builder_module.BlendedMegatronDatasetBuilder  # noqa: N806
+    GPTDataset, GPTDatasetConfig = gpt_module.GPTDataset, gpt_module.GPTDatasetConfig  # noqa: N806
     torch.set_num_threads(1)
     if not dist.is_initialized():
         store = os.path.join(workdir, "process_group")
@@ -243,29 +242,46 @@ def suite_builder(bench) -> None:
                 times["warm"][side].append(seconds)
             shutil.rmtree(cache, ignore_errors=True)
     label = f"{count:,} prefixes x {DOCUMENTS} docs"
-    rows = [("cold", f"builder cold start, fresh cache, {label}"),
-            ("members", f"builder cold start without the blend indices, {label}"),
-            ("warm", f"builder warm start, cache hit, {label}")]
+    rows = [
+        ("cold", f"builder cold start, fresh cache, {label}"),
+        ("members", f"builder cold start without the blend indices, {label}"),
+        ("warm", f"builder warm start, cache hit, {label}"),
+    ]
     for kind, metric in rows:
         if kind != "warm" or bench.wants("warm"):
-            bench.row(metric, "s", "lower", median(times[kind]["ours"]),
-                      median(times[kind].get("megatron", [])), bench.repeats)
+            bench.row(
+                metric,
+                "s",
+                "lower",
+                median(times[kind]["ours"]),
+                median(times[kind].get("megatron", [])),
+                bench.repeats,
+            )
     if "megatron" in last:
         ok, detail = _same(last["ours"], last["megatron"])
         bench.check("builder: split lengths, member lengths and blend indices equal", ok, detail)
         per_prefix = median(times["cold"]["megatron"]) / count * 1000
-        bench.note(f"builder: megatron-core cold start costs {per_prefix:.2f} ms per prefix here "
-                   "(local disk, one rank)")
+        bench.note(
+            f"builder: megatron-core cold start costs {per_prefix:.2f} ms per prefix here "
+            "(local disk, one rank)"
+        )
     else:
         bench.check("builder: split lengths equal", None, "megatron-core not installed")
-    blend_seconds = {side: median([c - m for c, m in zip(times["cold"][side],
-                                                        times["members"][side])])
-                     for side in sides}
-    bench.note("builder: blend indices (BlendedDataset build, cold): " + ", ".join(
-        f"{side} {seconds:.3f} s" for side, seconds in blend_seconds.items()))
-    bench.note("builder: 'without the blend indices' = the cold start minus the time in the "
-               "BlendedDatasets' index build (ours: BlendedDataset._load_indices, megatron: "
-               "BlendedDataset._build_indices): opening the corpora and every member index")
-    bench.note(f"builder: blend of {count:,} corpora, weights lognormal, split {SPLIT!r}, "
-               f"S={SEQUENCE}, sizes {sizes}, blend_order={BLEND_ORDER!r}, "
-               f"{os.cpu_count()} CPUs")
+    blend_seconds = {
+        side: median([c - m for c, m in zip(times["cold"][side], times["members"][side])])
+        for side in sides
+    }
+    bench.note(
+        "builder: blend indices (BlendedDataset build, cold): "
+        + ", ".join(f"{side} {seconds:.3f} s" for side, seconds in blend_seconds.items())
+    )
+    bench.note(
+        "builder: 'without the blend indices' = the cold start minus the time in the "
+        "BlendedDatasets' index build (ours: BlendedDataset._load_indices, megatron: "
+        "BlendedDataset._build_indices): opening the corpora and every member index"
+    )
+    bench.note(
+        f"builder: blend of {count:,} corpora, weights lognormal, split {SPLIT!r}, "
+        f"S={SEQUENCE}, sizes {sizes}, blend_order={BLEND_ORDER!r}, "
+        f"{os.cpu_count()} CPUs"
+    )

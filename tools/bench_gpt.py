@@ -33,7 +33,6 @@ import gc
 import hashlib
 import importlib.util
 import json
-import logging
 import os
 import shutil
 import statistics
@@ -44,6 +43,7 @@ import time
 import warnings
 
 import numpy as np
+from peers import quiet_import
 
 SEQUENCE = 4096
 INDEX_SEED = 1234
@@ -120,18 +120,17 @@ class _Tokenizer:
 
 def import_megatron():
     """(torch, megatron's gpt_dataset module, IndexedDataset, Split), or None."""
-    logging.getLogger("megatron").setLevel(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import torch
-            from megatron.core.datasets import gpt_dataset
-            from megatron.core.datasets.indexed_dataset import IndexedDataset
-            from megatron.core.datasets.utils import Split
-    except ImportError:
+    modules = quiet_import(
+        "torch",
+        "megatron.core.datasets.gpt_dataset",
+        "megatron.core.datasets.indexed_dataset",
+        "megatron.core.datasets.utils",
+    )
+    if modules is None:
         return None
+    torch, gpt_dataset, indexed_dataset, utils = modules
     torch.set_num_threads(1)
-    return torch, gpt_dataset, IndexedDataset, Split
+    return torch, gpt_dataset, indexed_dataset.IndexedDataset, utils.Split
 
 
 def document_ids(count: int) -> np.ndarray:
@@ -222,6 +221,7 @@ def build_child(side: str, prefix: str, num_samples: int, cache: str, head: int)
 
         def construct():
             return ours_dataset(prefix, num_samples, cache, "megatron" if side == "ours" else side)
+
     gc.collect()
     baseline = _status("VmRSS")
     start = time.perf_counter()
@@ -334,8 +334,10 @@ def item_build(bench, build: Build, have_megatron: bool) -> None:
     plan = build.plan
     bench.note(
         "build plan: "
-        + ", ".join(f"{key}={value:,}" if not isinstance(value, bool) else f"{key}={value}"
-                    for key, value in plan.items())
+        + ", ".join(
+            f"{key}={value:,}" if not isinstance(value, bool) else f"{key}={value}"
+            for key, value in plan.items()
+        )
     )
     sides = [side for side in SIDES if have_megatron or side != "megatron"]
     results = {side: [] for side in sides}
@@ -350,20 +352,41 @@ def item_build(bench, build: Build, have_megatron: bool) -> None:
             return None
         return median([value(result) for result in results[side]])
 
-    label = (f"build train index, {plan['documents'] / 1e6:g}M docs, "
-             f"{plan['num_samples']:,} samples, 2 epochs")
+    label = (
+        f"build train index, {plan['documents'] / 1e6:g}M docs, "
+        f"{plan['num_samples']:,} samples, 2 epochs"
+    )
     for side in ("ours", "feistel"):
         name = f"{label}, {LABELS[side]}"
-        bench.row(f"{name}: time", "s", "lower", stat(side, lambda r: r["seconds"]),
-                  stat("megatron", lambda r: r["seconds"]), bench.repeats)
-        bench.row(f"{name}: peak RSS", "MiB", "lower", stat(side, lambda r: r["peak"] / MIB),
-                  stat("megatron", lambda r: r["peak"] / MIB), bench.repeats)
-        bench.row(f"{name}: peak RSS above imports", "MiB", "lower",
-                  stat(side, lambda r: (r["peak"] - r["baseline"]) / MIB),
-                  stat("megatron", lambda r: (r["peak"] - r["baseline"]) / MIB), bench.repeats)
+        bench.row(
+            f"{name}: time",
+            "s",
+            "lower",
+            stat(side, lambda r: r["seconds"]),
+            stat("megatron", lambda r: r["seconds"]),
+            bench.repeats,
+        )
+        bench.row(
+            f"{name}: peak RSS",
+            "MiB",
+            "lower",
+            stat(side, lambda r: r["peak"] / MIB),
+            stat("megatron", lambda r: r["peak"] / MIB),
+            bench.repeats,
+        )
+        bench.row(
+            f"{name}: peak RSS above imports",
+            "MiB",
+            "lower",
+            stat(side, lambda r: (r["peak"] - r["baseline"]) / MIB),
+            stat("megatron", lambda r: (r["peak"] - r["baseline"]) / MIB),
+            bench.repeats,
+        )
 
-    bench.check("build plan: 2 epochs, final epoch below int(0.8 * samples_per_epoch)",
-                plan["epochs"] == 2 and plan["separate_final_epoch"])
+    bench.check(
+        "build plan: 2 epochs, final epoch below int(0.8 * samples_per_epoch)",
+        plan["epochs"] == 2 and plan["separate_final_epoch"],
+    )
     for side in sides:
         first = results[side][0]
         separate = all(result["separate"] for result in results[side])
@@ -376,25 +399,35 @@ def item_build(bench, build: Build, have_megatron: bool) -> None:
             separate and permutation,
         )
         expected = (plan["epochs"] * plan["tokens_per_epoch"] - 1) // SEQUENCE
-        bench.check(f"build {LABELS.get(side, side)}: {expected:,} samples (2 full epochs)",
-                    samples == expected, f"(got {samples:,})")
+        bench.check(
+            f"build {LABELS.get(side, side)}: {expected:,} samples (2 full epochs)",
+            samples == expected,
+            f"(got {samples:,})",
+        )
     if have_megatron:
         digests = [result["digests"] for side in ("ours", "megatron") for result in results[side]]
         same = all(digest == digests[0] for digest in digests)
-        bench.check("build: ours (megatron shuffle) document_index, sample_index, shuffle_index "
-                    "values equal megatron's (sha256 of int64 values, every repeat)", same)
+        bench.check(
+            "build: ours (megatron shuffle) document_index, sample_index, shuffle_index "
+            "values equal megatron's (sha256 of int64 values, every repeat)",
+            same,
+        )
     else:
         bench.check("build: arrays equal megatron's", None, "(megatron-core not installed)")
-    bench.note("build goals: ours (megatron shuffle)/megatron <= 1.0 in time and in peak RSS; "
-               "ours (feistel shuffle) <= 0.2x megatron's time. Megatron measured here "
-               "earlier: 2.44 s and 708 MB peak for a comparable build.")
-    bench.note("build: each run is a fresh interpreter writing to a fresh cache directory; "
-               "time = IndexedDataset open + the GPTDataset constructor (index build + cache "
-               "write + reload; ours also validates the .idx arrays on open and CRC-32s the "
-               "arrays as it writes them, Megatron does neither; neither fsyncs); both get "
-               "the same int32 np.arange of document ids; peak RSS = VmHWM of that "
-               "interpreter, 'above imports' subtracts VmRSS after imports (megatron-core "
-               "imports torch). The .bin is sparse: the build never reads it.")
+    bench.note(
+        "build goals: ours (megatron shuffle)/megatron <= 1.0 in time and in peak RSS; "
+        "ours (feistel shuffle) <= 0.2x megatron's time. Megatron measured here "
+        "earlier: 2.44 s and 708 MB peak for a comparable build."
+    )
+    bench.note(
+        "build: each run is a fresh interpreter writing to a fresh cache directory; "
+        "time = IndexedDataset open + the GPTDataset constructor (index build + cache "
+        "write + reload; ours also validates the .idx arrays on open and CRC-32s the "
+        "arrays as it writes them, Megatron does neither; neither fsyncs); both get "
+        "the same int32 np.arange of document ids; peak RSS = VmHWM of that "
+        "interpreter, 'above imports' subtracts VmRSS after imports (megatron-core "
+        "imports torch). The .bin is sparse: the build never reads it."
+    )
 
 
 # -- P3: reading batches ----------------------------------------------------------------------
@@ -448,8 +481,10 @@ def item_read(bench, megatron) -> None:
         theirs = megatron_dataset(megatron, prefix, None, os.path.join(caches, "cache_megatron"))
     count = len(ours)
     batches_per_repeat = bench.scaled(300, minimum=20)
-    progress(f"read: {len(lengths):,} documents, {size // 2:,} tokens, {count:,} samples, "
-             f"{batches_per_repeat} batches of {BATCH} per repeat")
+    progress(
+        f"read: {len(lengths):,} documents, {size // 2:,} tokens, {count:,} samples, "
+        f"{batches_per_repeat} batches of {BATCH} per repeat"
+    )
     flat = np.asarray(np.memmap(prefix + ".bin", dtype=np.uint16, mode="r"))
     pointers = np.asarray(ours.indexed.sequence_pointers)
     batches = [rng.integers(0, count, BATCH) for _ in range(batches_per_repeat)]
@@ -489,8 +524,7 @@ def item_read(bench, megatron) -> None:
             for slot, index in enumerate(batch.tolist()):
                 sample = theirs[index]
                 megatron_same &= list(sample) == list(mine) and all(
-                    np.array_equal(mine[key][slot], value.numpy())
-                    for key, value in sample.items()
+                    np.array_equal(mine[key][slot], value.numpy()) for key, value in sample.items()
                 )
     bench.check("read: ours' tokens and labels equal the raw copy of the same bytes", raw_same)
     bench.check(
@@ -507,15 +541,31 @@ def item_read(bench, megatron) -> None:
         for side in order:
             results[side].append(time_batches(sides[side], batches))
     speed = {side: BATCH / median(values) for side, values in results.items()}
-    bench.row(f"read {BATCH} x {SEQUENCE + 1} tokens, hot page cache", "samples/s", "higher",
-              speed["ours"], speed.get("megatron"), bench.repeats)
-    bench.row("read: ours / raw piece copy (throughput)", "x", "higher",
-              speed["ours"] / speed["raw"], None, bench.repeats)
+    bench.row(
+        f"read {BATCH} x {SEQUENCE + 1} tokens, hot page cache",
+        "samples/s",
+        "higher",
+        speed["ours"],
+        speed.get("megatron"),
+        bench.repeats,
+    )
+    bench.row(
+        "read: ours / raw piece copy (throughput)",
+        "x",
+        "higher",
+        speed["ours"] / speed["raw"],
+        None,
+        bench.repeats,
+    )
     bench.note(
         f"read: raw piece copy {speed['raw']:,.0f} samples/s; ours/raw = "
         f"{speed['ours'] / speed['raw']:.2f} (goal >= 0.67)"
-        + (f"; ours/megatron = {speed['ours'] / speed['megatron']:.1f}x (goal >= 10x; "
-           "Megatron measured here earlier: 14.5k samples/s)" if "megatron" in speed else "")
+        + (
+            f"; ours/megatron = {speed['ours'] / speed['megatron']:.1f}x (goal >= 10x; "
+            "Megatron measured here earlier: 14.5k samples/s)"
+            if "megatron" in speed
+            else ""
+        )
     )
     bench.note(
         f"read: {len(batches)} batches of {BATCH} random samples per repeat, median batch "
@@ -530,8 +580,10 @@ def item_read(bench, megatron) -> None:
 
 
 def _listing(directory: str) -> dict[str, float]:
-    return {name: os.stat(os.path.join(directory, name)).st_mtime_ns
-            for name in sorted(os.listdir(directory))}
+    return {
+        name: os.stat(os.path.join(directory, name)).st_mtime_ns
+        for name in sorted(os.listdir(directory))
+    }
 
 
 def item_cache(bench, build: Build, megatron) -> None:
@@ -539,8 +591,9 @@ def item_cache(bench, build: Build, megatron) -> None:
     num_samples = plan["num_samples"]
     makers = {
         "ours": lambda: ours_dataset(build.prefix, num_samples, build.cache_of("ours")),
-        "feistel": lambda: ours_dataset(build.prefix, num_samples, build.cache_of("feistel"),
-                                        "feistel"),
+        "feistel": lambda: ours_dataset(
+            build.prefix, num_samples, build.cache_of("feistel"), "feistel"
+        ),
     }
     if megatron is not None:
         makers["megatron"] = lambda: megatron_dataset(
@@ -562,17 +615,27 @@ def item_cache(bench, build: Build, megatron) -> None:
             del dataset
     unchanged = all(_listing(build.caches[side]) == before[side] for side in makers)
     bench.check("cache: every load was a cache hit (cache files unchanged)", unchanged)
-    bench.check("cache: loaded datasets have the planned length",
-                len(set(lengths.values())) == 1, f"({lengths})")
+    bench.check(
+        "cache: loaded datasets have the planned length",
+        len(set(lengths.values())) == 1,
+        f"({lengths})",
+    )
     theirs = median(results.get("megatron", []))
     for side in ("ours", "feistel"):
-        bench.row(f"cache-hit load of the build index, {LABELS[side]}", "ms", "lower",
-                  median(results[side]) * 1e3, None if theirs is None else theirs * 1e3,
-                  bench.repeats)
-    bench.note("cache: time to construct the build item's GPTDataset again from its cache "
-               "directory, IndexedDataset open included, in this process (ours validates "
-               "the .idx arrays on open and checks a sampled sha256 of every cached array "
-               "and of the .idx arrays on load; Megatron checks nothing).")
+        bench.row(
+            f"cache-hit load of the build index, {LABELS[side]}",
+            "ms",
+            "lower",
+            median(results[side]) * 1e3,
+            None if theirs is None else theirs * 1e3,
+            bench.repeats,
+        )
+    bench.note(
+        "cache: time to construct the build item's GPTDataset again from its cache "
+        "directory, IndexedDataset open included, in this process (ours validates "
+        "the .idx arrays on open and checks a sampled sha256 of every cached array "
+        "and of the .idx arrays on load; Megatron checks nothing)."
+    )
 
 
 # -- the suite ----------------------------------------------------------------------------------
