@@ -21,6 +21,7 @@ import warnings
 
 import numpy as np
 
+from megadata_core.datasets.buffers import BufferPool
 from megadata_core.datasets.config import BLEND_ORDERS, SPLIT_NAMES
 from megadata_core.errors import DataError
 from megadata_core.indices.blending import (
@@ -104,6 +105,7 @@ class BlendedDataset:
             raise DataError(f"weights: {len(weights)} weights for {len(datasets)} datasets")
         self.datasets = datasets
         self.config = config
+        self._buffers = BufferPool()
         self.blend_order = order
         self.split = _split_of(datasets)
         if size is None:
@@ -246,7 +248,7 @@ class BlendedDataset:
         for key in keys:
             first = np.asarray(parts[0][1][key])
             dtype = np.result_type(*(np.asarray(part[key]).dtype for _, part in parts))
-            out = np.empty((len(ids),) + first.shape[1:], dtype=dtype)
+            out = self._buffers.empty((len(ids),) + first.shape[1:], dtype)
             for where, part in parts:
                 out[where] = part[key]
             batch[key] = out
