@@ -23,6 +23,7 @@ import numpy as np
 
 from megadata_core.datasets.buffers import BufferPool
 from megadata_core.datasets.config import BLEND_ORDERS, SPLIT_NAMES
+from megadata_core.datasets.positions import sample_positions
 from megadata_core.errors import DataError
 from megadata_core.indices.blending import (
     balanced_blending_indices,
@@ -195,20 +196,7 @@ class BlendedDataset:
         return len(self.dataset_index)
 
     def _positions(self, indices: object) -> np.ndarray:
-        positions = np.asarray(indices)
-        if positions.ndim != 1:
-            positions = positions.reshape(-1)
-        if positions.size and positions.dtype.kind not in "iu":
-            raise IndexError(f"sample indices must be integers, got {positions.dtype}")
-        positions = positions.astype(np.int64, copy=False)
-        size = len(self)
-        if positions.size:
-            if int(positions.min()) < 0:
-                positions = np.where(positions < 0, positions + size, positions)
-            low, high = int(positions.min()), int(positions.max())
-            if low < 0 or high >= size:
-                raise IndexError(f"sample index out of range [0, {size}) ({self.split})")
-        return positions
+        return sample_positions(indices, len(self), self.split)
 
     def __getitem__(self, index: int) -> dict:
         """``{"dataset_id": j, **datasets[j][k]}`` (Megatron's keys and order)."""

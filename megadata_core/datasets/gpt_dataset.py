@@ -23,6 +23,7 @@ from megadata_core.datasets import masks, reading
 from megadata_core.datasets.buffers import BufferPool
 from megadata_core.datasets.cache_keys import data_identity, document_ids
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
+from megadata_core.datasets.positions import sample_positions
 from megadata_core.errors import DataError
 from megadata_core.indices import (
     FeistelShuffle,
@@ -306,21 +307,7 @@ class GPTDataset:
         return len(self.sample_index) - 1
 
     def _positions(self, indices: object) -> np.ndarray:
-        positions = np.asarray(indices)
-        if positions.ndim != 1:
-            positions = positions.reshape(-1)
-        if positions.size and positions.dtype.kind not in "iu":
-            raise IndexError(f"sample indices must be integers, got {positions.dtype}")
-        positions = positions.astype(np.int64, copy=False)
-        size = len(self)
-        if positions.size:
-            low, high = int(positions.min()), int(positions.max())
-            if low < 0:  # negative positions count from the end, as for sequences
-                positions = np.where(positions < 0, positions + size, positions)
-                low, high = int(positions.min()), int(positions.max())
-            if low < 0 or high >= size:
-                raise IndexError(f"sample index out of range [0, {size}) ({self.split})")
-        return positions
+        return sample_positions(indices, len(self), self.split)
 
     def _text(self, positions: np.ndarray) -> tuple[np.ndarray, bool]:
         """[B, S + extra] tokens of the samples at ``positions`` (corpus dtype, or
