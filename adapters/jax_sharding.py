@@ -1,0 +1,127 @@
+"""JAX global arrays from per-process numpy batches (the MaxText / multi-host input path).
+
+Each process reads its own slice of the global batch (for instance with
+``mdc.samplers.PretrainingSampler(..., data_parallel_rank=jax.process_index(),
+data_parallel_size=jax.process_count())`` and ``dataset.__getitems__``) and hands the
+numpy dict to :func:`global_batch`, which assembles one global ``jax.Array`` per key with
+``jax.make_array_from_process_local_data``::
+
+    mesh = data_mesh(("data", "fsdp"), (4, 2))
+    arrays = global_batch(dataset.__getitems__(indices), mesh)   # batch dim over data*fsdp
+
+The leading (batch) axis is sharded over ``batch_axes`` (default: every mesh axis, as
+MaxText does); all other axes are replicated. The global batch is the local batch times
+the number of processes along those axes. Input arrays are only read, never written
+(megadata batches may be read-only views of memory-mapped files).
+
+Dtypes are kept as JAX allows: int32 tokens, float32 masks and bool attention masks go
+through unchanged; 64-bit arrays become 32-bit unless ``jax_enable_x64`` is on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from megadata_core.errors import DataError
+
+__all__ = ["batch_sharding", "data_mesh", "global_batch"]
+
+
+def data_mesh(axis_names: Sequence[str] = ("data",), shape: Sequence[int] | None = None) -> Mesh:
+    """A ``Mesh`` over all devices with ``axis_names``.
+
+    ``shape`` defaults to every device on the first axis and 1 on the others; its product
+    must equal ``jax.device_count()``.
+    """
+    if isinstance(axis_names, str):
+        axis_names = (axis_names,)
+    names = tuple(axis_names)
+    if not names or not all(isinstance(n, str) for n in names):
+        raise DataError(f"data_mesh: axis_names must be a non-empty sequence of str, got {names!r}")
+    if len(set(names)) != len(names):
+        raise DataError(f"data_mesh: axis_names repeat a name: {names!r}")
+    count = jax.device_count()
+    if shape is None:
+        dims = (count,) + (1,) * (len(names) - 1)
+    else:
+        dims = tuple(int(s) for s in shape)
+    if len(dims) != len(names):
+        raise DataError(f"data_mesh: shape {dims} has {len(dims)} axes but axis_names {names}")
+    if any(d < 1 for d in dims) or int(np.prod(dims)) != count:
+        raise DataError(
+            f"data_mesh: shape {dims} (product {int(np.prod(dims))}) does not cover the "
+            f"{count} devices"
+        )
+    return jax.make_mesh(dims, names)
+
+
+def _batch_axes(mesh: Mesh, batch_axes) -> tuple[str, ...]:
+    names = tuple(mesh.axis_names)
+    if batch_axes is None:
+        return names
+    axes = (batch_axes,) if isinstance(batch_axes, str) else tuple(batch_axes)
+    for axis in axes:
+        if axis not in names:
+            raise DataError(
+                f"global_batch: batch axis {axis!r} is not in the mesh; the mesh's axes are {names}"
+            )
+    if len(set(axes)) != len(axes):
+        raise DataError(f"global_batch: batch_axes repeat an axis: {axes}")
+    return axes
+
+
+def batch_sharding(mesh: Mesh, batch_axes=None) -> NamedSharding:
+    """``NamedSharding(mesh, PartitionSpec(batch_axes))``: leading axis over ``batch_axes``."""
+    return NamedSharding(mesh, PartitionSpec(_batch_axes(mesh, batch_axes)))
+
+
+def _local_shards(mesh: Mesh, axes: tuple[str, ...]) -> int:
+    """How many distinct batch slices this process's devices hold (trip count: devices)."""
+    positions = [mesh.axis_names.index(a) for a in axes]
+    here = jax.process_index()
+    seen = set()
+    for coords in np.ndindex(*mesh.devices.shape):
+        if mesh.devices[coords].process_index == here:
+            seen.add(tuple(coords[p] for p in positions))
+    return len(seen)
+
+
+def global_batch(batch: Mapping, mesh: Mesh, batch_axes=None) -> dict[str, jax.Array]:
+    """Per-process numpy batch -> dict of global ``jax.Array`` sharded on the leading axis.
+
+    batch: mapping of key -> array with a leading batch axis, the same size for all keys
+    (this process's share of the global batch). mesh: a ``jax.sharding.Mesh``.
+    batch_axes: mesh axis name or names the batch axis is split over (default: all).
+    """
+    if not isinstance(batch, Mapping):
+        raise DataError(f"global_batch: batch must be a mapping of arrays, got {type(batch)!r}")
+    if not batch:
+        raise DataError("global_batch: batch is empty")
+    axes = _batch_axes(mesh, batch_axes)
+    sharding = NamedSharding(mesh, PartitionSpec(axes))
+
+    sizes = {}
+    for key, value in batch.items():
+        if not isinstance(value, np.ndarray | jax.Array):
+            raise DataError(
+                f"global_batch: batch[{key!r}] is a {type(value).__name__}, not an array"
+            )
+        if value.ndim == 0:
+            raise DataError(f"global_batch: batch[{key!r}] is 0-d; it has no batch axis")
+        sizes[key] = int(value.shape[0])
+    if len(set(sizes.values())) > 1:
+        raise DataError(f"global_batch: arrays disagree on the batch size (leading axis): {sizes}")
+    local = next(iter(sizes.values()))
+    shards = _local_shards(mesh, axes)
+    if local % shards:
+        raise DataError(
+            f"global_batch: the local batch of {local} rows does not divide over the {shards} "
+            f"local device slices of mesh axes {axes} (mesh shape {dict(mesh.shape)})"
+        )
+    return {
+        key: jax.make_array_from_process_local_data(sharding, value) for key, value in batch.items()
+    }
