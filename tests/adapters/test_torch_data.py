@@ -1,0 +1,231 @@
+"""adapters.torch_data: torch tensors with Megatron's dtypes, DataLoader with megadata's
+batch samplers (workers, DP ranks, resume), cheap pickling, blends, torch.distributed."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+import megadata_core as mdc
+from megadata_core.samplers import PretrainingSampler, RandomSampler
+
+torch = pytest.importorskip("torch")
+torch_data = pytest.importorskip("adapters.torch_data")
+
+SEQ = 16
+DTYPES = {
+    "tokens": torch.long,
+    "labels": torch.long,
+    "position_ids": torch.long,
+    "dataset_id": torch.long,
+    "loss_mask": torch.float32,
+    "attention_mask": torch.bool,
+}
+
+
+def _corpus(prefix: str, seed: int, documents: int = 120) -> str:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 40, documents)
+    tokens = rng.integers(0, 50, int(lengths.sum())).astype(np.uint16)
+    tokens[np.cumsum(lengths) - 1] = 3  # every document ends in EOD
+    with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
+        writer.add_documents(tokens, lengths)
+    return prefix
+
+
+def _config(blend, cache, **kw):
+    return mdc.GPTDataConfig(random_seed=7, sequence_length=SEQ, blend=blend, split="100,0,0",
+                             path_to_cache=cache, eod_id=3, **kw)
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory):
+    root = tmp_path_factory.mktemp("torch_data")
+    return root, [_corpus(str(root / f"corpus{i}"), seed=i) for i in range(2)]
+
+
+@pytest.fixture(scope="module")
+def train(corpora):
+    root, prefixes = corpora
+    config = _config(([prefixes[0]], None), str(root / "cache"))
+    return mdc.build_datasets(config, [200, 0, 0], in_memory_below=0)[0]
+
+
+@pytest.fixture(scope="module")
+def blended(corpora):
+    root, prefixes = corpora
+    config = _config((prefixes, [0.3, 0.7]), str(root / "cache"))
+    return mdc.build_datasets(config, [150, 0, 0], in_memory_below=0)[0]
+
+
+def _expected(dataset, indices) -> dict:
+    return dataset.__getitems__(list(indices))
+
+
+def _assert_batch(batch: dict, want: dict) -> None:
+    assert set(batch) == set(want)
+    for key, value in want.items():
+        assert batch[key].dtype == DTYPES[key], key
+        np.testing.assert_array_equal(batch[key].numpy(), np.asarray(value), err_msg=key)
+
+
+@pytest.mark.parametrize("options", [
+    {"create_attention_mask": False},
+    {"create_attention_mask": True, "eod_mask_loss": True, "reset_position_ids": True,
+     "reset_attention_mask": True},
+])
+def test_values_and_dtypes_equal_the_core(corpora, options):
+    root, prefixes = corpora
+    config = _config(([prefixes[0]], None), str(root / "cache"), **options)
+    core = mdc.build_datasets(config, [100, 0, 0])[0]
+    dataset = torch_data.TorchDataset(core)
+    assert len(dataset) == len(core)
+    indices = [5, 0, 17, 5, len(core) - 1]
+    batch = dataset.__getitems__(indices)
+    _assert_batch(batch, _expected(core, indices))
+    assert ("attention_mask" in batch) == options["create_attention_mask"]
+    for index in (0, 9):
+        _assert_batch(dataset[index], core[index])
+        _assert_batch(dataset[torch.tensor(index)], core[index])
+    # the tensors own their memory: writing them leaves the core's arrays alone
+    before = _expected(core, indices)
+    before = {key: np.array(value) for key, value in before.items()}
+    for tensor in batch.values():
+        tensor.zero_()
+    _assert_batch(dataset.__getitems__(indices), before)
+
+
+def test_blended_dataset_ids(blended):
+    dataset = torch_data.TorchDataset(blended)
+    indices = list(range(0, len(blended), 7))
+    batch = dataset.__getitems__(indices)
+    _assert_batch(batch, _expected(blended, indices))
+    assert set(batch["dataset_id"].tolist()) == {0, 1}
+    sample = dataset[3]
+    assert sample["dataset_id"].dtype == torch.long and sample["dataset_id"].ndim == 0
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_loader_reads_each_ranks_micro_batches(train, num_workers):
+    mbs, dp = 3, 2
+    per_rank = []
+    for rank in range(dp):
+        sampler = PretrainingSampler(len(train), 6, mbs, rank, dp)
+        loader = torch_data.loader(train, sampler, num_workers=num_workers,
+                                   persistent_workers=num_workers > 0)
+        batches = list(loader)
+        wanted = list(iter(PretrainingSampler(len(train), 6, mbs, rank, dp)))
+        assert len(batches) == len(wanted) == (len(train) - 6) // (mbs * dp)
+        for batch, indices in zip(batches, wanted):
+            _assert_batch(batch, _expected(train, indices))
+        per_rank.append(batches)
+    for step, (first, second) in enumerate(zip(*per_rank)):  # ranks together: the global batch
+        start = 6 + step * mbs * dp
+        joined = torch.cat([first["tokens"], second["tokens"]])
+        want = _expected(train, range(start, start + mbs * dp))["tokens"]
+        np.testing.assert_array_equal(joined.numpy(), want)
+
+
+def test_blended_loader_with_random_sampler_and_workers(blended):
+    sampler = RandomSampler(len(blended), 0, 4, 1, 2, data_sharding=False, seed=5)
+    wanted = list(RandomSampler(len(blended), 0, 4, 1, 2, data_sharding=False, seed=5))
+    batches = list(torch_data.loader(blended, sampler, num_workers=2))
+    assert len(batches) == len(wanted)
+    for batch, indices in zip(batches, wanted):
+        _assert_batch(batch, _expected(blended, indices))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("kind", ["pretraining", "random"])
+def test_resume_gives_exactly_the_following_batches(train, num_workers, kind):
+    def sampler(consumed=0):
+        if kind == "pretraining":
+            return PretrainingSampler(len(train), consumed, 2, 1, 2)
+        return RandomSampler(len(train), consumed, 2, 1, 2, seed=3)
+
+    full = [batch["tokens"] for batch in torch_data.loader(train, sampler())]
+    steps = 7
+    loader = torch_data.StatefulLoader(train, sampler(), num_workers=num_workers)
+    for step, batch in enumerate(loader):  # "train" k steps, then checkpoint
+        assert torch.equal(batch["tokens"], full[step])
+        if step + 1 == steps:
+            state = loader.state_dict()
+            break
+    assert state["consumed_samples"] == steps * 4
+    if num_workers == 0 and kind == "pretraining":  # no prefetch: the sampler's own count
+        assert loader.batch_sampler.state_dict() == state
+    del loader
+    resumed = sampler()
+    resumed.load_state_dict(state)
+    rest = [batch["tokens"] for batch in torch_data.loader(train, resumed, num_workers=2)]
+    assert len(rest) == len(full) - steps
+    for got, want in zip(rest, full[steps:]):
+        assert torch.equal(got, want)
+    fresh = [b["tokens"] for b in torch_data.loader(train, sampler(state["consumed_samples"]))]
+    assert all(torch.equal(a, b) for a, b in zip(fresh, full[steps:]))
+
+
+def test_last_partial_batch_state(train):
+    sampler = PretrainingSampler(len(train), 0, 3, 0, 2, drop_last=False)
+    loader = torch_data.StatefulLoader(train, sampler)
+    batches = list(loader)
+    assert loader.state_dict()["consumed_samples"] == len(train)
+    wanted = list(iter(PretrainingSampler(len(train), 0, 3, 0, 2, drop_last=False)))
+    assert [len(b["tokens"]) for b in batches] == [len(w) for w in wanted]
+
+
+def test_pickles_small(train, blended):
+    for core in (train, blended):
+        dataset = torch_data.TorchDataset(core)
+        payload = pickle.dumps(dataset)
+        assert len(payload) < 16_000, len(payload)  # memory maps travel as file names
+        again = pickle.loads(payload)
+        indices = [1, 4, 2]
+        for key, value in dataset.__getitems__(indices).items():
+            assert torch.equal(again.__getitems__(indices)[key], value)
+
+
+# -- two processes over torch.distributed (gloo, loopback) ------------------------------
+
+def _distributed_rank(rank: int, world: int, init: str, prefix: str, cache: str, out: str):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        config = _config(([prefix], None), cache)
+        if rank == 0:  # rank 0 builds the indices into the shared cache ...
+            train = mdc.build_datasets(config, [120, 0, 0], in_memory_below=0)[0]
+        dist.barrier()
+        if rank != 0:  # ... the others load them
+            train = mdc.build_datasets(config, [120, 0, 0], in_memory_below=0)[0]
+        sampler = PretrainingSampler(len(train), 0, 2, rank, world)
+        steps = []
+        for batch in torch_data.loader(train, sampler, num_workers=1):
+            gathered = [torch.empty_like(batch["tokens"]) for _ in range(world)]
+            dist.all_gather(gathered, batch["tokens"])
+            steps.append(torch.cat(gathered))
+        torch.save(torch.stack(steps), os.path.join(out, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_ranks_with_torch_distributed(corpora, tmp_path, monkeypatch):
+    import torch.multiprocessing as mp
+
+    _, prefixes = corpora
+    cache = str(tmp_path / "cache")
+    init = f"file://{tmp_path / 'rendezvous'}"
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")  # loopback only
+    mp.spawn(_distributed_rank, args=(2, init, prefixes[1], cache, str(tmp_path)), nprocs=2)
+    config = _config(([prefixes[1]], None), cache)
+    train = mdc.build_datasets(config, [120, 0, 0], in_memory_below=0)[0]
+    built = sorted(name for name in os.listdir(cache) if name.endswith(".npy"))
+    assert built and len(built) == len(set(built))  # one set of index files, built by rank 0
+    results = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)]
+    assert torch.equal(results[0], results[1])
+    steps = len(train) // 4
+    want = _expected(train, range(steps * 4))["tokens"].reshape(steps, 4, SEQ)
+    np.testing.assert_array_equal(results[0].numpy(), want)
