@@ -26,6 +26,12 @@ DTYPES = {
 }
 
 
+def _context(num_workers: int) -> dict:
+    """Workers start from a fork server: another test in this process may have started
+    JAX's threads, and forking a multithreaded process can deadlock."""
+    return {"multiprocessing_context": "forkserver"} if num_workers else {}
+
+
 def _corpus(prefix: str, seed: int, documents: int = 120) -> str:
     rng = np.random.default_rng(seed)
     lengths = rng.integers(1, 40, documents)
@@ -115,7 +121,7 @@ def test_loader_reads_each_ranks_micro_batches(train, num_workers):
     for rank in range(dp):
         sampler = PretrainingSampler(len(train), 6, mbs, rank, dp)
         loader = torch_data.loader(train, sampler, num_workers=num_workers,
-                                   persistent_workers=num_workers > 0)
+                                   persistent_workers=num_workers > 0, **_context(num_workers))
         batches = list(loader)
         wanted = list(iter(PretrainingSampler(len(train), 6, mbs, rank, dp)))
         assert len(batches) == len(wanted) == (len(train) - 6) // (mbs * dp)
@@ -132,7 +138,7 @@ def test_loader_reads_each_ranks_micro_batches(train, num_workers):
 def test_blended_loader_with_random_sampler_and_workers(blended):
     sampler = RandomSampler(len(blended), 0, 4, 1, 2, data_sharding=False, seed=5)
     wanted = list(RandomSampler(len(blended), 0, 4, 1, 2, data_sharding=False, seed=5))
-    batches = list(torch_data.loader(blended, sampler, num_workers=2))
+    batches = list(torch_data.loader(blended, sampler, num_workers=2, **_context(2)))
     assert len(batches) == len(wanted)
     for batch, indices in zip(batches, wanted):
         _assert_batch(batch, _expected(blended, indices))
@@ -148,7 +154,9 @@ def test_resume_gives_exactly_the_following_batches(train, num_workers, kind):
 
     full = [batch["tokens"] for batch in torch_data.loader(train, sampler())]
     steps = 7
-    loader = torch_data.StatefulLoader(train, sampler(), num_workers=num_workers)
+    loader = torch_data.StatefulLoader(
+        train, sampler(), num_workers=num_workers, **_context(num_workers)
+    )
     for step, batch in enumerate(loader):  # "train" k steps, then checkpoint
         assert torch.equal(batch["tokens"], full[step])
         if step + 1 == steps:
@@ -160,7 +168,10 @@ def test_resume_gives_exactly_the_following_batches(train, num_workers, kind):
     del loader
     resumed = sampler()
     resumed.load_state_dict(state)
-    rest = [batch["tokens"] for batch in torch_data.loader(train, resumed, num_workers=2)]
+    rest = [
+        batch["tokens"]
+        for batch in torch_data.loader(train, resumed, num_workers=2, **_context(2))
+    ]
     assert len(rest) == len(full) - steps
     for got, want in zip(rest, full[steps:]):
         assert torch.equal(got, want)
