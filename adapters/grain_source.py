@@ -1,0 +1,354 @@
+"""Grain skin: megadata datasets as Grain data sources and datasets.
+
+Two ways in, both over any megadata dataset (``len``, ``ds[i]``, ``ds.__getitems__``):
+
+* :class:`GrainSource` — a ``grain`` ``RandomAccessDataSource`` (one sample per index),
+  for Grain's own pipelines::
+
+      src = grain_source.GrainSource(train)
+      ds = grain.MapDataset.source(src).shuffle(seed=0).batch(8)
+      loader = grain.DataLoader(data_source=src, sampler=grain.samplers.IndexSampler(...),
+                                worker_count=2, operations=[grain.transforms.Batch(8)])
+
+  Grain compares ``repr(data_source)`` when it restores a ``DataLoader`` checkpoint; the
+  repr is the dataset's own repr plus a short fingerprint of its ``description()`` (every
+  field that changes the arrays), so a checkpoint does not restore onto other data.
+
+* :func:`batched_dataset` — Megatron's ``MegatronPretrainingSampler`` layout with ONE core
+  ``__getitems__`` per micro-batch (Grain itself reads sample by sample). Element ``t`` is
+  this rank's ``t``-th micro-batch: global batch ``t`` is ``[c + t·G, c + (t+1)·G)``
+  (``c`` = consumed samples, ``G = micro_batch_size · data_parallel_size``) and rank ``r``
+  takes ``[r·mbs, (r+1)·mbs)`` of it. It is a Grain ``IterDataset`` whose iterator state
+  is ``{"consumed_samples", "total_samples"}``: restoring it into a pipeline with another
+  worker count or another DP layout (same ``G``) continues exactly::
+
+      ds = grain_source.batched_dataset(train, micro_batch_size=4, data_parallel_rank=r,
+                                        data_parallel_size=dp, worker_count=2)
+      it = iter(ds)
+      ...
+      state = it.get_state()          # {"consumed_samples": ..., "total_samples": ...}
+
+absl flags. Grain 0.2.18 reads absl flags when it starts worker processes, and raises
+``UnparsedFlagAccessError`` outside an absl app (grain issue 1355). :class:`GrainSource`
+and :func:`batched_dataset` call :func:`ensure_absl_flags_parsed`, which marks absl's
+flags as parsed (keeping their defaults) when no app has parsed them; an app that parses
+its flags later (``app.run``) still does so normally.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import grain
+import numpy as np
+
+from megadata_core.checks import check_int
+from megadata_core.errors import DataError
+
+__all__ = [
+    "GrainSource",
+    "MicroBatchDataset",
+    "batched_dataset",
+    "ensure_absl_flags_parsed",
+    "fingerprint",
+]
+
+
+def ensure_absl_flags_parsed() -> None:
+    """Mark absl's flags as parsed (defaults) if nothing parsed them yet (grain issue 1355).
+
+    Without this, Grain 0.2.18 worker start-up raises ``UnparsedFlagAccessError`` when it
+    runs outside ``absl.app.run`` (plain scripts, notebooks, pytest).
+    """
+    try:
+        from absl import flags
+    except ImportError:  # Grain depends on absl; nothing to do without it.
+        return
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
+def fingerprint(dataset: Any) -> str | None:
+    """First 12 hex digits of the sha256 of the dataset's ``description()``; None when the
+    dataset has no description (or returns None)."""
+    describe = getattr(dataset, "description", None)
+    description = describe() if callable(describe) else None
+    if description is None:
+        return None
+    text = json.dumps(description, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _writable(sample: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Fresh, writable arrays: the core may hand out read-only views and shared constants."""
+    return {key: np.array(value, copy=True) for key, value in sample.items()}
+
+
+class GrainSource:
+    """A Grain ``RandomAccessDataSource`` over a megadata dataset.
+
+    ``src[i]`` is the dataset's sample ``i`` as a dict of writable numpy arrays;
+    ``src.__getitems__(indices)`` (and Grain's batched-read hook ``_getitems``) read all
+    indices in ONE core call. Pickles as the dataset (which pickles small: memory maps
+    travel as file names and are reopened on load).
+    """
+
+    def __init__(self, dataset: Any) -> None:
+        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise DataError(
+                f"dataset: {type(dataset).__name__} has no __len__/__getitem__; GrainSource "
+                "needs a megadata dataset"
+            )
+        self.dataset = dataset
+        mark = fingerprint(dataset)
+        self._repr = f"GrainSource({dataset!r}" + (f", fingerprint={mark!r})" if mark else ")")
+        ensure_absl_flags_parsed()
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def _index(self, index: object) -> int:
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"GrainSource index must be an int, got {type(index).__name__}")
+        length = len(self.dataset)
+        i = int(index)
+        if not -length <= i < length:
+            raise IndexError(f"GrainSource index {i} out of range for {length} samples")
+        return i % length
+
+    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+        return _writable(self.dataset[self._index(index)])
+
+    def __getitems__(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
+        """The samples at ``indices`` stacked along a leading batch axis (one core read)."""
+        positions = [self._index(i) for i in indices]
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if getitems is None:
+            samples = [self.dataset[i] for i in positions]
+            keys = samples[0].keys() if samples else ()
+            return {key: np.stack([np.asarray(s[key]) for s in samples]) for key in keys}
+        return _writable(getitems(positions))
+
+    def _getitems(self, indices: Sequence[int]) -> list[dict[str, np.ndarray]]:
+        """Grain's batched-read hook: one core read, split back into samples."""
+        if len(indices) == 0:
+            return []
+        batch = self.__getitems__(indices)
+        return [{key: value[j] for key, value in batch.items()} for j in range(len(indices))]
+
+    def __repr__(self) -> str:
+        return self._repr
+
+    def __getstate__(self) -> dict:
+        return {"dataset": self.dataset, "_repr": self._repr}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+
+class MicroBatchDataset(grain.MapDataset):
+    """Grain ``MapDataset``: element ``t`` = this rank's ``t``-th micro-batch (one core read).
+
+    ``PretrainingSampler`` semantics with ``drop_last=True``: global batch ``t`` is the
+    global indices ``[c + t·G, c + (t+1)·G)``; rank ``r`` reads ``[r·mbs, (r+1)·mbs)`` of it.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        micro_batch_size: int,
+        data_parallel_rank: int = 0,
+        data_parallel_size: int = 1,
+        consumed_samples: int = 0,
+    ) -> None:
+        super().__init__()
+        self.dataset = dataset
+        self.micro_batch_size = check_int("micro_batch_size", micro_batch_size, minimum=1)
+        self.data_parallel_size = check_int("data_parallel_size", data_parallel_size, minimum=1)
+        self.data_parallel_rank = check_int("data_parallel_rank", data_parallel_rank, minimum=0)
+        if self.data_parallel_rank >= self.data_parallel_size:
+            raise DataError(
+                f"data_parallel_rank: {self.data_parallel_rank} is not below "
+                f"data_parallel_size {self.data_parallel_size}"
+            )
+        self.total_samples = len(dataset)
+        self.consumed_samples = check_int("consumed_samples", consumed_samples, minimum=0)
+        if self.consumed_samples > self.total_samples:
+            raise DataError(
+                f"consumed_samples: {self.consumed_samples} is beyond the total of "
+                f"{self.total_samples} samples"
+            )
+        self.global_batch = self.micro_batch_size * self.data_parallel_size
+        self._length = (self.total_samples - self.consumed_samples) // self.global_batch
+
+    def __len__(self) -> int:
+        return self._length
+
+    def indices(self, step: int) -> np.ndarray:
+        """Global sample indices of this rank's micro-batch ``step``."""
+        start = (
+            self.consumed_samples
+            + step * self.global_batch
+            + self.data_parallel_rank * self.micro_batch_size
+        )
+        return np.arange(start, start + self.micro_batch_size, dtype=np.int64)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        step = int(index)
+        if not 0 <= step < self._length:
+            raise IndexError(f"micro-batch {step} out of range for {self._length}")
+        getitems = getattr(self.dataset, "__getitems__", None)
+        positions = self.indices(step)
+        if getitems is None:
+            samples = [self.dataset[int(i)] for i in positions]
+            return {key: np.stack([np.asarray(s[key]) for s in samples]) for key in samples[0]}
+        return _writable(getitems(positions))
+
+    def __str__(self) -> str:
+        return (
+            f"MicroBatchDataset(samples={self.total_samples}, consumed={self.consumed_samples}, "
+            f"micro_batch_size={self.micro_batch_size}, rank={self.data_parallel_rank}/"
+            f"{self.data_parallel_size})"
+        )
+
+
+class _ConsumedSamplesIterator(grain.DatasetIterator):
+    """Counts the micro-batches handed out; state is the global consumed-sample count."""
+
+    def __init__(self, owner: _BatchedIterDataset) -> None:
+        super().__init__()
+        self._owner = owner
+        self._inner = None
+        self._start(owner.consumed_samples)
+
+    def _start(self, consumed: int) -> None:
+        self.close_inner()
+        self._consumed = consumed
+        self._inner = iter(self._owner.pipeline(consumed))
+
+    def close_inner(self) -> None:
+        inner, self._inner = getattr(self, "_inner", None), None
+        if inner is not None and hasattr(inner, "close"):
+            inner.close()
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        batch = next(self._inner)
+        self._consumed += self._owner.global_batch
+        return batch
+
+    def get_state(self) -> dict[str, Any]:
+        return {"consumed_samples": self._consumed, "total_samples": self._owner.total_samples}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if int(state.get("total_samples", -1)) != self._owner.total_samples:
+            raise DataError(
+                f"total_samples: checkpoint has {state.get('total_samples')!r}, this dataset "
+                f"has {self._owner.total_samples} samples; the state belongs to other data"
+            )
+        consumed = check_int("consumed_samples", state.get("consumed_samples"), minimum=0)
+        if consumed > self._owner.total_samples:
+            raise DataError(
+                f"consumed_samples: {consumed} is beyond the total of "
+                f"{self._owner.total_samples} samples"
+            )
+        self._start(consumed)
+
+    def close(self) -> None:
+        self.close_inner()
+        self._closed = True
+
+
+class _BatchedIterDataset(grain.IterDataset):
+    """IterDataset over :class:`MicroBatchDataset`; see :func:`batched_dataset`."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        micro_batch_size: int,
+        data_parallel_rank: int,
+        data_parallel_size: int,
+        consumed_samples: int,
+        worker_count: int,
+        worker_buffer_size: int,
+        read_options: Any,
+    ) -> None:
+        super().__init__()
+        self._kwargs = dict(
+            micro_batch_size=micro_batch_size,
+            data_parallel_rank=data_parallel_rank,
+            data_parallel_size=data_parallel_size,
+        )
+        first = MicroBatchDataset(dataset, consumed_samples=consumed_samples, **self._kwargs)
+        self.dataset = dataset
+        self.consumed_samples = first.consumed_samples
+        self.total_samples = first.total_samples
+        self.global_batch = first.global_batch
+        self.worker_count = check_int("worker_count", worker_count, minimum=0)
+        self.worker_buffer_size = check_int("worker_buffer_size", worker_buffer_size, minimum=1)
+        self.read_options = read_options
+
+    def pipeline(self, consumed: int) -> grain.IterDataset:
+        """The Grain pipeline starting at ``consumed`` global samples."""
+        micro = MicroBatchDataset(self.dataset, consumed_samples=consumed, **self._kwargs)
+        pipeline = micro.to_iter_dataset(self.read_options)
+        if self.worker_count:
+            ensure_absl_flags_parsed()
+            pipeline = pipeline.mp_prefetch(
+                grain.MultiprocessingOptions(
+                    num_workers=self.worker_count, per_worker_buffer_size=self.worker_buffer_size
+                )
+            )
+        return pipeline
+
+    def __iter__(self) -> _ConsumedSamplesIterator:
+        return _ConsumedSamplesIterator(self)
+
+    def __str__(self) -> str:
+        return (
+            f"BatchedDataset(samples={self.total_samples}, consumed={self.consumed_samples}, "
+            f"global_batch={self.global_batch}, workers={self.worker_count})"
+        )
+
+
+def batched_dataset(
+    dataset: Any,
+    *,
+    micro_batch_size: int,
+    data_parallel_rank: int = 0,
+    data_parallel_size: int = 1,
+    consumed_samples: int = 0,
+    worker_count: int = 0,
+    worker_buffer_size: int = 1,
+    read_options: grain.ReadOptions | None = None,
+) -> grain.IterDataset:
+    """This rank's micro-batches as a Grain ``IterDataset`` (``PretrainingSampler`` layout).
+
+    Each element is one micro-batch: a dict of writable arrays with a leading axis of
+    ``micro_batch_size``, read with one ``dataset.__getitems__``. The final partial global
+    batch is dropped (Megatron's ``drop_last=True``). ``worker_count > 0`` prefetches in
+    that many processes (Grain ``mp_prefetch``); ``read_options`` sets Grain's reader
+    threads.
+
+    The iterator's ``get_state()`` is ``{"consumed_samples", "total_samples"}`` (plain ints,
+    counted at the batches handed out, not the prefetched ones); ``set_state`` accepts it
+    from a pipeline with any worker count, DP layout or micro-batch size over the same
+    dataset and continues at that global sample (elastic, as ``PretrainingSampler``).
+    Raises ``DataError`` naming the offending argument.
+    """
+    return _BatchedIterDataset(
+        dataset,
+        micro_batch_size=micro_batch_size,
+        data_parallel_rank=data_parallel_rank,
+        data_parallel_size=data_parallel_size,
+        consumed_samples=consumed_samples,
+        worker_count=worker_count,
+        worker_buffer_size=worker_buffer_size,
+        read_options=read_options,
+    )

@@ -1,0 +1,342 @@
+"""adapters.grain_source: Grain data source (MapDataset, DataLoader with workers,
+checkpoints), the batched micro-batch dataset (resume across worker counts and DP
+layouts), and the absl-flags workaround (grain issue 1355)."""
+
+from __future__ import annotations
+
+import functools
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import megadata_core as mdc
+
+grain = pytest.importorskip("grain")
+grain_source = pytest.importorskip("adapters.grain_source")
+
+SEQ = 16
+
+
+def _deadline(seconds: int):
+    """Fail (instead of hanging) a worker-based test that runs past ``seconds``."""
+
+    def decorate(test):
+        @functools.wraps(test)
+        def wrapper(*args, **kwargs):
+            def expire(signum, frame):
+                raise TimeoutError(f"{test.__name__} ran past {seconds} s")
+
+            previous = signal.signal(signal.SIGALRM, expire)
+            signal.alarm(seconds)
+            try:
+                return test(*args, **kwargs)
+            finally:
+                signal.alarm(0)
+                signal.signal(signal.SIGALRM, previous)
+
+        return wrapper
+
+    return decorate
+
+
+def _corpus(prefix: str, seed: int, documents: int = 120) -> str:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 40, documents)
+    tokens = rng.integers(0, 50, int(lengths.sum())).astype(np.uint16)
+    tokens[np.cumsum(lengths) - 1] = 3
+    with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
+        writer.add_documents(tokens, lengths)
+    return prefix
+
+
+@pytest.fixture(scope="module")
+def train(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grain_source")
+    prefix = _corpus(str(root / "corpus"), seed=0)
+    config = mdc.GPTDataConfig(
+        random_seed=1, sequence_length=SEQ, eod_id=3, path_to_cache=str(root / "cache")
+    )
+    indexed = mdc.IndexedDataset(prefix)
+    return mdc.GPTDataset(indexed, np.arange(len(indexed.document_indices) - 1), None, config)
+
+
+@pytest.fixture(scope="module")
+def other(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grain_source_other")
+    prefix = _corpus(str(root / "corpus"), seed=0)
+    config = mdc.GPTDataConfig(
+        random_seed=2, sequence_length=SEQ, eod_id=3, path_to_cache=str(root / "cache")
+    )
+    indexed = mdc.IndexedDataset(prefix)
+    return mdc.GPTDataset(indexed, np.arange(len(indexed.document_indices) - 1), None, config)
+
+
+def _equal(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def _stack(dataset, indices) -> dict:
+    samples = [dataset[int(i)] for i in indices]
+    return {key: np.stack([s[key] for s in samples]) for key in samples[0]}
+
+
+# --- GrainSource ---------------------------------------------------------------------------
+
+
+def test_source_reads_like_the_dataset(train):
+    src = grain_source.GrainSource(train)
+    assert len(src) == len(train) > 20
+    for i in (0, 5, len(train) - 1):
+        _equal(src[i], train[i])
+    sample = src[3]
+    for value in sample.values():
+        assert value.flags.writeable and value.flags.owndata
+        value[...] = 0  # writing must not touch the dataset
+    _equal(src[3], train[3])
+    _equal(src.__getitems__([4, 1, 9]), _stack(train, [4, 1, 9]))
+    batched = src._getitems([2, 7])
+    assert len(batched) == 2
+    _equal(batched[1], train[7])
+    with pytest.raises(IndexError):
+        src[len(train)]
+
+
+def test_source_repr_is_stable_and_identifies_data(train, other):
+    a, b = grain_source.GrainSource(train), grain_source.GrainSource(train)
+    assert repr(a) == repr(b)
+    assert repr(train) in repr(a) and "fingerprint=" in repr(a)
+    assert repr(pickle.loads(pickle.dumps(a))) == repr(a)
+    # same corpus, other seed: different arrays, so a different repr
+    assert repr(grain_source.GrainSource(other)) != repr(a)
+
+
+def test_source_pickles_small(train):
+    src = grain_source.GrainSource(train)
+    data = pickle.dumps(src)
+    assert len(data) < 8192, len(data)
+    clone = pickle.loads(data)
+    _equal(clone[11], train[11])
+
+
+def test_map_dataset_shuffle_batch(train):
+    src = grain_source.GrainSource(train)
+    ds = grain.MapDataset.source(src).shuffle(seed=3).batch(4, drop_remainder=True)
+    first = ds[0]
+    assert first["tokens"].shape == (4, SEQ)
+    order = grain.MapDataset.range(len(train)).shuffle(seed=3)
+    _equal(first, _stack(train, [order[i] for i in range(4)]))
+    # the IterDataset path and its checkpoint
+    it = iter(ds.to_iter_dataset())
+    for _ in range(2):
+        next(it)
+    state = it.get_state()
+    expected = [next(it) for _ in range(3)]
+    it2 = iter(ds.to_iter_dataset())
+    it2.set_state(state)
+    for want in expected:
+        _equal(next(it2), want)
+
+
+def _loader(src, worker_count, shard_options=None):
+    sampler = grain.samplers.IndexSampler(
+        num_records=len(src),
+        shard_options=shard_options or grain.sharding.NoSharding(),
+        shuffle=True,
+        num_epochs=1,
+        seed=5,
+    )
+    return grain.DataLoader(
+        data_source=src,
+        sampler=sampler,
+        worker_count=worker_count,
+        operations=[grain.transforms.Batch(batch_size=4, drop_remainder=True)],
+    )
+
+
+@_deadline(60)
+def test_data_loader_with_workers_checkpoint_resumes(train):
+    """worker_count=2 from plain pytest (no absl app): grain issue 1355 must not bite."""
+    src = grain_source.GrainSource(train)
+    loader = _loader(src, worker_count=2)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    state = it.get_state()
+    expected = [next(it) for _ in range(3)]
+    it2 = iter(_loader(grain_source.GrainSource(train), worker_count=2))
+    it2.set_state(state)  # Grain checks the data source repr here
+    for want in expected:
+        _equal(next(it2), want)
+    # a checkpoint taken over other data is refused
+    with pytest.raises(ValueError):
+        iter(_loader(grain_source.GrainSource(_Other(train)), worker_count=0)).set_state(state)
+
+
+class _Other:
+    """Same samples, other identity (repr)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        return self.dataset[i]
+
+    def __repr__(self):
+        return "Other()"
+
+
+def test_data_loader_shard_by_jax_process(train):
+    src = grain_source.GrainSource(train)
+    shard = grain.sharding.ShardByJaxProcess(drop_remainder=True)
+    batches = list(_loader(src, worker_count=0, shard_options=shard))
+    assert len(batches) == len(train) // 4  # one JAX process: the whole dataset
+
+
+# --- batched_dataset -----------------------------------------------------------------------
+
+
+def _sampler_batches(train, consumed, mbs, rank, size, count):
+    sampler = mdc.samplers.PretrainingSampler(len(train), consumed, mbs, rank, size)
+    out = []
+    for indices in sampler:
+        out.append(_stack(train, indices))
+        if len(out) == count:
+            break
+    return out
+
+
+def test_micro_batches_follow_pretraining_sampler(train):
+    for rank in range(2):
+        ds = grain_source.MicroBatchDataset(
+            train,
+            micro_batch_size=3,
+            data_parallel_rank=rank,
+            data_parallel_size=2,
+            consumed_samples=6,
+        )
+        assert len(ds) == (len(train) - 6) // 6
+        want = _sampler_batches(train, 6, 3, rank, 2, 4)
+        for got, expected in zip(
+            iter(
+                grain_source.batched_dataset(
+                    train,
+                    micro_batch_size=3,
+                    data_parallel_rank=rank,
+                    data_parallel_size=2,
+                    consumed_samples=6,
+                )
+            ),
+            want,
+        ):
+            _equal(got, expected)
+        _equal(ds[1], want[1])
+    with pytest.raises(mdc.DataError, match="data_parallel_rank"):
+        grain_source.batched_dataset(
+            train, micro_batch_size=2, data_parallel_rank=2, data_parallel_size=2
+        )
+    with pytest.raises(mdc.DataError, match="consumed_samples"):
+        grain_source.batched_dataset(train, micro_batch_size=2, consumed_samples=10**6)
+
+
+def test_batched_reads_once_per_batch(train):
+    calls = []
+
+    class Counting(_Other):
+        def __getitems__(self, indices):
+            calls.append(list(indices))
+            return self.dataset.__getitems__(indices)
+
+    batches = list(grain_source.batched_dataset(Counting(train), micro_batch_size=4))
+    assert len(batches) == len(train) // 4 == len(calls)
+    assert all(len(c) == 4 for c in calls)
+    assert batches[0]["tokens"].flags.writeable
+
+
+@_deadline(60)
+def test_batched_state_resumes_with_other_workers_and_layout(train):
+    k = 3
+    it = iter(
+        grain_source.batched_dataset(
+            train, micro_batch_size=4, data_parallel_rank=0, data_parallel_size=2, worker_count=0
+        )
+    )
+    for _ in range(k):
+        next(it)
+    state = it.get_state()
+    assert state == {"consumed_samples": k * 8, "total_samples": len(train)}
+    # a new pipeline with 2 worker processes, same layout
+    resumed = grain_source.batched_dataset(
+        train, micro_batch_size=4, data_parallel_rank=0, data_parallel_size=2, worker_count=2
+    )
+    it2 = iter(resumed)
+    it2.set_state(state)
+    try:
+        want = [next(it) for _ in range(3)]
+        for expected in want:
+            _equal(next(it2), expected)
+        assert it2.get_state()["consumed_samples"] == (k + 3) * 8
+    finally:
+        it2.close()
+    # another DP layout with the same global batch (dp=4, mbs=2): ranks' concatenation equals
+    # the global batches of the original layout
+    expected = _sampler_batches(train, 0, 8, 0, 1, k + 2)[k:]
+    parts = []
+    for rank in range(4):
+        it3 = iter(
+            grain_source.batched_dataset(
+                train, micro_batch_size=2, data_parallel_rank=rank, data_parallel_size=4
+            )
+        )
+        it3.set_state(state)
+        parts.append([next(it3) for _ in range(2)])
+    for step, want in enumerate(expected):
+        got = {key: np.concatenate([parts[r][step][key] for r in range(4)]) for key in want}
+        _equal(got, want)
+    with pytest.raises(mdc.DataError, match="total_samples"):
+        iter(grain_source.batched_dataset(train, micro_batch_size=2)).set_state(
+            {"consumed_samples": 0, "total_samples": 1}
+        )
+
+
+def test_ensure_absl_flags_parsed_is_idempotent():
+    from absl import flags
+
+    grain_source.ensure_absl_flags_parsed()
+    grain_source.ensure_absl_flags_parsed()
+    assert flags.FLAGS.is_parsed()
+
+
+def test_workers_start_outside_an_absl_app(train, tmp_path):
+    """grain issue 1355: a plain script (jax imported, no absl app) with worker_count=2."""
+    script = tmp_path / "plain.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import pickle, sys
+        import grain, jax  # noqa: F401  (jax installed is the trigger)
+        from adapters import grain_source
+
+        if __name__ == "__main__":
+            with open({str(tmp_path / "train.pkl")!r}, "rb") as f:
+                train = pickle.load(f)
+            src = grain_source.GrainSource(train)
+            sampler = grain.samplers.IndexSampler(len(src), grain.sharding.NoSharding(),
+                                                  shuffle=False, num_epochs=1, seed=0)
+            loader = grain.DataLoader(data_source=src, sampler=sampler, worker_count=2,
+                                      operations=[grain.transforms.Batch(4)])
+            print(sum(1 for _ in loader))
+    """)
+    )
+    (tmp_path / "train.pkl").write_bytes(pickle.dumps(train))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-1] == str(-(-len(train) // 4))
