@@ -10,5 +10,5 @@ command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 VENV=${MEGADATA_VENV:-.venv}
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[cli]"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[cli,grain,jax]"
 exec "$VENV/bin/python" tools/demo.py "$@"
