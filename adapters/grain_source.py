@@ -243,9 +243,20 @@ class _ConsumedSamplesIterator(grain.DatasetIterator):
         return batch
 
     def get_state(self) -> dict[str, Any]:
-        return {"consumed_samples": self._consumed, "total_samples": self._owner.total_samples}
+        return {
+            "consumed_samples": self._consumed,
+            "total_samples": self._owner.total_samples,
+            "fingerprint": fingerprint(self._owner.dataset),
+        }
 
     def set_state(self, state: dict[str, Any]) -> None:
+        mine = fingerprint(self._owner.dataset)
+        if state.get("fingerprint") != mine:
+            raise DataError(
+                f"fingerprint: checkpoint was made for data/config {state.get('fingerprint')!r}, "
+                f"this pipeline reads {mine!r} ({self._owner.dataset!r}); refusing to continue "
+                "a different stream"
+            )
         if int(state.get("total_samples", -1)) != self._owner.total_samples:
             raise DataError(
                 f"total_samples: checkpoint has {state.get('total_samples')!r}, this dataset "

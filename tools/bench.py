@@ -38,6 +38,7 @@ from absl import app, flags
 from bench_blend import suite_blend
 from bench_builder import suite_builder
 from bench_gpt import suite_gpt
+from bench_loaders import suite_loaders
 from peers import quiet_import
 
 FLAGS = flags.FLAGS
@@ -712,6 +713,7 @@ SUITES: dict[str, Callable[[Bench], None]] = {
     "gpt": suite_gpt,
     "builder": suite_builder,
     "blend": suite_blend,
+    "loaders": suite_loaders,
 }
 
 

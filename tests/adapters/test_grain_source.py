@@ -273,7 +273,11 @@ def test_batched_state_resumes_with_other_workers_and_layout(train):
     for _ in range(k):
         next(it)
     state = it.get_state()
-    assert state == {"consumed_samples": k * 8, "total_samples": len(train)}
+    assert state == {
+        "consumed_samples": k * 8,
+        "total_samples": len(train),
+        "fingerprint": grain_source.fingerprint(train),
+    }
     # a new pipeline with 2 worker processes, same layout
     resumed = grain_source.batched_dataset(
         train, micro_batch_size=4, data_parallel_rank=0, data_parallel_size=2, worker_count=2
@@ -304,7 +308,15 @@ def test_batched_state_resumes_with_other_workers_and_layout(train):
         _equal(got, want)
     with pytest.raises(mdc.DataError, match="total_samples"):
         iter(grain_source.batched_dataset(train, micro_batch_size=2)).set_state(
-            {"consumed_samples": 0, "total_samples": 1}
+            {
+                "consumed_samples": 0,
+                "total_samples": 1,
+                "fingerprint": grain_source.fingerprint(train),
+            }
+        )
+    with pytest.raises(mdc.DataError, match="fingerprint"):
+        iter(grain_source.batched_dataset(train, micro_batch_size=2)).set_state(
+            {"consumed_samples": 0, "total_samples": len(train)}
         )
 
 

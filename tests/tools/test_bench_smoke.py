@@ -105,3 +105,27 @@ def test_bench_blend_smoke(tmp_path):
     assert "check balanced order max prefix deviation < 1: yes" in out
     assert ": NO" not in out and "note: max prefix deviation" in out
     assert os.listdir(tmp_path) == [], "the scratch directory was not cleaned up"
+
+
+def test_bench_loaders_smoke(tmp_path):
+    command = [sys.executable, str(ROOT / "tools" / "bench.py"), "loaders",
+               "--scale", "0.01", "--repeats", "1", "--workdir", str(tmp_path)]
+    process = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert process.returncode == 0, process.stdout + process.stderr
+    out = process.stdout
+    assert "suite loaders: scale 0.01" in out
+    for metric in (
+        "loader (a) raw core __getitems__ loop, 32 x 4096+1 (tokens/s)",
+        "loader (b) Grain MapDataset.batch + mp_prefetch, 2 workers",
+        "loader (c) grain_source.batched_dataset, 2 workers",
+        "loader (d) torch DataLoader + PretrainingSampler, 2 workers",
+        "loader (e) raw loop + jax global_batch, 8-device CPU mesh",
+    ):
+        assert metric in out, f"missing row {metric!r}:\n{out}"
+    for path in ("grain-map", "grain-batched", "torch", "jax"):
+        assert f"check loader {path}: first 3 batches' tokens equal" in out, out
+    assert ": NO" not in out and "note: loaders start-up" in out
+    assert os.listdir(tmp_path) == [], "the scratch directory was not cleaned up"
