@@ -367,16 +367,8 @@ _MERGE_CHILD = r"""
 import json, os, sys, time, warnings
 import numpy as np
 
-def status(key):
-    try:
-        with open("/proc/self/status") as stream:
-            for line in stream:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+sys.path.insert(0, os.environ["MEGADATA_TOOLS"])
+from peers import proc_status as status
 
 side, out_prefix, list_path = sys.argv[1:4]
 with open(list_path) as stream:
@@ -407,6 +399,7 @@ print("RESULT " + json.dumps({"seconds": seconds, "peak": status("VmHWM"), "base
 def _merge_in_child(side: str, out_prefix: str, list_path: str) -> dict:
     process = subprocess.run(
         [sys.executable, "-c", _MERGE_CHILD, side, out_prefix, list_path],
+        env={**os.environ, "MEGADATA_TOOLS": os.path.dirname(os.path.abspath(__file__))},
         capture_output=True,
         text=True,
         check=False,

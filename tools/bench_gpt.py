@@ -43,7 +43,7 @@ import time
 import warnings
 
 import numpy as np
-from peers import quiet_import
+from peers import proc_status, quiet_import
 
 SEQUENCE = 4096
 INDEX_SEED = 1234
@@ -180,20 +180,6 @@ def ours_dataset(prefix: str, num_samples, cache: str | None, shuffle: str = "me
 # -- P1: the build, one fresh interpreter per run ------------------------------------------
 
 
-def _status(key: str) -> int:
-    """Bytes of a /proc/self/status field (VmRSS, VmHWM); ru_maxrss where there is none."""
-    try:
-        with open("/proc/self/status") as stream:
-            for line in stream:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def value_digest(array) -> str:
     """sha256 of the shape and the values as little-endian int64 (dtype-independent)."""
     array = np.asarray(array)
@@ -223,11 +209,11 @@ def build_child(side: str, prefix: str, num_samples: int, cache: str, head: int)
             return ours_dataset(prefix, num_samples, cache, "megatron" if side == "ours" else side)
 
     gc.collect()
-    baseline = _status("VmRSS")
+    baseline = proc_status("VmRSS")
     start = time.perf_counter()
     dataset = construct()
     seconds = time.perf_counter() - start
-    peak = _status("VmHWM")
+    peak = proc_status("VmHWM")
     result = {"seconds": seconds, "peak": peak, "baseline": baseline, "samples": len(dataset)}
     documents = np.asarray(dataset.document_index)
     indexed = dataset.dataset if side == "megatron" else dataset.indexed

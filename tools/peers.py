@@ -18,3 +18,21 @@ def quiet_import(*names: str) -> list[ModuleType] | None:
             return [importlib.import_module(name) for name in names]
     except ImportError:
         return None
+
+
+def proc_status(key: str) -> int:
+    """Bytes of a /proc/self/status field (VmRSS, VmHWM); ru_maxrss where there is none.
+
+    VmHWM belongs to this process image alone; ru_maxrss can carry a parent's peak across
+    fork/exec on Linux.
+    """
+    try:
+        with open("/proc/self/status") as stream:
+            for line in stream:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -12,51 +12,18 @@ gap in the reason, so that closing the gap turns them into failures to be unmark
 
 from __future__ import annotations
 
-import functools
 import pickle
-import signal
 import socket
 import threading
 
 import numpy as np
 import pytest
+from adapter_helpers import deadline, write_corpus
 
 import megadata_core as mdc
 from megadata_core.samplers import PretrainingSampler
 
 SEQ = 16
-
-
-def _deadline(seconds: int):
-    """Fail (instead of hanging) a worker-based test that runs past ``seconds``."""
-
-    def decorate(test):
-        @functools.wraps(test)
-        def wrapper(*args, **kwargs):
-            def expire(signum, frame):
-                raise TimeoutError(f"{test.__name__} ran past {seconds} s")
-
-            previous = signal.signal(signal.SIGALRM, expire)
-            signal.alarm(seconds)
-            try:
-                return test(*args, **kwargs)
-            finally:
-                signal.alarm(0)
-                signal.signal(signal.SIGALRM, previous)
-
-        return wrapper
-
-    return decorate
-
-
-def _corpus(prefix: str, seed: int, documents: int = 120) -> str:
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, 40, documents)
-    tokens = rng.integers(0, 50, int(lengths.sum())).astype(np.uint16)
-    tokens[np.cumsum(lengths) - 1] = 3
-    with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
-        writer.add_documents(tokens, lengths)
-    return prefix
 
 
 def _dataset(prefix: str, cache: str, random_seed: int) -> mdc.GPTDataset:
@@ -71,8 +38,8 @@ def _dataset(prefix: str, cache: str, random_seed: int) -> mdc.GPTDataset:
 def datasets(tmp_path_factory):
     """train; same corpus, other seed (same length); another corpus (other length)."""
     root = tmp_path_factory.mktemp("adapter_errors")
-    first = _corpus(str(root / "first"), seed=0)
-    second = _corpus(str(root / "second"), seed=1, documents=90)
+    first = write_corpus(str(root / "first"), seed=0)
+    second = write_corpus(str(root / "second"), seed=1, documents=90)
     cache = str(root / "cache")
     train = _dataset(first, cache, random_seed=1)
     reseeded = _dataset(first, cache, random_seed=2)
@@ -240,7 +207,7 @@ PICKLE_MESSAGE = r"(?i)pickle"
 
 @pytest.mark.parametrize("kind", ["lambda", "lock"])
 @pytest.mark.filterwarnings("ignore:Got pickle error")  # torch's hint before the error
-@_deadline(60)
+@deadline(60)
 def test_torch_loader_workers_unpicklable_source(datasets, kind):
     pytest.importorskip("torch")
     from adapters import torch_data
@@ -260,7 +227,7 @@ def test_torch_loader_workers_unpicklable_source(datasets, kind):
 
 
 @pytest.mark.parametrize("kind", ["socket", "lock"])
-@_deadline(60)
+@deadline(60)
 def test_batched_dataset_workers_unpicklable_source(datasets, kind):
     _, grain_source = _grain()
     source = _Unpicklable(datasets["train"], kind)

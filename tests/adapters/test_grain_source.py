@@ -4,15 +4,14 @@ layouts), and the absl-flags workaround (grain issue 1355)."""
 
 from __future__ import annotations
 
-import functools
 import pickle
-import signal
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
+from adapter_helpers import deadline, write_corpus
 
 import megadata_core as mdc
 
@@ -22,42 +21,10 @@ grain_source = pytest.importorskip("adapters.grain_source")
 SEQ = 16
 
 
-def _deadline(seconds: int):
-    """Fail (instead of hanging) a worker-based test that runs past ``seconds``."""
-
-    def decorate(test):
-        @functools.wraps(test)
-        def wrapper(*args, **kwargs):
-            def expire(signum, frame):
-                raise TimeoutError(f"{test.__name__} ran past {seconds} s")
-
-            previous = signal.signal(signal.SIGALRM, expire)
-            signal.alarm(seconds)
-            try:
-                return test(*args, **kwargs)
-            finally:
-                signal.alarm(0)
-                signal.signal(signal.SIGALRM, previous)
-
-        return wrapper
-
-    return decorate
-
-
-def _corpus(prefix: str, seed: int, documents: int = 120) -> str:
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, 40, documents)
-    tokens = rng.integers(0, 50, int(lengths.sum())).astype(np.uint16)
-    tokens[np.cumsum(lengths) - 1] = 3
-    with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
-        writer.add_documents(tokens, lengths)
-    return prefix
-
-
 @pytest.fixture(scope="module")
 def train(tmp_path_factory):
     root = tmp_path_factory.mktemp("grain_source")
-    prefix = _corpus(str(root / "corpus"), seed=0)
+    prefix = write_corpus(str(root / "corpus"), seed=0)
     config = mdc.GPTDataConfig(
         random_seed=1, sequence_length=SEQ, eod_id=3, path_to_cache=str(root / "cache")
     )
@@ -68,7 +35,7 @@ def train(tmp_path_factory):
 @pytest.fixture(scope="module")
 def other(tmp_path_factory):
     root = tmp_path_factory.mktemp("grain_source_other")
-    prefix = _corpus(str(root / "corpus"), seed=0)
+    prefix = write_corpus(str(root / "corpus"), seed=0)
     config = mdc.GPTDataConfig(
         random_seed=2, sequence_length=SEQ, eod_id=3, path_to_cache=str(root / "cache")
     )
@@ -160,7 +127,7 @@ def _loader(src, worker_count, shard_options=None):
     )
 
 
-@_deadline(60)
+@deadline(60)
 def test_data_loader_with_workers_checkpoint_resumes(train):
     """worker_count=2 from plain pytest (no absl app): grain issue 1355 must not bite."""
     src = grain_source.GrainSource(train)
@@ -262,7 +229,7 @@ def test_batched_reads_once_per_batch(train):
     assert batches[0]["tokens"].flags.writeable
 
 
-@_deadline(60)
+@deadline(60)
 def test_batched_state_resumes_with_other_workers_and_layout(train):
     k = 3
     it = iter(

@@ -2,30 +2,47 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("absl") is None, reason="tools need the 'cli' extra (absl-py)"
-)
 
-
-def test_bench_format_smoke(tmp_path):
-    command = [sys.executable, str(ROOT / "tools" / "bench.py"), "format",
-               "--scale", "0.01", "--repeats", "1", "--workdir", str(tmp_path)]
+def _run_suite(suite: str, tmp_path: Path) -> str:
+    """Run ``bench.py SUITE`` at scale 0.01; check exit 0, no failed check and a clean
+    scratch directory; return its stdout."""
+    command = [
+        sys.executable,
+        str(ROOT / "tools" / "bench.py"),
+        suite,
+        "--scale",
+        "0.01",
+        "--repeats",
+        "1",
+        "--workdir",
+        str(tmp_path),
+    ]
     process = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
     assert process.returncode == 0, process.stdout + process.stderr
     out = process.stdout
+    assert out.startswith("command: ")
+    assert f"suite {suite}: scale 0.01" in out
+    assert ": NO" not in out
+    assert os.listdir(tmp_path) == [], "the scratch directory was not cleaned up"
+    return out
+
+
+def test_bench_format_smoke(tmp_path):
+    out = _run_suite("format", tmp_path)
     assert out.startswith("command: ")
     assert "environment: " in out and "numpy " in out
     for metric in (
@@ -38,18 +55,10 @@ def test_bench_format_smoke(tmp_path):
     ):
         assert metric in out, f"missing row {metric!r}:\n{out}"
     assert "check " in out and ": NO" not in out
-    assert os.listdir(tmp_path) == [], "the scratch directory was not cleaned up"
 
 
 def test_bench_gpt_smoke(tmp_path):
-    command = [sys.executable, str(ROOT / "tools" / "bench.py"), "gpt",
-               "--scale", "0.01", "--repeats", "1", "--workdir", str(tmp_path)]
-    process = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    assert process.returncode == 0, process.stdout + process.stderr
-    out = process.stdout
+    out = _run_suite("gpt", tmp_path)
     assert out.startswith("command: ")
     assert "suite gpt: scale 0.01" in out
     for metric in (
@@ -64,18 +73,10 @@ def test_bench_gpt_smoke(tmp_path):
         assert metric in out, f"missing row {metric!r}:\n{out}"
     assert "note: build plan: " in out and "separate_final_epoch=True" in out
     assert "check " in out and ": NO" not in out
-    assert os.listdir(tmp_path) == [], "the scratch directory was not cleaned up"
 
 
 def test_bench_builder_smoke(tmp_path):
-    command = [sys.executable, str(ROOT / "tools" / "bench.py"), "builder",
-               "--scale", "0.01", "--repeats", "1", "--workdir", str(tmp_path)]
-    process = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    assert process.returncode == 0, process.stdout + process.stderr
-    out = process.stdout
+    out = _run_suite("builder", tmp_path)
     assert "suite builder: scale 0.01" in out
     for metric in (
         "builder cold start, fresh cache, 10 prefixes x 200 docs (s)",
@@ -83,18 +84,10 @@ def test_bench_builder_smoke(tmp_path):
     ):
         assert metric in out, f"missing row {metric!r}:\n{out}"
     assert "check builder: " in out and ": NO" not in out
-    assert os.listdir(tmp_path) == [], "the scratch directory was not cleaned up"
 
 
 def test_bench_blend_smoke(tmp_path):
-    command = [sys.executable, str(ROOT / "tools" / "bench.py"), "blend",
-               "--scale", "0.01", "--repeats", "1", "--workdir", str(tmp_path)]
-    process = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    assert process.returncode == 0, process.stdout + process.stderr
-    out = process.stdout
+    out = _run_suite("blend", tmp_path)
     assert "suite blend: scale 0.01" in out
     for metric in (
         "balanced order vs Megatron build_blending_indices, 0.5M samples, 4 datasets (s)",
@@ -104,18 +97,10 @@ def test_bench_blend_smoke(tmp_path):
     assert "check megatron order equals Megatron's values: yes" in out
     assert "check balanced order max prefix deviation < 1: yes" in out
     assert ": NO" not in out and "note: max prefix deviation" in out
-    assert os.listdir(tmp_path) == [], "the scratch directory was not cleaned up"
 
 
 def test_bench_loaders_smoke(tmp_path):
-    command = [sys.executable, str(ROOT / "tools" / "bench.py"), "loaders",
-               "--scale", "0.01", "--repeats", "1", "--workdir", str(tmp_path)]
-    process = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    assert process.returncode == 0, process.stdout + process.stderr
-    out = process.stdout
+    out = _run_suite("loaders", tmp_path)
     assert "suite loaders: scale 0.01" in out
     for metric in (
         "loader (a) raw core __getitems__ loop, 32 x 4096+1 (tokens/s)",
@@ -128,4 +113,3 @@ def test_bench_loaders_smoke(tmp_path):
     for path in ("grain-map", "grain-batched", "torch", "jax"):
         assert f"check loader {path}: first 3 batches' tokens equal" in out, out
     assert ": NO" not in out and "note: loaders start-up" in out
-    assert os.listdir(tmp_path) == [], "the scratch directory was not cleaned up"

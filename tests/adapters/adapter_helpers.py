@@ -1,0 +1,43 @@
+"""Helpers shared by the adapter tests: a small corpus and a deadline for worker tests."""
+
+from __future__ import annotations
+
+import functools
+import signal
+
+import numpy as np
+
+import megadata_core as mdc
+
+
+def deadline(seconds: int):
+    """Fail (instead of hanging) a worker-based test that runs past ``seconds``."""
+
+    def decorate(test):
+        @functools.wraps(test)
+        def wrapper(*args, **kwargs):
+            def expire(signum, frame):
+                raise TimeoutError(f"{test.__name__} ran past {seconds} s")
+
+            previous = signal.signal(signal.SIGALRM, expire)
+            signal.alarm(seconds)
+            try:
+                return test(*args, **kwargs)
+            finally:
+                signal.alarm(0)
+                signal.signal(signal.SIGALRM, previous)
+
+        return wrapper
+
+    return decorate
+
+
+def write_corpus(prefix: str, seed: int, documents: int = 120) -> str:
+    """A uint16 corpus of ``documents`` one-sequence documents ending in EOD id 3."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 40, documents)
+    tokens = rng.integers(0, 50, int(lengths.sum())).astype(np.uint16)
+    tokens[np.cumsum(lengths) - 1] = 3
+    with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
+        writer.add_documents(tokens, lengths)
+    return prefix
