@@ -310,3 +310,14 @@ def test_edf_with_no_dataset_released_takes_the_earliest_deadline():
     for column, (counts, step) in enumerate((([9, 5], 0), ([9, 30], 3))):
         picks, samples = rules.scalar_edf(rates, None, np.array(counts), step, step + 1)
         assert pick[column] == picks[0] and before[column] == samples[0]
+
+
+def test_many_datasets_long_segments_match(megatron_helpers):
+    """A blend of 1,000 datasets (the wide [K, n] kernel, long segments): Megatron's
+    values, for a small and a larger size."""
+    weights = megatron_normalize(np.random.default_rng(8).lognormal(0.0, 1.0, 1000))
+    for size in (10_300, 60_000):
+        stats = {}
+        ours = engine.run("megatron", weights, size, stats=stats)
+        assert stats["segment"] > engine.segment_length(size, engine.BURN["megatron"])
+        assert_same(ours, helper_order(megatron_helpers, weights, size))
