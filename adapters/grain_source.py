@@ -46,6 +46,7 @@ import grain
 import numpy as np
 
 from megadata_core.checks import check_int
+from megadata_core.datasets.buffers import BufferPool
 from megadata_core.errors import DataError
 
 __all__ = [
@@ -85,6 +86,20 @@ def fingerprint(dataset: Any) -> str | None:
 def _writable(sample: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Fresh, writable arrays: the core may hand out read-only views and shared constants."""
     return {key: np.array(value, copy=True) for key, value in sample.items()}
+
+
+def _owned(batch: Mapping[str, Any], pool: BufferPool) -> dict[str, np.ndarray]:
+    """Writable arrays that nothing else shares, in reused buffers: the core hands out
+    read-only views and shared constants, and copying into warm, pooled memory costs a
+    fraction of faulting in fresh pages every batch (the pool hands a buffer out again
+    only once every array, view and export of it is gone)."""
+    return {key: pool.copy(np.asarray(value)) for key, value in batch.items()}
+
+
+#: Grain's reader for a batched pipeline: one element is a whole micro-batch that the core
+#: reads in ~0.2 ms, less than Grain's thread pool costs to hand it over (measured: 16
+#: reader threads ~3x slower than reading in the calling thread), so read in place.
+BATCHED_READ_OPTIONS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 
 
 class GrainSource:
@@ -184,6 +199,7 @@ class MicroBatchDataset(grain.MapDataset):
             )
         self.global_batch = self.micro_batch_size * self.data_parallel_size
         self._length = (self.total_samples - self.consumed_samples) // self.global_batch
+        self._pool = BufferPool()
 
     def __len__(self) -> int:
         return self._length
@@ -208,7 +224,7 @@ class MicroBatchDataset(grain.MapDataset):
         if getitems is None:
             samples = [self.dataset[int(i)] for i in positions]
             return {key: np.stack([np.asarray(s[key]) for s in samples]) for key in samples[0]}
-        return _writable(getitems(positions))
+        return _owned(getitems(positions), self._pool)
 
     def __str__(self) -> str:
         return (
@@ -308,7 +324,7 @@ class _BatchedIterDataset(grain.IterDataset):
     def pipeline(self, consumed: int) -> grain.IterDataset:
         """The Grain pipeline starting at ``consumed`` global samples."""
         micro = MicroBatchDataset(self.dataset, consumed_samples=consumed, **self._kwargs)
-        pipeline = micro.to_iter_dataset(self.read_options)
+        pipeline = micro.to_iter_dataset(self.read_options or BATCHED_READ_OPTIONS)
         if self.worker_count:
             ensure_absl_flags_parsed()
             pipeline = pipeline.mp_prefetch(
@@ -345,7 +361,13 @@ def batched_dataset(
     ``micro_batch_size``, read with one ``dataset.__getitems__``. The final partial global
     batch is dropped (Megatron's ``drop_last=True``). ``worker_count > 0`` prefetches in
     that many processes (Grain ``mp_prefetch``); ``read_options`` sets Grain's reader
-    threads.
+    threads (default :data:`BATCHED_READ_OPTIONS`: read in the calling thread, or in each
+    worker). Arrays are fresh per batch but reused once the batch is dropped (a pool).
+
+    Speed: the core reads a 32 x 4096 micro-batch in ~0.2 ms, while one Grain
+    ``mp_prefetch`` hand-over costs ~0.6 ms even for an empty element (measured on 2
+    cores), so ``worker_count=0`` is the fast choice for local ``.bin`` files; workers pay
+    off when a batch is slow to read (remote storage, attention masks, heavy transforms).
 
     The iterator's ``get_state()`` is ``{"consumed_samples", "total_samples"}`` (plain ints,
     counted at the batches handed out, not the prefetched ones); ``set_state`` accepts it

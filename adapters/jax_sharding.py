@@ -14,12 +14,20 @@ MaxText does); all other axes are replicated. The global batch is the local batc
 the number of processes along those axes. Input arrays are only read, never written
 (megadata batches may be read-only views of memory-mapped files).
 
+Constants. The core hands out the same read-only array object for keys that do not
+change between batches (position ids without ``reset_position_ids``, an all-ones loss
+mask). An input that is read-only AND owns its memory is taken as immutable: when the
+same object comes again for the same sharding, its global array from last time is
+reused instead of being copied to every device again (a few recent ones are kept).
+
 Dtypes are kept as JAX allows: int32 tokens, float32 masks and bool attention masks go
 through unchanged; 64-bit arrays become 32-bit unless ``jax_enable_x64`` is on.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 import jax
@@ -90,6 +98,38 @@ def _local_shards(mesh: Mesh, axes: tuple[str, ...]) -> int:
     return len(seen)
 
 
+#: (id(array), sharding, x64) -> (array, global array) for immutable inputs; the entry
+#: holds the array, so its id cannot be reused by another object while it is cached.
+_CONSTANTS: OrderedDict[tuple, tuple[np.ndarray, jax.Array]] = OrderedDict()
+_CONSTANTS_LOCK = threading.Lock()
+_CONSTANTS_KEPT = 8
+
+
+def _immutable(value: object) -> bool:
+    """A plain numpy array that is read-only and owns its memory (a core constant)."""
+    return (
+        type(value) is np.ndarray and not value.flags.writeable and value.flags.owndata
+    )
+
+
+def _to_global(sharding: NamedSharding, value) -> jax.Array:
+    """``make_array_from_process_local_data``, reusing the result for immutable inputs."""
+    if not _immutable(value):
+        return jax.make_array_from_process_local_data(sharding, value)
+    key = (id(value), sharding, bool(jax.config.jax_enable_x64))
+    with _CONSTANTS_LOCK:
+        hit = _CONSTANTS.get(key)
+        if hit is not None and hit[0] is value and not hit[1].is_deleted():  # donated?
+            _CONSTANTS.move_to_end(key)
+            return hit[1]
+    array = jax.make_array_from_process_local_data(sharding, value)
+    with _CONSTANTS_LOCK:
+        _CONSTANTS[key] = (value, array)
+        while len(_CONSTANTS) > _CONSTANTS_KEPT:
+            _CONSTANTS.popitem(last=False)
+    return array
+
+
 def global_batch(batch: Mapping, mesh: Mesh, batch_axes=None) -> dict[str, jax.Array]:
     """Per-process numpy batch -> dict of global ``jax.Array`` sharded on the leading axis.
 
@@ -122,6 +162,4 @@ def global_batch(batch: Mapping, mesh: Mesh, batch_axes=None) -> dict[str, jax.A
             f"global_batch: the local batch of {local} rows does not divide over the {shards} "
             f"local device slices of mesh axes {axes} (mesh shape {dict(mesh.shape)})"
         )
-    return {
-        key: jax.make_array_from_process_local_data(sharding, value) for key, value in batch.items()
-    }
+    return {key: _to_global(sharding, value) for key, value in batch.items()}

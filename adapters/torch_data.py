@@ -48,6 +48,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from megadata_core.datasets.buffers import BufferPool
 from megadata_core.samplers import PretrainingSampler
 
 __all__ = ["TorchDataset", "batch_collate", "loader", "StatefulLoader", "to_torch"]
@@ -63,17 +64,21 @@ DTYPES: dict[str, np.dtype] = {
 }
 
 
-def to_torch(sample: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+def to_torch(sample: Mapping[str, Any], pool: BufferPool | None = None) -> dict[str, torch.Tensor]:
     """A dict of numpy arrays (or scalars) as torch tensors with Megatron's dtypes.
 
     Always copies: the core's arrays may be read-only views or constants shared between
-    batches, and a tensor must never alias them.
+    batches, and a tensor must never alias them. With ``pool`` the copies land in reused
+    buffers (warm memory; a buffer is handed out again only once its tensor is gone).
     """
     out = {}
     for key, value in sample.items():
         array = np.asarray(value)
         dtype = DTYPES.get(key, array.dtype)
-        out[key] = torch.from_numpy(np.array(array, dtype=dtype, copy=True))
+        if pool is not None and array.ndim:
+            out[key] = torch.from_numpy(pool.copy(array, dtype))
+        else:
+            out[key] = torch.from_numpy(np.array(array, dtype=dtype, copy=True))
     return out
 
 
@@ -93,6 +98,10 @@ class TorchDataset(Dataset):
 
     def __init__(self, dataset) -> None:
         self.dataset = dataset
+        # the core gathers int64 text straight away when it can (no per-batch cast)
+        with_dtype = getattr(dataset, "with_token_dtype", None)
+        self._reader = with_dtype(DTYPES["tokens"]) if callable(with_dtype) else dataset
+        self._pool = BufferPool()
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -100,16 +109,16 @@ class TorchDataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if isinstance(index, torch.Tensor):
             index = int(index)
-        return to_torch(self.dataset[index])
+        return to_torch(self._reader[index])
 
     def __getitems__(self, indices) -> dict[str, torch.Tensor]:
         """The samples at ``indices`` (a list of ints) as stacked tensors, one core call."""
         if isinstance(indices, torch.Tensor):
             indices = indices.tolist()
-        getitems = getattr(self.dataset, "__getitems__", None)
+        getitems = getattr(self._reader, "__getitems__", None)
         if getitems is not None:
-            return to_torch(getitems(list(indices)))
-        rows = [self.dataset[int(i)] for i in indices]
+            return to_torch(getitems(list(indices)), self._pool)
+        rows = [self._reader[int(i)] for i in indices]
         return to_torch({key: np.stack([np.asarray(r[key]) for r in rows]) for key in rows[0]})
 
     def __repr__(self) -> str:

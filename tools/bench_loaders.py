@@ -14,11 +14,18 @@ are read in micro-batches of 32 in ``PretrainingSampler`` order (mbs 32, dp 1) t
   .to_iter_dataset().mp_prefetch(MultiprocessingOptions(num_workers=2))``;
 * ``grain-batched``: ``grain_source.batched_dataset(ds, micro_batch_size=32,
   worker_count=2)`` (one core ``__getitems__`` per micro-batch);
+* ``grain-batched-0``: the same with ``worker_count=0`` (read in the calling thread);
 * ``torch``: ``torch_data.loader(TorchDataset(ds), PretrainingSampler(...), num_workers=2,
   multiprocessing_context="forkserver")``;
+* ``torch-0``: the same with ``num_workers=0`` (int64 tokens/labels/position ids, float32
+  loss mask: Megatron's dtypes, so 2.5x the bytes of the raw int32 batch);
 * ``jax``: the raw loop plus ``jax_sharding.global_batch(batch, mesh)`` on an 8-device
   simulated CPU mesh (``--xla_force_host_platform_device_count=8``, set below before
   anything imports jax).
+* ``grain-ipc`` / ``torch-ipc``: the hand-over floor of those worker set-ups: the same
+  2-worker ``mp_prefetch`` / ``DataLoader`` (forkserver) delivering an 8-byte element per
+  batch that costs nothing to make. No worker path can beat its floor, so ratio = raw
+  time / floor time bounds ``grain-batched`` / ``torch`` on this machine.
 
 Each path is started (worker start-up = time to the first batch, reported as a note, not
 in the throughput), warmed up, then timed over ``--repeats`` consecutive windows of a
@@ -55,14 +62,19 @@ WARMUP = 3  # batches after the first, before timing
 WINDOW = 150  # timed batches per repeat
 COMPARE = 3  # first batches compared with the raw loop
 GOAL = 0.67  # batched paths within 1.5x of raw
-BATCHED = ("grain-batched", "torch", "jax")
+BATCHED = ("grain-batched", "grain-batched-0", "torch", "torch-0", "jax")
+FLOORS = ("grain-ipc", "torch-ipc")  # no data: the worker hand-over alone
 
 LABELS = {
     "raw": "(a) raw core __getitems__ loop",
     "grain-map": "(b) Grain MapDataset.batch + mp_prefetch, 2 workers",
     "grain-batched": "(c) grain_source.batched_dataset, 2 workers",
+    "grain-batched-0": "(c0) grain_source.batched_dataset, in-process",
     "torch": "(d) torch DataLoader + PretrainingSampler, 2 workers",
+    "torch-0": "(d0) torch DataLoader + PretrainingSampler, in-process",
     "jax": "(e) raw loop + jax global_batch, 8-device CPU mesh",
+    "grain-ipc": "(f) floor: Grain mp_prefetch, 2 workers, empty elements",
+    "torch-ipc": "(g) floor: torch DataLoader, 2 workers, empty batches",
 }
 
 
@@ -108,25 +120,73 @@ def _grain_map(ds):
     return iterator, getattr(iterator, "close", None), lambda batch: batch["tokens"]
 
 
-def _grain_batched(ds):
+def _grain_batched(ds, workers: int = WORKERS):
     from adapters.grain_source import batched_dataset
 
-    iterator = iter(batched_dataset(ds, micro_batch_size=BATCH, worker_count=WORKERS))
+    iterator = iter(batched_dataset(ds, micro_batch_size=BATCH, worker_count=workers))
     return iterator, iterator.close, lambda batch: batch["tokens"]
 
 
-def _torch(ds):
+def _torch(ds, workers: int = WORKERS):
     from adapters.torch_data import TorchDataset, loader
 
-    data = loader(
-        TorchDataset(ds),
-        _sampler(len(ds)),
+    context = {"multiprocessing_context": "forkserver"} if workers else {}
+    data = loader(TorchDataset(ds), _sampler(len(ds)), num_workers=workers, **context)
+    iterator = iter(data)
+    close = getattr(iterator, "_shutdown_workers", None)
+    return iterator, close, lambda batch: batch["tokens"].numpy()
+
+
+class _Nothing:
+    """A dataset (Grain MapDataset protocol and torch map-style) whose every element is
+    one 8-byte array: measures the worker hand-over alone."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index) -> dict[str, np.ndarray]:
+        return {"tokens": np.zeros(1, np.int64)}
+
+    def __getitems__(self, indices) -> dict[str, np.ndarray]:
+        return {"tokens": np.zeros(1, np.int64)}
+
+
+def _grain_ipc(ds):
+    import grain
+
+    from adapters.grain_source import BATCHED_READ_OPTIONS, ensure_absl_flags_parsed
+
+    ensure_absl_flags_parsed()
+    steps = len(ds) // BATCH
+    pipeline = (
+        grain.MapDataset.range(steps)
+        .map(_Nothing(steps).__getitem__)
+        .to_iter_dataset(BATCHED_READ_OPTIONS)
+        .mp_prefetch(grain.MultiprocessingOptions(num_workers=WORKERS))
+    )
+    iterator = iter(pipeline)
+    return iterator, getattr(iterator, "close", None), None
+
+
+def _collate_nothing(batch):
+    return batch
+
+
+def _torch_ipc(ds):
+    from torch.utils.data import DataLoader
+
+    data = DataLoader(
+        _Nothing(len(ds)),
+        batch_sampler=_sampler(len(ds)),
+        collate_fn=_collate_nothing,
         num_workers=WORKERS,
         multiprocessing_context="forkserver",
     )
     iterator = iter(data)
-    close = getattr(iterator, "_shutdown_workers", None)
-    return iterator, close, lambda batch: batch["tokens"].numpy()
+    return iterator, getattr(iterator, "_shutdown_workers", None), None
 
 
 def _jax(ds):
@@ -150,8 +210,12 @@ PATHS = {
     "raw": _raw,
     "grain-map": _grain_map,
     "grain-batched": _grain_batched,
+    "grain-batched-0": lambda ds: _grain_batched(ds, workers=0),
     "torch": _torch,
+    "torch-0": lambda ds: _torch(ds, workers=0),
     "jax": _jax,
+    "grain-ipc": _grain_ipc,
+    "torch-ipc": _torch_ipc,
 }
 
 
@@ -162,11 +226,11 @@ def _run_path(name: str, ds, window: int, repeats: int) -> dict:
     iterator, close, tokens_of = PATHS[name](ds)
     first = next(iterator)
     startup = time.perf_counter() - start
-    seen = [np.array(tokens_of(first))]
+    seen = [] if tokens_of is None else [np.array(tokens_of(first))]
     try:
         for _ in range(WARMUP):
             batch = next(iterator)
-            if len(seen) < COMPARE:
+            if tokens_of is not None and len(seen) < COMPARE:
                 seen.append(np.array(tokens_of(batch)))
         rates = []
         for _ in range(repeats):
@@ -226,7 +290,7 @@ def suite_loaders(bench) -> None:
             len(result["rates"]),
         )
     for name, result in results.items():
-        if name == "raw" or raw is None:
+        if name == "raw" or name in FLOORS or raw is None:
             continue
         same = all(
             np.array_equal(mine, want) for mine, want in zip(result["tokens"], raw["tokens"])
@@ -249,6 +313,16 @@ def suite_loaders(bench) -> None:
                 ratio = statistics.median(results[name]["rates"]) / raw_rate
                 verdicts.append(f"{name} {ratio:.2f} ({'met' if ratio >= GOAL else 'NOT met'})")
         bench.note(f"loaders goal: batched paths path/raw >= {GOAL}: " + ", ".join(verdicts))
+        floors = [
+            f"{name} {statistics.median(results[name]['rates']) / raw_rate:.2f}"
+            for name in FLOORS
+            if name in results
+        ]
+        if floors:
+            bench.note(
+                "loaders: worker hand-over floors (raw time / floor time; a worker path "
+                "cannot exceed it on this machine): " + ", ".join(floors)
+            )
     bench.note(
         "loaders start-up (iterator creation to first batch, workers included; not in the "
         "throughput): "

@@ -55,3 +55,11 @@ class BufferPool:
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["per_shape"])
+
+    def copy(self, array: np.ndarray, dtype: np.typing.DTypeLike | None = None) -> np.ndarray:
+        """A writable, C-contiguous copy of ``array`` (cast to ``dtype`` if given) in a
+        pooled buffer: no other caller shares it while the result is referenced."""
+        out = self.empty(array.shape, array.dtype if dtype is None else dtype)
+        np.copyto(out, array, casting="unsafe")
+        return out
+

@@ -152,3 +152,22 @@ def test_data_mesh_errors():
     with pytest.raises(mdc.DataError, match="2 axes"):
         jax_sharding.data_mesh(("data",), (4, 2))
     assert jax_sharding.data_mesh(("data", "fsdp")).shape == {"data": 8, "fsdp": 1}
+
+
+def test_core_constants_are_put_once_and_stay_correct(gpt_batch):
+    mesh = jax_sharding.data_mesh()
+    constant = gpt_batch["position_ids"]
+    assert not constant.flags.writeable and constant.flags.owndata  # the core's constant
+    first = jax_sharding.global_batch(gpt_batch, mesh)
+    second = jax_sharding.global_batch(gpt_batch, mesh)
+    assert second["position_ids"] is first["position_ids"]  # reused, not copied again
+    assert second["tokens"] is not first["tokens"]  # views are always put afresh
+    np.testing.assert_array_equal(np.asarray(second["position_ids"]), constant)
+    first["position_ids"].delete()  # a donated/deleted array is rebuilt, not handed out
+    third = jax_sharding.global_batch(gpt_batch, mesh)
+    np.testing.assert_array_equal(np.asarray(third["position_ids"]), constant)
+    writable = np.array(constant)  # a writable array is never cached
+    a = jax_sharding.global_batch({"position_ids": writable}, mesh)["position_ids"]
+    writable += 1
+    b = jax_sharding.global_batch({"position_ids": writable}, mesh)["position_ids"]
+    np.testing.assert_array_equal(np.asarray(b), np.asarray(a) + 1)

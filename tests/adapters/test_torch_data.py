@@ -240,3 +240,26 @@ def test_two_ranks_with_torch_distributed(corpora, tmp_path, monkeypatch):
     steps = len(train) // 4
     want = _expected(train, range(steps * 4))["tokens"].reshape(steps, 4, SEQ)
     np.testing.assert_array_equal(results[0].numpy(), want)
+
+
+def test_batch_tensors_are_independent_and_reuse_memory(train):
+    dataset = torch_data.TorchDataset(train)
+    indices = [1, 4, 9]
+    batch = dataset.__getitems__(indices)
+    want = {key: np.array(value) for key, value in _expected(train, indices).items()}
+    _assert_batch(batch, want)
+    pointers = {key: tensor.data_ptr() for key, tensor in batch.items()}
+    for key, tensor in batch.items():  # no two keys share memory
+        for other, second in batch.items():
+            if key < other:
+                assert not np.shares_memory(tensor.numpy(), second.numpy()), (key, other)
+    batch["labels"].fill_(-5)
+    rest = {key: value for key, value in want.items() if key != "labels"}
+    _assert_batch({key: value for key, value in batch.items() if key != "labels"}, rest)
+    again = dataset.__getitems__(indices)  # batch still held: fresh buffers
+    assert all(again[key].data_ptr() != pointers[key] for key in batch)
+    _assert_batch(again, want)
+    del batch, again
+    third = dataset.__getitems__([2, 3, 5])  # dropped: the pooled buffers come back
+    assert any(third[key].data_ptr() in pointers.values() for key in third)
+    _assert_batch(third, _expected(train, [2, 3, 5]))

@@ -1,0 +1,55 @@
+"""megadata_core.datasets.buffers (pooled copies) and GPTDataset.with_token_dtype."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import megadata_core as mdc
+from megadata_core.datasets.buffers import BufferPool
+
+
+def test_pool_copy_is_writable_and_never_shared_while_held():
+    pool = BufferPool()
+    source = np.arange(12, dtype=np.int32).reshape(3, 4)
+    source.flags.writeable = False
+    a = pool.copy(source, np.int64)
+    assert a.dtype == np.int64 and a.flags.writeable and a.flags.c_contiguous
+    np.testing.assert_array_equal(a, source)
+    b = pool.copy(source, np.int64)
+    assert not np.shares_memory(a, b)  # a is still held
+    address = a.__array_interface__["data"][0]
+    del a
+    c = pool.copy(source[::-1], np.int64)  # the dropped buffer comes back, refilled
+    assert c.__array_interface__["data"][0] == address
+    np.testing.assert_array_equal(c, source[::-1])
+
+
+def _dataset(tmp_path, **kw):
+    prefix = str(tmp_path / "corpus")
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(3, 30, 50)
+    tokens = rng.integers(1, 500, int(lengths.sum())).astype(np.uint16)
+    with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
+        writer.add_documents(tokens, lengths)
+    config = mdc.GPTDataConfig(random_seed=5, sequence_length=16, eod_id=0, **kw)
+    return mdc.GPTDataset(mdc.IndexedDataset(prefix), np.arange(50), None, config)
+
+
+def test_with_token_dtype_shares_indices_and_equals_values(tmp_path):
+    ds = _dataset(tmp_path, reset_position_ids=True)
+    assert ds.with_token_dtype(np.int32) is ds
+    wide = ds.with_token_dtype(np.int64)
+    assert wide.token_dtype == np.int64 and ds.token_dtype == np.int32
+    assert wide.sample_index is ds.sample_index and len(wide) == len(ds)
+    indices = [0, 7, len(ds) - 1]
+    narrow_batch, wide_batch = ds.__getitems__(indices), wide.__getitems__(indices)
+    for key, value in narrow_batch.items():
+        np.testing.assert_array_equal(wide_batch[key], value, err_msg=key)
+    assert wide_batch["tokens"].dtype == wide_batch["position_ids"].dtype == np.int64
+    assert wide_batch["loss_mask"].dtype == np.float32
+    try:
+        ds.with_token_dtype(np.float32)
+    except mdc.DataError as error:
+        assert "token_dtype" in str(error)
+    else:
+        raise AssertionError("float32 tokens accepted")
