@@ -13,7 +13,8 @@ sample index rows; :func:`gather_tokens` copies them into a [B, width] array:
 * otherwise (pread / remote byte sources): the piece byte ranges are sorted and merged
   where they touch or overlap (consecutive samples share a token; samples of one long
   document are adjacent), each merged range is read once, and the same vectorized
-  gather runs on the concatenated reads. The only Python loop is over merged ranges;
+  gather runs on the concatenated reads. All merged ranges go to the reader in one
+  ``read_ranges`` call, so a remote source can issue them together;
 * a .bin whose pointers are not multiples of the token size (no writer makes one) is
   read one piece at a time.
 """
@@ -117,6 +118,9 @@ def _merged_reads(
     group = np.cumsum(opens) - 1
     offsets[live[order]] = staged_at[group] + (starts - range_start[group])
     itemsize = indexed.dtype.itemsize
+    read_ranges = getattr(indexed, "read_ranges", None)
+    if read_ranges is not None:  # all ranges in one call: remote sources issue them together
+        return read_ranges(range_start * itemsize, sizes), offsets
     reads = [
         indexed.read_bytes(int(begin) * itemsize, int(size))
         for begin, size in zip(range_start.tolist(), sizes.tolist())

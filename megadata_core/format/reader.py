@@ -69,17 +69,9 @@ class IndexedDataset:
             elif not self.mmap:
                 self._bin_source = open_source(bin_file)
         else:
-            idx_source = open_source(self.idx_path)
-            idx_size = idx_source.size()
-            header_bytes = bytes(idx_source.read(0, min(idx_size, idx_layout.HEADER_SIZE)))
-            header = idx_layout.parse_header(
-                header_bytes, idx_size, self.idx_path, self._requested_multimodal
-            )
-            idx_buffer = np.frombuffer(bytes(idx_source.read(0, idx_size)), dtype=np.uint8)
-            idx_source.close()
+            header, idx_buffer = self._open_remote_idx()
             self._bin_source = open_source(self.bin_path)
-            bin_size = self._bin_source.size()
-        self._bin_size = bin_size
+            bin_size = None  # asked of the source below, once the index says what it needs
         self.multimodal = header.multimodal
         self.dtype = header.dtype
         count = header.sequence_count
@@ -91,6 +83,9 @@ class IndexedDataset:
         self.sequence_modes = (
             _view(idx_buffer, np.int8, header.modes_offset, count) if header.multimodal else None
         )
+        if bin_size is None:
+            bin_size = _remote_bin_size(self._bin_source, self._data_end(), self.bin_path)
+        self._bin_size = bin_size
         if validate:
             idx_layout.validate_arrays(
                 self.sequence_lengths,
@@ -101,6 +96,38 @@ class IndexedDataset:
                 self.idx_path,
                 self.bin_path,
             )
+
+    def _open_remote_idx(self) -> tuple[idx_layout.IdxHeader, np.ndarray]:
+        """Header and bytes of a remote .idx: memory-mapped from the source's local copy
+        when it keeps one, else read into memory."""
+        idx_source = open_source(self.idx_path)
+        try:
+            local_copy = getattr(idx_source, "local_copy", None)
+            if local_copy is not None:
+                idx_file = local_copy()
+                idx_size = os.path.getsize(idx_file)
+                with open(idx_file, "rb") as stream:
+                    header_bytes = stream.read(idx_layout.HEADER_SIZE)
+                idx_buffer = np.memmap(idx_file, dtype=np.uint8, mode="r")
+            else:
+                idx_size = idx_source.size()
+                idx_bytes = bytes(idx_source.read(0, idx_size))
+                header_bytes = idx_bytes[: idx_layout.HEADER_SIZE]
+                idx_buffer = np.frombuffer(idx_bytes, dtype=np.uint8)
+        finally:
+            idx_source.close()
+        header = idx_layout.parse_header(
+            header_bytes, idx_size, self.idx_path, self._requested_multimodal
+        )
+        return header, idx_buffer
+
+    def _data_end(self) -> int:
+        """Bytes of the .bin the index refers to (the end of its last sequence)."""
+        if len(self.sequence_lengths) == 0:
+            return 0
+        return int(self.sequence_pointers[-1]) + int(self.sequence_lengths[-1]) * (
+            self.dtype.itemsize
+        )
 
     # -- reading ---------------------------------------------------------------
 
@@ -184,6 +211,29 @@ class IndexedDataset:
         """``count`` tokens from an arbitrary .bin byte offset (for batched readers)."""
         return self._read(byte_offset, count)
 
+    def read_ranges(self, byte_offsets: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """The tokens of many ranges, concatenated in the order given.
+
+        Args:
+            byte_offsets: int64 [R] .bin byte offsets.
+            counts: int64 [R] tokens per range.
+
+        Returns:
+            ``dtype`` [counts.sum()]. A remote source that reads many ranges at once
+            (``read_ranges``) gets them all in one call, to issue them together.
+        """
+        itemsize = self.dtype.itemsize
+        many = getattr(self._bin_source, "read_ranges", None)
+        if many is None or len(counts) == 0:
+            parts = [
+                self._read(int(offset), int(count))
+                for offset, count in zip(byte_offsets.tolist(), counts.tolist())
+            ]
+        else:
+            buffers = many(np.asarray(byte_offsets, np.int64), np.asarray(counts) * itemsize)
+            parts = [np.frombuffer(buffer, dtype=self.dtype) for buffer in buffers]
+        return np.concatenate(parts) if parts else np.empty(0, dtype=self.dtype)
+
     # -- metadata -------------------------------------------------------------
 
     #: Every sequence pointer is the previous one plus its length in bytes (checked at
@@ -224,6 +274,15 @@ class IndexedDataset:
             f"sequences={len(self)}, documents={self.num_documents}, "
             f"multimodal={self.multimodal})"
         )
+
+
+def _remote_bin_size(source: ByteSource, needed: int, bin_path: str) -> int:
+    """The size of a remote .bin, or at least ``needed`` where the source can only
+    confirm a minimum cheaply (validation then reports a short object)."""
+    check_size = getattr(source, "check_size", None)
+    if check_size is not None:
+        return int(check_size(needed))
+    return int(source.size())
 
 
 def _view(buffer: np.ndarray, dtype: type, offset: int, count: int) -> np.ndarray:

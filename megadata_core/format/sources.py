@@ -6,6 +6,15 @@ looked up in a registry that adapters fill, either by calling
 :func:`register_scheme` or through the entry-point group ``megadata.storage``
 (each entry point is named after a scheme and loads a factory
 ``factory(url: str) -> ByteSource``).
+
+Remote sources may also offer, and readers use when present:
+
+* ``read_ranges(offsets, lengths)``: many ranges at once (one list of buffers in the
+  caller's order), so a source can issue them together and coalesce neighbours;
+* ``local_copy()``: the path of a local file holding the whole object (fetched once
+  and cached), which readers memory-map instead of reading it into memory;
+* ``check_size(minimum)``: confirm the object holds at least ``minimum`` bytes and
+  return its size as far as known, for stores where an exact size costs requests.
 """
 
 from __future__ import annotations
