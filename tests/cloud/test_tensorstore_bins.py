@@ -1,4 +1,5 @@
-"""TensorStore reads of corpora in real S3 and GCS servers on 127.0.0.1 equal the local copy."""
+"""TensorStore reads of corpora in real S3, GCS and HTTP servers on 127.0.0.1 equal the
+local copy."""
 
 from __future__ import annotations
 
@@ -78,8 +79,7 @@ def test_gpt_and_blended_batches_equal_local(store, local_corpora, tmp_path):
 def test_batched_ranges_go_out_together_and_coalesce(store, local_corpora, monkeypatch):
     proxy = FaultProxy(store.endpoint, fail_rate=0.0)
     try:
-        for name, value in store.environment(proxy.endpoint).items():
-            monkeypatch.setenv(name, value)
+        store.route(monkeypatch, proxy.endpoint)
         source = tensorstore_bins.TensorStoreSource(store.url("web") + ".bin")
         local = open(local_corpora["web"] + ".bin", "rb").read()
         # 64 ranges of 500 bytes, 1 KiB apart, asked for out of order.
@@ -121,13 +121,12 @@ def test_idx_is_cached_then_refetched_when_the_object_changes(store, local_corpo
 def test_injected_server_errors_still_give_identical_bytes(
     store, local_corpora, faulty_proxy, monkeypatch, tmp_path
 ):
-    for name, value in store.environment(faulty_proxy.endpoint).items():
-        monkeypatch.setenv(name, value)
+    store.route(monkeypatch, faulty_proxy.endpoint)
     fast_retries = {"max_retries": 10, "initial_delay": "5ms", "max_delay": "20ms"}
     configure_cache(
         monkeypatch,
         tmp_path / "idx_cache",
-        context={f"{driver}_request_retries": fast_retries for driver in ("s3", "gcs")},
+        context={f"{driver}_request_retries": fast_retries for driver in ("s3", "gcs", "http")},
     )
     remote = mdc.IndexedDataset(store.url("code"))
     local = mdc.IndexedDataset(local_corpora["code"])
@@ -189,8 +188,7 @@ def _raises_within(action, limit_s: float) -> BaseException:
 
 def test_server_down_is_a_data_error_not_a_hang(store, monkeypatch):
     dead = f"http://127.0.0.1:{free_port()}"
-    for name, value in store.environment(dead).items():
-        monkeypatch.setenv(name, value)
+    store.route(monkeypatch, dead)
     url = store.url("web")
     error = _raises_within(lambda: mdc.IndexedDataset(url), 120)
     assert isinstance(error, mdc.DataError)
@@ -217,8 +215,7 @@ def test_rejected_credentials_are_a_data_error(store, monkeypatch, status):
     proxy = FaultProxy(store.endpoint)
     proxy.status = status  # as a store answers a bad token or key
     try:
-        for name, value in store.environment(proxy.endpoint).items():
-            monkeypatch.setenv(name, value)
+        store.route(monkeypatch, proxy.endpoint)
         with pytest.raises(mdc.DataError, match="access denied") as raised:
             mdc.IndexedDataset(store.url("web"))
         assert "http_response_body" not in str(raised.value)
