@@ -46,15 +46,18 @@ import grain
 import numpy as np
 
 from megadata_core.checks import check_int
+from megadata_core.datasets import packing
 from megadata_core.datasets.buffers import BufferPool
 from megadata_core.errors import DataError
 
 __all__ = [
     "GrainSource",
     "MicroBatchDataset",
+    "PackedMicroBatch",
     "batched_dataset",
     "ensure_absl_flags_parsed",
     "fingerprint",
+    "unpack",
 ]
 
 
@@ -94,6 +97,29 @@ def _owned(batch: Mapping[str, Any], pool: BufferPool) -> dict[str, np.ndarray]:
     fraction of faulting in fresh pages every batch (the pool hands a buffer out again
     only once every array, view and export of it is gone)."""
     return {key: pool.copy(np.asarray(value)) for key, value in batch.items()}
+
+
+class PackedMicroBatch(packing.PackedBatch):
+    """A micro-batch as a worker ships it (:class:`megadata_core.datasets.packing.PackedBatch`:
+    the text once, the core's constants as recipes); :func:`unpack` gives it back."""
+
+    __slots__ = ()
+
+
+def unpack(packed: PackedMicroBatch, pool: BufferPool | None = None) -> dict[str, np.ndarray]:
+    """The micro-batch ``packed`` came from, as writable arrays that nothing else shares
+    (the core's dtypes; in ``pool`` buffers when given)."""
+    return packing.unpack_arrays(packed, np.empty if pool is None else pool.empty)
+
+
+class _Unpack:
+    """Grain ``map`` in the consuming process: :func:`unpack` into this process's pool."""
+
+    def __init__(self) -> None:
+        self._pool = BufferPool()
+
+    def __call__(self, packed: PackedMicroBatch) -> dict[str, np.ndarray]:
+        return unpack(packed, self._pool)
 
 
 #: Grain's reader for a batched pipeline: one element is a whole micro-batch that the core
@@ -169,6 +195,8 @@ class MicroBatchDataset(grain.MapDataset):
 
     ``PretrainingSampler`` semantics with ``drop_last=True``: global batch ``t`` is the
     global indices ``[c + t·G, c + (t+1)·G)``; rank ``r`` reads ``[r·mbs, (r+1)·mbs)`` of it.
+    With ``packed=True`` an element is a :class:`PackedMicroBatch` (what a worker ships;
+    :func:`unpack` turns it into the plain micro-batch).
     """
 
     def __init__(
@@ -179,9 +207,11 @@ class MicroBatchDataset(grain.MapDataset):
         data_parallel_rank: int = 0,
         data_parallel_size: int = 1,
         consumed_samples: int = 0,
+        packed: bool = False,
     ) -> None:
         super().__init__()
         self.dataset = dataset
+        self.packed = bool(packed)
         self.micro_batch_size = check_int("micro_batch_size", micro_batch_size, minimum=1)
         self.data_parallel_size = check_int("data_parallel_size", data_parallel_size, minimum=1)
         self.data_parallel_rank = check_int("data_parallel_rank", data_parallel_rank, minimum=0)
@@ -200,6 +230,7 @@ class MicroBatchDataset(grain.MapDataset):
         self.global_batch = self.micro_batch_size * self.data_parallel_size
         self._length = (self.total_samples - self.consumed_samples) // self.global_batch
         self._pool = BufferPool()
+        self._packer = packing.Packer(PackedMicroBatch)
 
     def __len__(self) -> int:
         return self._length
@@ -224,6 +255,8 @@ class MicroBatchDataset(grain.MapDataset):
         if getitems is None:
             samples = [self.dataset[int(i)] for i in positions]
             return {key: np.stack([np.asarray(s[key]) for s in samples]) for key in samples[0]}
+        if self.packed:  # for a worker: the consumer unpacks (see _BatchedIterDataset)
+            return self._packer(getitems(positions))
         return _owned(getitems(positions), self._pool)
 
     def __str__(self) -> str:
@@ -323,15 +356,18 @@ class _BatchedIterDataset(grain.IterDataset):
 
     def pipeline(self, consumed: int) -> grain.IterDataset:
         """The Grain pipeline starting at ``consumed`` global samples."""
-        micro = MicroBatchDataset(self.dataset, consumed_samples=consumed, **self._kwargs)
+        workers = self.worker_count > 0
+        micro = MicroBatchDataset(
+            self.dataset, consumed_samples=consumed, packed=workers, **self._kwargs
+        )
         pipeline = micro.to_iter_dataset(self.read_options or BATCHED_READ_OPTIONS)
-        if self.worker_count:
+        if workers:  # workers ship packed micro-batches; this process unpacks them
             ensure_absl_flags_parsed()
             pipeline = pipeline.mp_prefetch(
                 grain.MultiprocessingOptions(
                     num_workers=self.worker_count, per_worker_buffer_size=self.worker_buffer_size
                 )
-            )
+            ).map(_Unpack())
         return pipeline
 
     def __iter__(self) -> _ConsumedSamplesIterator:
@@ -368,6 +404,9 @@ def batched_dataset(
     ``mp_prefetch`` hand-over costs ~0.6 ms even for an empty element (measured on 2
     cores), so ``worker_count=0`` is the fast choice for local ``.bin`` files; workers pay
     off when a batch is slow to read (remote storage, attention masks, heavy transforms).
+    Workers ship each micro-batch packed (:class:`PackedMicroBatch`: the text once, the
+    core's constants as recipes) and this process unpacks it (a ``map`` after
+    ``mp_prefetch``): a quarter of the bytes through Grain's pipes for a 4-key batch.
 
     The iterator's ``get_state()`` is ``{"consumed_samples", "total_samples"}`` (plain ints,
     counted at the batches handed out, not the prefetched ones); ``set_state`` accepts it

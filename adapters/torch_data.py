@@ -23,7 +23,13 @@ returns that dict as is; torch's default collate expects a list of samples)::
 
 Workers. The dataset pickles cheaply (memory-mapped indices travel as file names when a
 ``path_to_cache`` is set; the ``.bin`` files are reopened in the worker), so any
-multiprocessing start method works.
+multiprocessing start method works. With workers (and the default ``collate_fn``),
+:func:`loader` returns an :class:`UnpackingLoader`: each worker ships a
+:class:`PackedBatch` -- the [B, S + 1] text once, in the core's token dtype, and the
+core's shared constants (all-ones loss mask, 0..S-1 position ids) as recipes -- pickled
+through the worker's result pipe, instead of four tensors through shared memory (each one
+a file-descriptor hand-over); this process unpacks it into the same tensors as above.
+With ``pin_memory=True`` torch's pin-memory thread does the unpacking.
 
 Resume. The sampler's ``state_dict()`` / ``load_state_dict()`` (``consumed_samples``) is
 the resume state, as in torchdata's ``StatefulDataLoader``. A loader with workers pulls
@@ -41,17 +47,27 @@ actually received and gives a state that resumes right after them::
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, get_worker_info
 
+from megadata_core.datasets import packing
 from megadata_core.datasets.buffers import BufferPool
 from megadata_core.samplers import PretrainingSampler
 
-__all__ = ["TorchDataset", "batch_collate", "loader", "StatefulLoader", "to_torch"]
+__all__ = [
+    "PackedBatch",
+    "UnpackingLoader",
+    "StatefulLoader",
+    "TorchDataset",
+    "batch_collate",
+    "loader",
+    "to_torch",
+]
 
 #: Megatron's tensor dtypes, by key; other keys keep their numpy dtype.
 DTYPES: dict[str, np.dtype] = {
@@ -88,6 +104,30 @@ def batch_collate(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return batch
 
 
+class PackedBatch(packing.PackedBatch):
+    """A core batch as a worker ships it (:class:`megadata_core.datasets.packing.PackedBatch`:
+    the [B, S + 1] text once in the core's token dtype, the core's shared constants as
+    recipes). :meth:`unpack` gives Megatron's tensors; the DataLoader built by
+    :func:`loader` unpacks after the hand-over, and torch's pin-memory thread unpacks,
+    then pins (:meth:`pin_memory`)."""
+
+    __slots__ = ()
+
+    def unpack(
+        self, empty: Callable[[tuple[int, ...], np.dtype], np.ndarray] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Megatron's tensors (see :data:`DTYPES`; other keys keep their dtype), each
+        C-contiguous in memory of its own from ``empty(shape, dtype)`` (default
+        ``np.empty``; it must return arrays that nothing else uses)."""
+        arrays = packing.unpack_arrays(self, empty or np.empty, DTYPES)
+        return {key: torch.from_numpy(array) for key, array in arrays.items()}
+
+    def pin_memory(self) -> dict[str, torch.Tensor]:
+        """:meth:`unpack`, each tensor then copied to page-locked memory (torch's
+        pin-memory thread calls this, as it calls ``Tensor.pin_memory``)."""
+        return {key: tensor.pin_memory() for key, tensor in self.unpack().items()}
+
+
 class TorchDataset(Dataset):
     """A map-style ``torch.utils.data.Dataset`` over a megadata dataset.
 
@@ -96,12 +136,14 @@ class TorchDataset(Dataset):
     dataset. Use with ``collate_fn=batch_collate`` (or :func:`loader`).
     """
 
+    #: set in the workers of a :func:`loader` DataLoader: ``__getitems__`` then returns
+    #: a :class:`PackedBatch` that the loader unpacks after the hand-over
+    _pack_in_worker = False
+
     def __init__(self, dataset) -> None:
         self.dataset = dataset
-        # the core gathers int64 text straight away when it can (no per-batch cast)
-        with_dtype = getattr(dataset, "with_token_dtype", None)
-        self._reader = with_dtype(DTYPES["tokens"]) if callable(with_dtype) else dataset
         self._pool = BufferPool()
+        self._packer = packing.Packer(PackedBatch)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -109,20 +151,85 @@ class TorchDataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if isinstance(index, torch.Tensor):
             index = int(index)
-        return to_torch(self._reader[index])
+        return to_torch(self.dataset[index])
 
-    def __getitems__(self, indices) -> dict[str, torch.Tensor]:
-        """The samples at ``indices`` (a list of ints) as stacked tensors, one core call."""
+    def __getitems__(self, indices) -> dict[str, torch.Tensor] | PackedBatch:
+        """The samples at ``indices`` (a list of ints) as stacked tensors, one core call.
+
+        The core's batch (its own token dtype, tokens and labels views of one text
+        buffer, shared constants) is packed and unpacked into pooled buffers: tokens and
+        labels are cast from the text once, constants are filled, not copied.
+        """
         if isinstance(indices, torch.Tensor):
             indices = indices.tolist()
-        getitems = getattr(self._reader, "__getitems__", None)
+        getitems = getattr(self.dataset, "__getitems__", None)
         if getitems is not None:
-            return to_torch(getitems(list(indices)), self._pool)
-        rows = [self._reader[int(i)] for i in indices]
-        return to_torch({key: np.stack([np.asarray(r[key]) for r in rows]) for key in rows[0]})
+            batch = getitems(list(indices))
+        else:
+            rows = [self.dataset[int(i)] for i in indices]
+            batch = {key: np.stack([np.asarray(r[key]) for r in rows]) for key in rows[0]}
+        packed = self._packer(batch)
+        if self._pack_in_worker:
+            return packed
+        return packed.unpack(self._pool.empty)
 
     def __repr__(self) -> str:
         return f"TorchDataset({self.dataset!r})"
+
+
+class _PackInWorker:
+    """``worker_init_fn`` of a :func:`loader` with workers: the worker's dataset returns
+    :class:`PackedBatch` es; then the user's ``worker_init_fn`` (if any) runs."""
+
+    def __init__(self, then: Callable[[int], None] | None) -> None:
+        self.then = then
+
+    def __call__(self, worker_id: int) -> None:
+        info = get_worker_info()
+        if info is not None and isinstance(info.dataset, TorchDataset):
+            info.dataset._pack_in_worker = True
+        if self.then is not None:
+            self.then(worker_id)
+
+
+class _Unpacking:
+    """Iterator over a DataLoader iterator that unpacks :class:`PackedBatch` es into
+    pooled buffers (batches that are not packed pass through); other attributes are the
+    wrapped iterator's."""
+
+    def __init__(self, inner: Iterator, pool: BufferPool) -> None:
+        self._inner = inner
+        self._pool = pool
+
+    def __iter__(self) -> _Unpacking:
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        batch = next(self._inner)
+        if isinstance(batch, PackedBatch):
+            return batch.unpack(self._pool.empty)
+        return batch
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class UnpackingLoader(DataLoader):
+    """The DataLoader :func:`loader` builds when workers run: they ship each batch as a
+    :class:`PackedBatch` (the [B, S + 1] text once, in the core's token dtype; the core's
+    shared constants as recipes) instead of four tensors through shared memory, and
+    iterating unpacks it here into Megatron's tensors (pooled buffers). With
+    ``pin_memory=True`` torch's pin-memory thread unpacks straight into pinned memory."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._unpack_pool = BufferPool()
+
+    def __iter__(self) -> _Unpacking:
+        return _Unpacking(super().__iter__(), self._unpack_pool)
 
 
 def loader(dataset, batch_sampler, num_workers: int = 0, **kwargs) -> DataLoader:
@@ -131,10 +238,26 @@ def loader(dataset, batch_sampler, num_workers: int = 0, **kwargs) -> DataLoader
 
     ``dataset`` may already be a :class:`TorchDataset`; ``batch_sampler`` is typically a
     :mod:`megadata_core.samplers` sampler (it yields lists of global sample indices).
+    With workers and the default ``collate_fn`` it is an :class:`UnpackingLoader`: the
+    workers ship packed batches, unpacked in this process (same tensors, a fraction of
+    the shared-memory hand-overs); a ``worker_init_fn`` given still runs in each worker.
+    Once TensorStore is imported (remote corpora), workers start by ``spawn`` unless
+    ``multiprocessing_context`` is given: a forked TensorStore process aborts, and a fork
+    server keeps the environment (endpoints, credentials) of the moment it started.
     """
     if not isinstance(dataset, TorchDataset):
         dataset = TorchDataset(dataset)
     kwargs.setdefault("collate_fn", batch_collate)
+    if num_workers > 0 and "tensorstore" in sys.modules:
+        # TensorStore aborts a process forked after its threads started (remote corpora);
+        # spawn, not forkserver: workers must see this process's environment as it is now
+        # (store endpoints, credentials), not as it was when a fork server started.
+        kwargs.setdefault("multiprocessing_context", "spawn")
+    if num_workers > 0 and kwargs["collate_fn"] is batch_collate:
+        kwargs["worker_init_fn"] = _PackInWorker(kwargs.get("worker_init_fn"))
+        return UnpackingLoader(
+            dataset, batch_sampler=batch_sampler, num_workers=num_workers, **kwargs
+        )
     return DataLoader(dataset, batch_sampler=batch_sampler, num_workers=num_workers, **kwargs)
 
 

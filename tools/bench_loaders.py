@@ -13,10 +13,12 @@ are read in micro-batches of 32 in ``PretrainingSampler`` order (mbs 32, dp 1) t
 * ``grain-map``: ``grain.MapDataset.source(GrainSource(ds)).batch(32)
   .to_iter_dataset().mp_prefetch(MultiprocessingOptions(num_workers=2))``;
 * ``grain-batched``: ``grain_source.batched_dataset(ds, micro_batch_size=32,
-  worker_count=2)`` (one core ``__getitems__`` per micro-batch);
+  worker_count=2)`` (one core ``__getitems__`` per micro-batch; workers ship packed
+  micro-batches, unpacked in this process);
 * ``grain-batched-0``: the same with ``worker_count=0`` (read in the calling thread);
 * ``torch``: ``torch_data.loader(TorchDataset(ds), PretrainingSampler(...), num_workers=2,
-  multiprocessing_context="forkserver")``;
+  multiprocessing_context="forkserver")`` (workers ship packed batches, unpacked in this
+  process into Megatron's dtypes);
 * ``torch-0``: the same with ``num_workers=0`` (int64 tokens/labels/position ids, float32
   loss mask: Megatron's dtypes, so 2.5x the bytes of the raw int32 batch);
 * ``jax``: the raw loop plus ``jax_sharding.global_batch(batch, mesh)`` on an 8-device
@@ -27,11 +29,18 @@ are read in micro-batches of 32 in ``PretrainingSampler`` order (mbs 32, dp 1) t
   batch that costs nothing to make. No worker path can beat its floor, so ratio = raw
   time / floor time bounds ``grain-batched`` / ``torch`` on this machine.
 
-Each path is started (worker start-up = time to the first batch, reported as a note, not
-in the throughput), warmed up, then timed over ``--repeats`` consecutive windows of a
-fixed number of batches from the same iterator; rows are the median tokens/s (S tokens
-per sample) and the ratio path/raw (the table's peer column holds the raw loop). The
-first batches of every path are compared with the raw loop's tokens (a failing check).
+Every path is started first (worker start-up = time to the first batch, reported as a
+note, not in the throughput) and warmed up; then the timed windows are interleaved:
+``3 x --repeats`` rounds, each one window of the raw loop followed by one window of every
+other path (their order rotates by one each round). A window is ``LEAD`` untimed batches
+(draining what workers prefetched meanwhile) then ~``WINDOW_SECONDS`` of timed ones (a
+batch count per path, from ``CALIBRATE`` batches timed after its warm-up), then a
+short pause so that the workers refill their buffers outside the next path's window. The
+rows are the median tokens/s (S tokens per sample) and median(path)/median(raw) (the
+table's peer column holds the raw loop); the notes give the median of the per-round
+ratios (each window against the same round's raw window), which load from other jobs
+skews the least. The first batches of every path are compared with the raw loop's tokens
+(a failing check).
 """
 
 from __future__ import annotations
@@ -59,7 +68,12 @@ from bench_gpt import (  # noqa: E402
 BATCH = 32
 WORKERS = 2
 WARMUP = 3  # batches after the first, before timing
-WINDOW = 150  # timed batches per repeat
+WINDOW_SECONDS = 0.15  # aim of one timed window; its batch count is set per path ...
+WINDOW = (30, 400)  # ... within these bounds, from the path's calibration batches
+CALIBRATE = 10  # batches timed after the warm-up to size the path's windows
+ROUNDS_PER_REPEAT = 3  # rounds = this x --repeats
+LEAD = 8  # untimed batches before each window (drain the prefetched ones)
+SETTLE = 0.05  # seconds of pause after each window (workers refill their prefetch)
 COMPARE = 3  # first batches compared with the raw loop
 GOAL = 0.67  # batched paths within 1.5x of raw
 BATCHED = ("grain-batched", "grain-batched-0", "torch", "torch-0", "jax")
@@ -219,33 +233,89 @@ PATHS = {
 }
 
 
-def _run_path(name: str, ds, window: int, repeats: int) -> dict:
-    """Start-up seconds, tokens/s of each timed window, and the first batches' tokens."""
+def _open(name: str, ds) -> dict:
+    """Start path ``name``: its iterator after the first and warm-up batches, the start-up
+    seconds (creation to first batch) and the first batches' tokens."""
     gc.collect()
     start = time.perf_counter()
     iterator, close, tokens_of = PATHS[name](ds)
     first = next(iterator)
     startup = time.perf_counter() - start
     seen = [] if tokens_of is None else [np.array(tokens_of(first))]
+    del first
+    for _ in range(WARMUP):
+        batch = next(iterator)
+        if tokens_of is not None and len(seen) < COMPARE:
+            seen.append(np.array(tokens_of(batch)))
+        del batch
+    start = time.perf_counter()
+    for _ in range(CALIBRATE):
+        next(iterator)
+    per_batch = (time.perf_counter() - start) / CALIBRATE
+    window = int(min(max(round(WINDOW_SECONDS / per_batch), WINDOW[0]), WINDOW[1]))
+    return {
+        "iterator": iterator,
+        "close": close,
+        "startup": startup,
+        "tokens": seen,
+        "window": window,
+        "rates": [],
+    }
+
+
+def _window(path: dict) -> float:
+    """Tokens/s of one timed window: ``LEAD`` untimed batches first (they drain what the
+    workers prefetched while other paths ran), then the path's ``window`` timed batches."""
+    iterator, window = path["iterator"], path["window"]
+    gc.collect()
+    for _ in range(LEAD):
+        next(iterator)
+    start = time.perf_counter()
+    for _ in range(window):
+        next(iterator)
+    seconds = time.perf_counter() - start
+    time.sleep(SETTLE)  # the workers refill their prefetch now, not in the next window
+    return window * BATCH * SEQUENCE / seconds
+
+
+def _close(path: dict) -> None:
+    close = path.pop("close", None)
     try:
-        for _ in range(WARMUP):
-            batch = next(iterator)
-            if tokens_of is not None and len(seen) < COMPARE:
-                seen.append(np.array(tokens_of(batch)))
-        rates = []
-        for _ in range(repeats):
-            gc.collect()
-            start = time.perf_counter()
-            for _ in range(window):
-                next(iterator)
-            seconds = time.perf_counter() - start
-            rates.append(window * BATCH * SEQUENCE / seconds)
-    finally:
         if close is not None:
             close()
-        del iterator
+    finally:
+        path.pop("iterator", None)
         gc.collect()
-    return {"startup": startup, "rates": rates, "tokens": seen}
+
+
+def _interleaved(names: list[str], ds, rounds: int, bench) -> dict:
+    """Open every path, then ``rounds`` rounds of one timed window per path (raw first,
+    the others in an order that rotates by one each round): the windows that a per-round
+    ratio compares ran seconds apart, so load from other jobs hits both about alike."""
+    paths = {}
+    try:
+        for name in names:
+            progress(f"loaders: start {name}")
+            try:
+                paths[name] = _open(name, ds)
+            except ImportError as error:
+                bench.note(f"{name}: skipped ({error})")
+        others = [name for name in paths if name != "raw"]
+        for turn in range(rounds):
+            shift = turn % len(others) if others else 0
+            order = (["raw"] if "raw" in paths else []) + others[shift:] + others[:shift]
+            for name in order:
+                paths[name]["rates"].append(_window(paths[name]))
+            progress(f"loaders: round {turn + 1}/{rounds}")
+    finally:
+        for path in paths.values():
+            _close(path)
+    return paths
+
+
+def _spread(values: list[float]) -> str:
+    """median [min-max] of ``values`` (two decimals)."""
+    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
 
 
 def suite_loaders(bench) -> None:
@@ -256,29 +326,24 @@ def suite_loaders(bench) -> None:
     lengths = lengths[np.cumsum(lengths, dtype=np.int64) <= target]
     prefix = bench.path("loaders", "corpus")
     write_token_corpus(prefix, lengths, rng)
-    # enough samples (epochs) for the warm-up and every timed window, and one spare batch
-    window = WINDOW
-    samples = (1 + WARMUP + bench.repeats * window + 1) * BATCH
+    rounds = ROUNDS_PER_REPEAT * bench.repeats
+    # every path reads from sample 0 on its own: enough samples (epochs) for one path's
+    # warm-up, calibration, every lead-in and longest timed window, and one spare batch
+    samples = (1 + WARMUP + CALIBRATE + rounds * (LEAD + WINDOW[1]) + 1) * BATCH
     cache = os.path.join(bench.workdir, "loaders", "cache")
     ds = ours_dataset(prefix, samples, cache)
     total_batches = len(ds) // BATCH
     progress(
         f"loaders: {int(lengths.sum()):,} tokens in {len(lengths):,} documents, "
         f"{len(ds):,} samples = {total_batches:,} batches of {BATCH}; "
-        f"{bench.repeats} x {window} timed batches per path"
+        f"{rounds} rounds of one ~{WINDOW_SECONDS} s window per path, interleaved"
     )
-    results = {}
-    for name in PATHS:
-        if not bench.wants(name):
-            continue
-        progress(f"loaders: {name}")
-        try:
-            results[name] = _run_path(name, ds, window, bench.repeats)
-        except ImportError as error:
-            bench.note(f"{name}: skipped ({error})")
+    names = [name for name in PATHS if bench.wants(name)]
+    results = _interleaved(names, ds, rounds, bench)
 
     raw = results.get("raw")
     raw_rate = statistics.median(raw["rates"]) if raw else None
+    ratios = {}
     for name, result in results.items():
         rate = statistics.median(result["rates"])
         bench.row(
@@ -289,6 +354,8 @@ def suite_loaders(bench) -> None:
             raw_rate,
             len(result["rates"]),
         )
+        if raw is not None and name != "raw":
+            ratios[name] = [mine / base for mine, base in zip(result["rates"], raw["rates"])]
     for name, result in results.items():
         if name == "raw" or name in FLOORS or raw is None:
             continue
@@ -301,27 +368,36 @@ def suite_loaders(bench) -> None:
             same,
         )
     bench.note(
-        "loaders: the 'megatron' column is the raw core loop (a) and the ratio is path/raw "
-        f"(tokens/s, {SEQUENCE} tokens per sample, {window} batches per timed window, one "
-        "iterator per path, windows back to back after "
-        f"{WARMUP + 1} warm-up batches)."
+        "loaders: the 'megatron' column is the raw core loop (a) and the ratio is "
+        f"median(path)/median(raw) (tokens/s, {SEQUENCE} tokens per sample). All paths are "
+        f"open at once; each of {rounds} rounds times one window per path ({LEAD} untimed "
+        f"batches, then ~{WINDOW_SECONDS} s of timed ones, raw first, then the others in a "
+        f"rotating order, {SETTLE * 1000:.0f} ms pause after each window); timed batches per "
+        "window: " + ", ".join(f"{name} {result['window']}" for name, result in results.items())
     )
-    if raw_rate:
-        verdicts = []
-        for name in BATCHED:
-            if name in results:
-                ratio = statistics.median(results[name]["rates"]) / raw_rate
-                verdicts.append(f"{name} {ratio:.2f} ({'met' if ratio >= GOAL else 'NOT met'})")
-        bench.note(f"loaders goal: batched paths path/raw >= {GOAL}: " + ", ".join(verdicts))
+    if ratios:
+        bench.note(
+            "loaders: per-round ratio path/raw (window against the same round's raw window), "
+            "median [min-max]: "
+            + ", ".join(f"{name} {_spread(values)}" for name, values in ratios.items())
+        )
+        verdicts = [
+            f"{name} {statistics.median(ratios[name]):.2f} "
+            f"({'met' if statistics.median(ratios[name]) >= GOAL else 'NOT met'})"
+            for name in BATCHED
+            if name in ratios
+        ]
+        bench.note(
+            f"loaders goal: batched paths, median per-round path/raw >= {GOAL}: "
+            + ", ".join(verdicts)
+        )
         floors = [
-            f"{name} {statistics.median(results[name]['rates']) / raw_rate:.2f}"
-            for name in FLOORS
-            if name in results
+            f"{name} {statistics.median(ratios[name]):.2f}" for name in FLOORS if name in ratios
         ]
         if floors:
             bench.note(
-                "loaders: worker hand-over floors (raw time / floor time; a worker path "
-                "cannot exceed it on this machine): " + ", ".join(floors)
+                "loaders: worker hand-over floors (median per-round raw time / floor time; a "
+                "worker path cannot exceed it on this machine): " + ", ".join(floors)
             )
     bench.note(
         "loaders start-up (iterator creation to first batch, workers included; not in the "

@@ -287,6 +287,64 @@ def test_batched_state_resumes_with_other_workers_and_layout(train):
         )
 
 
+def _owned(batch: dict) -> None:
+    for key, value in batch.items():
+        assert value.flags.writeable and value.flags.c_contiguous, key
+        for other, second in batch.items():
+            if key < other:
+                assert not np.shares_memory(value, second), (key, other)
+
+
+@pytest.mark.parametrize("extra", [True, False])
+def test_packed_micro_batches_unpack_to_the_core_batch(tmp_path, extra):
+    prefix = write_corpus(str(tmp_path / "corpus"), seed=4)
+    config = mdc.GPTDataConfig(
+        random_seed=1, sequence_length=SEQ, eod_id=3, add_extra_token_to_sequence=extra
+    )
+    indexed = mdc.IndexedDataset(prefix)
+    core = mdc.GPTDataset(indexed, np.arange(len(indexed.document_indices) - 1), None, config)
+    plain = grain_source.MicroBatchDataset(core, micro_batch_size=4)
+    packed = grain_source.MicroBatchDataset(core, micro_batch_size=4, packed=True)
+    for step in (0, 2, 1):
+        element = packed[step]
+        assert isinstance(element, grain_source.PackedMicroBatch)
+        assert (element.text is not None) == extra
+        if extra:  # the text travels once; the constant loss mask and position ids not at all
+            assert set(element.constants) == {"loss_mask", "position_ids"}
+            assert len(pickle.dumps(element)) < element.text.nbytes + 2_000
+        want = {key: np.array(value) for key, value in plain[step].items()}
+        got = grain_source.unpack(pickle.loads(pickle.dumps(element)))
+        assert list(got) == list(want)
+        for key in want:
+            assert got[key].dtype == want[key].dtype, key
+        _equal(got, want)
+        _owned(got)
+
+
+@deadline(90)
+def test_batched_workers_ship_packed_and_resume(train):
+    want = list(grain_source.batched_dataset(train, micro_batch_size=3))
+    ds = grain_source.batched_dataset(train, micro_batch_size=3, worker_count=2)
+    it = iter(ds)
+    try:
+        got = [next(it) for _ in range(4)]
+        state = it.get_state()
+    finally:
+        it.close()
+    for batch, expected in zip(got, want):
+        _equal(batch, expected)
+        _owned(batch)
+        assert batch["tokens"].dtype == train.__getitems__([0])["tokens"].dtype
+    assert state["consumed_samples"] == 4 * 3
+    it2 = iter(grain_source.batched_dataset(train, micro_batch_size=3, worker_count=2))
+    try:
+        it2.set_state(state)
+        for expected in want[4:7]:
+            _equal(next(it2), expected)
+    finally:
+        it2.close()
+
+
 def test_ensure_absl_flags_parsed_is_idempotent():
     from absl import flags
 

@@ -263,3 +263,125 @@ def test_batch_tensors_are_independent_and_reuse_memory(train):
     third = dataset.__getitems__([2, 3, 5])  # dropped: the pooled buffers come back
     assert any(third[key].data_ptr() in pointers.values() for key in third)
     _assert_batch(third, _expected(train, [2, 3, 5]))
+
+
+# -- packed hand-over: workers ship the text once, constants as recipes ---------------------
+
+def _assert_owned(batch: dict) -> None:
+    """Megatron's contract: contiguous, writable tensors, no two sharing memory."""
+    for key, tensor in batch.items():
+        assert tensor.is_contiguous(), key
+        assert tensor.numpy().flags.writeable, key
+        for other, second in batch.items():
+            if key < other:
+                assert not np.shares_memory(tensor.numpy(), second.numpy()), (key, other)
+
+
+@pytest.mark.parametrize("options", [
+    {"create_attention_mask": False},
+    {"create_attention_mask": True},
+    {"add_extra_token_to_sequence": False},
+    {"create_attention_mask": True, "eod_mask_loss": True, "reset_position_ids": True,
+     "reset_attention_mask": True},
+])
+def test_packed_batch_unpacks_to_the_core_batch(corpora, options):
+    root, prefixes = corpora
+    config = _config(([prefixes[0]], None), str(root / "cache"), **options)
+    core = mdc.build_datasets(config, [60, 0, 0])[0]
+    dataset = torch_data.TorchDataset(core)
+    dataset._pack_in_worker = True  # what a loader's worker does
+    indices = [3, 1, 4, 1, 5]
+    packed = dataset.__getitems__(indices)
+    assert isinstance(packed, torch_data.PackedBatch)
+    want = {key: np.array(value) for key, value in _expected(core, indices).items()}
+    again = pickle.loads(pickle.dumps(packed))  # the worker -> loader hand-over
+    for batch in (packed.unpack(), again.unpack()):
+        assert list(batch) == list(want)
+        _assert_batch(batch, want)
+        _assert_owned(batch)
+    if options.get("add_extra_token_to_sequence", True):
+        assert packed.text is not None and "tokens" not in packed.arrays
+    if options == {"create_attention_mask": False}:
+        # the core's all-ones loss mask and 0..S-1 position ids: no bytes sent
+        assert set(packed.constants) == {"loss_mask", "position_ids"}
+        assert set(packed.arrays) == set()
+        assert len(pickle.dumps(packed)) < packed.text.nbytes + 2_000
+    # a tensor written by the training loop changes nothing else
+    batch = again.unpack()
+    for tensor in batch.values():
+        tensor.zero_()
+    _assert_batch(again.unpack(), want)
+
+
+def test_pin_memory_thread_unpacks(train, monkeypatch):
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    pinned = []
+
+    def fake_pin(self):  # CPU-only torch cannot page-lock; record the call instead
+        pinned.append(self.data_ptr())
+        return self.clone()
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", fake_pin)
+    dataset = torch_data.TorchDataset(train)
+    dataset._pack_in_worker = True
+    indices = [7, 2, 9]
+    batch = pin_memory(dataset.__getitems__(indices))  # what torch's pin thread does
+    assert isinstance(batch, dict) and len(pinned) == len(batch)
+    _assert_batch(batch, _expected(train, indices))
+    _assert_owned(batch)
+
+
+@pytest.mark.parametrize("kind", ["train", "blended"])
+def test_loader_with_workers_unpacks_owned_batches(train, blended, kind):
+    core = train if kind == "train" else blended
+    sampler = PretrainingSampler(len(core), 0, 4, 0, 1)
+    data = torch_data.loader(core, sampler, num_workers=2, **_context(2))
+    assert isinstance(data, torch_data.UnpackingLoader)
+    batches = list(data)
+    wanted = list(iter(PretrainingSampler(len(core), 0, 4, 0, 1)))
+    assert len(batches) == len(wanted)
+    for batch, indices in zip(batches, wanted):
+        _assert_batch(batch, _expected(core, indices))
+        _assert_owned(batch)
+    held = batches[:3]  # batches still held never share memory with one another
+    pointers = [t.data_ptr() for batch in held for t in batch.values()]
+    assert len(set(pointers)) == len(pointers)
+
+
+def _mark_worker(worker_id: int) -> None:
+    torch.utils.data.get_worker_info().dataset.marked = worker_id
+
+
+def _collate_marks(batch: dict) -> dict:
+    info = torch.utils.data.get_worker_info()
+    batch = dict(batch)
+    batch["worker"] = torch.tensor([getattr(info.dataset, "marked", -1)])
+    return batch
+
+
+def _touch(directory: str, worker_id: int) -> None:
+    open(os.path.join(directory, f"worker{worker_id}"), "w").close()
+
+
+def test_loader_keeps_user_worker_init_and_collate(train, tmp_path):
+    import functools
+
+    indices = list(iter(PretrainingSampler(len(train), 0, 2, 0, 1)))
+    data = torch_data.loader(
+        train, PretrainingSampler(len(train), 0, 2, 0, 1), num_workers=2,
+        worker_init_fn=_mark_worker, collate_fn=_collate_marks, **_context(2),
+    )
+    assert not isinstance(data, torch_data.UnpackingLoader)  # a custom collate gets tensors
+    for batch, want in zip(data, indices):
+        assert batch["worker"].item() in (0, 1)
+        _assert_batch({k: v for k, v in batch.items() if k != "worker"}, _expected(train, want))
+    data = torch_data.loader(
+        train, PretrainingSampler(len(train), 0, 2, 0, 1), num_workers=1,
+        worker_init_fn=functools.partial(_touch, str(tmp_path)), **_context(1),
+    )
+    assert isinstance(data, torch_data.UnpackingLoader)
+    seen = list(data)
+    assert os.path.exists(tmp_path / "worker0")  # the user's worker_init_fn ran too
+    assert len(seen) == len(indices)
+    _assert_batch(seen[-1], _expected(train, indices[-1]))

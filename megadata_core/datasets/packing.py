@@ -1,0 +1,165 @@
+"""Packing a batch for the hand-over from a worker process: fewer bytes, same arrays.
+
+A core batch holds ``tokens`` and ``labels`` as views of one [B, S + 1] text buffer and
+shares read-only constants between batches (an all-ones loss mask, 0..S-1 position ids).
+A worker that pickles the batch as it is ships the text twice and the constants every
+time. :class:`Packer` turns a batch into a :class:`PackedBatch` -- the text once, the
+constants as recipes -- and :func:`unpack_arrays` rebuilds independent, writable arrays
+from it in the consuming process. Framework adapters (Grain, torch) wrap these two.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+#: How to rebuild a constant: ``("full", value)`` or ``("arange",)`` (rows 0..n-1).
+Recipe = tuple
+
+
+def is_constant(array: object) -> bool:
+    """A plain numpy array that is read-only and owns its memory: the core's shared
+    constants look like this (views and fresh batch arrays do not)."""
+    return type(array) is np.ndarray and not array.flags.writeable and array.flags.owndata
+
+
+def text_of(tokens: object, labels: object) -> np.ndarray | None:
+    """The read-only [B, S + 1] buffer that ``tokens`` (= text[:, :-1]) and ``labels``
+    (= text[:, 1:]) are views of (the core's layout), or None when they are not so."""
+    if (
+        type(tokens) is not np.ndarray
+        or type(labels) is not np.ndarray
+        or tokens.ndim != 2
+        or tokens.shape != labels.shape
+        or tokens.dtype != labels.dtype
+        or tokens.strides != labels.strides
+        or tokens.shape[1] == 0
+        or tokens.strides != ((tokens.shape[1] + 1) * tokens.itemsize, tokens.itemsize)
+        or labels.__array_interface__["data"][0]
+        != tokens.__array_interface__["data"][0] + tokens.itemsize
+    ):
+        return None
+    shape = (tokens.shape[0], tokens.shape[1] + 1)  # row b ends with labels[b, -1]
+    return np.lib.stride_tricks.as_strided(tokens, shape, tokens.strides, writeable=False)
+
+
+def recipe_of(array: np.ndarray) -> Recipe | None:
+    """How to rebuild ``array`` without its bytes: every element equal (``("full", v)``),
+    every row ``0..n-1`` (``("arange",)``), or None (ship it)."""
+    flat = array.reshape(-1)
+    if flat.size == 0 or np.array_equal(flat, np.broadcast_to(flat[0], flat.shape)):
+        return ("full", flat[0].item() if flat.size else 0)
+    if array.ndim >= 2 and array.dtype.kind in "iu":
+        row = np.arange(array.shape[-1], dtype=array.dtype)
+        if np.array_equal(array, np.broadcast_to(row, array.shape)):
+            return ("arange",)
+    return None
+
+
+class PackedBatch:
+    """A batch as a worker ships it (pickles small).
+
+    Attributes:
+        keys: the batch's keys, in order.
+        text: [B, S + 1] in the core's token dtype (``tokens`` = ``text[:, :-1]``,
+            ``labels`` = ``text[:, 1:]``), or None when the batch is not laid out so.
+        arrays: the keys that change from batch to batch, as numpy arrays.
+        constants: ``key -> (recipe, shape, dtype str)`` for the core's shared constants.
+    """
+
+    __slots__ = ("keys", "text", "arrays", "constants")
+
+    def __init__(
+        self,
+        keys: tuple[str, ...],
+        text: np.ndarray | None,
+        arrays: dict[str, np.ndarray],
+        constants: dict[str, tuple[Recipe, tuple[int, ...], str]],
+    ) -> None:
+        self.keys = keys
+        self.text = text
+        self.arrays = arrays
+        self.constants = constants
+
+    def __getstate__(self) -> tuple:
+        return (self.keys, self.text, self.arrays, self.constants)
+
+    def __setstate__(self, state: tuple) -> None:
+        self.keys, self.text, self.arrays, self.constants = state
+
+
+def unpack_arrays(
+    packed: PackedBatch,
+    empty: Callable[[tuple[int, ...], np.dtype], np.ndarray] = np.empty,
+    dtypes: Mapping[str, np.dtype] | None = None,
+) -> dict[str, np.ndarray]:
+    """The batch ``packed`` came from, each key C-contiguous in memory of its own from
+    ``empty(shape, dtype)`` (which must return arrays nothing else uses); ``dtypes`` casts
+    keys it names (e.g. int64 tokens), the rest keep the core's dtypes."""
+    dtypes = dtypes or {}
+    out = {}
+    for key in packed.keys:
+        if key in packed.constants:
+            recipe, shape, dtype = packed.constants[key]
+            target = empty(shape, dtypes.get(key, np.dtype(dtype)))
+            if recipe[0] == "full":
+                target.fill(recipe[1])
+            else:
+                target[...] = np.arange(shape[-1], dtype=target.dtype)
+        else:
+            if packed.text is not None and key in ("tokens", "labels"):
+                source = packed.text[:, :-1] if key == "tokens" else packed.text[:, 1:]
+            else:
+                source = np.asarray(packed.arrays[key])
+            target = empty(source.shape, dtypes.get(key, source.dtype))
+            np.copyto(target, source, casting="unsafe")
+        out[key] = target
+    return out
+
+
+class Packer:
+    """Turns core batches into packed ones (``packed_type``, a :class:`PackedBatch` class),
+    remembering the recipe of each constant it met (holding the array, so its ``id`` is not
+    reused while remembered)."""
+
+    def __init__(self, packed_type: type = PackedBatch, kept: int = 16) -> None:
+        self.packed_type = packed_type
+        self.kept = kept
+        self._recipes: dict[int, tuple[np.ndarray, Recipe | None]] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        return {"packed_type": self.packed_type, "kept": self.kept}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["packed_type"], state["kept"])
+
+    def _recipe(self, array: np.ndarray) -> Recipe | None:
+        with self._lock:
+            hit = self._recipes.get(id(array))
+        if hit is not None and hit[0] is array:
+            return hit[1]
+        recipe = recipe_of(array)
+        with self._lock:
+            if len(self._recipes) >= self.kept:
+                self._recipes.clear()
+            self._recipes[id(array)] = (array, recipe)
+        return recipe
+
+    def __call__(self, batch: Mapping[str, Any]) -> PackedBatch:
+        text = None
+        if "tokens" in batch and "labels" in batch:
+            text = text_of(batch["tokens"], batch["labels"])
+        arrays, constants = {}, {}
+        for key, value in batch.items():
+            if text is not None and key in ("tokens", "labels"):
+                continue
+            recipe = self._recipe(value) if is_constant(value) else None
+            if recipe is None:
+                arrays[key] = np.asarray(value)
+            else:
+                constants[key] = (recipe, value.shape, value.dtype.str)
+        return self.packed_type(tuple(batch), text, arrays, constants)
