@@ -236,3 +236,19 @@ def test_read_only_cache_dir_falls_back_with_a_warning(store, local_corpora, mon
     with pytest.warns(UserWarning, match="cannot write the .idx cache"):
         remote = mdc.IndexedDataset(store.url("web"))
     assert_same_items(remote, mdc.IndexedDataset(local_corpora["web"]))
+
+
+def test_torch_loader_workers_read_remote_corpora(store, local_corpora, tmp_path):
+    torch_data = pytest.importorskip("adapters.torch_data")
+    remote, local = (
+        mdc.build_datasets(gpt_config([prefix], str(tmp_path / tag), weights=(1.0,)), [64, 0, 0])[0]
+        for prefix, tag in ((store.url("web"), "remote"), (local_corpora["web"], "local"))
+    )
+    remote[0]  # TensorStore runs in this process: a forked worker would abort
+    sampler = mdc.samplers.PretrainingSampler(len(remote), 0, 8, 0, 1)
+    loader = torch_data.loader(remote, sampler, num_workers=2)
+    assert loader.multiprocessing_context.get_start_method() == "spawn"
+    expected = mdc.samplers.PretrainingSampler(len(remote), 0, 8, 0, 1)
+    for batch, indices in zip(loader, expected):
+        want = local.__getitems__(indices)["tokens"]
+        np.testing.assert_array_equal(batch["tokens"].numpy(), want)
