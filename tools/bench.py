@@ -37,6 +37,7 @@ import numpy as np
 from absl import app, flags
 from bench_blend import suite_blend
 from bench_builder import suite_builder
+from bench_cloud import suite_cloud
 from bench_gpt import suite_gpt
 from bench_loaders import suite_loaders
 from peers import quiet_import
@@ -707,6 +708,7 @@ SUITES: dict[str, Callable[[Bench], None]] = {
     "builder": suite_builder,
     "blend": suite_blend,
     "loaders": suite_loaders,
+    "cloud": suite_cloud,
 }
 
 
