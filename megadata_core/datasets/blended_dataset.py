@@ -18,6 +18,7 @@ is asked for more samples than it has).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -76,6 +77,11 @@ class BlendedDataset:
             ``weights[j]`` samples (Megatron's exhaustive blend).
         size: samples in the blend, or None (exhaustive: ``sum(weights)``).
         config: a :class:`GPTDataConfig` (``blend_order``, ``path_to_cache``).
+        arrays: the index arrays, precomputed (``dataset_index``, ``dataset_sample_index``,
+            ``dataset_counts``; e.g. from the builder's cache bundle, keyed by every
+            input): used as given (the counts are still checked against the members).
+        use_cache: False builds the indices in memory even with ``path_to_cache`` set
+            (the builder caches them in its bundle instead).
 
     Attributes:
         dataset_index: int16 [size] which dataset each sample reads.
@@ -89,7 +95,16 @@ class BlendedDataset:
             ``mid_level_dataset_surplus``, as Megatron says).
     """
 
-    def __init__(self, datasets, weights, size: int | None, config) -> None:
+    def __init__(
+        self,
+        datasets,
+        weights,
+        size: int | None,
+        config,
+        *,
+        arrays: Mapping[str, np.ndarray] | None = None,
+        use_cache: bool = True,
+    ) -> None:
         datasets = list(datasets)
         if not datasets:
             raise DataError("datasets: no datasets to blend")
@@ -120,7 +135,15 @@ class BlendedDataset:
                 raise DataError(f"size: {size} must be >= 0")
             self.weights = megatron_normalize(weights).tolist()
         self.size = None if size is None else int(size)
-        self._load_indices()
+        if arrays is not None:
+            arrays = dict(arrays)
+            if sorted(arrays) != sorted(BLEND_ARRAYS):
+                raise DataError(f"arrays: got {sorted(arrays)}, expected {sorted(BLEND_ARRAYS)}")
+            self._set_arrays(arrays)
+        elif use_cache:
+            self._load_indices()
+        else:
+            self._set_arrays(self._build())
 
     # -- indices ------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,9 +27,9 @@ Sizes = tuple[int | None, int | None, int | None]  # samples per split: train, v
 Matrix = Sequence[tuple[float, float] | None]  # (begin, end) fractions per split
 
 
-@dataclass(frozen=True)
-class Job:
-    """One GPTDataset to build: the documents ``bookend`` of ``prefix`` for ``split``."""
+class Job(NamedTuple):
+    """One GPTDataset to build: the documents ``bookend`` of ``prefix`` for ``split``.
+    (A named tuple: a blend of 1,000 prefixes makes and hashes thousands of them.)"""
 
     prefix: str
     split: str

@@ -117,3 +117,19 @@ def _data_identity(indexed) -> dict:
         "bin_size": int(indexed.bin_size),
         "idx_arrays_sampled_sha256": digests,
     }
+
+
+def corpus_identity(indexed) -> tuple[list | dict, bool]:
+    """The corpus identity in a build bundle's key, and whether it is exact.
+
+    Exact, ``["idx_sha256", digest, bin_size]``, when the whole .idx was read into
+    memory (:meth:`IndexedDataset.open_deferred` of a small index): the digest covers
+    every byte validation reads and the .bin size is the rest of what it checks, so an
+    entry keyed by it was written after validating these very bytes. Otherwise the
+    sampled :func:`data_identity` (not exact: the caller validates the corpus itself).
+    """
+    idx_sha256 = getattr(indexed, "idx_sha256", None)
+    digest = idx_sha256() if idx_sha256 is not None else None
+    if digest is not None:
+        return ["idx_sha256", digest, int(indexed.bin_size)], True
+    return data_identity(indexed), False

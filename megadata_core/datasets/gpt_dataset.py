@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -105,6 +106,10 @@ class GPTDataset:
         config: a :class:`GPTDataConfig`.
         split: ``"train"``, ``"valid"`` or ``"test"`` (or Megatron's ``Split``).
         token_dtype: dtype of tokens, labels and position ids: int32 (default) or int64.
+        arrays: the index arrays, precomputed (e.g. loaded from the builder's cache
+            bundle, keyed by every input above): ``document_index``, ``sample_index``,
+            ``shuffle_index`` (``sample_index``, ``feistel_split`` for Feistel); used as
+            given, nothing is built or cached.
 
     A sample (``ds[i]``) is a dict of numpy arrays, Megatron's keys and values:
     ``tokens`` and ``labels`` [S] (token_dtype), ``attention_mask`` [1, S, S] bool,
@@ -122,6 +127,7 @@ class GPTDataset:
         split: str = "train",
         *,
         token_dtype: np.typing.DTypeLike = np.int32,
+        arrays: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         if not isinstance(config, GPTDataConfig):
             raise DataError(f"config: expected GPTDataConfig, got {type(config).__name__}")
@@ -150,11 +156,60 @@ class GPTDataset:
             np.iinfo(dtype).min <= self.pad_id <= np.iinfo(dtype).max
         )
         self._flat = None
-        self._buffers = BufferPool()
+        self._pool: BufferPool | None = None
         self._constants: dict[tuple[str, int], np.ndarray] = {}
-        self._load_indices()
+        if arrays is None:
+            self._load_indices()
+        else:
+            self._set_arrays(self._check_given(arrays))
 
     # -- construction -----------------------------------------------------------------
+
+    @property
+    def _buffers(self) -> BufferPool:
+        """The pool of output buffers (made at the first batch: a blend of 1,000 members
+        builds its datasets faster without 1,000 idle pools)."""
+        pool = self._pool
+        if pool is None:
+            pool = self._pool = BufferPool()
+        return pool
+
+    def _check_given(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Precomputed index arrays (``arrays=``): exactly the names this shuffle mode
+        stores (values are trusted: e.g. a cache entry keyed by this dataset's inputs)."""
+        names = GPT_ARRAYS if self.config.shuffle == "megatron" else FEISTEL_ARRAYS
+        arrays = dict(arrays)
+        if sorted(arrays) != sorted(names):
+            raise DataError(f"arrays: got {sorted(arrays)}, expected {sorted(names)}")
+        return arrays
+
+    def _sibling(
+        self,
+        indexed,
+        indices: range,
+        num_samples: int | None,
+        arrays: Mapping[str, np.ndarray],
+    ) -> GPTDataset:
+        """A dataset with this one's config, split and token dtype over ``indexed`` (a
+        corpus of the same dtype), from precomputed ``arrays``: the checks that depend
+        only on what the two share are not repeated (the builder makes 1,000s of them).
+        """
+        if indexed.dtype != self.indexed.dtype or arrays.keys() != self._arrays.keys():
+            return GPTDataset(
+                indexed, indices, num_samples, self.config, self.split,
+                token_dtype=self.token_dtype, arrays=arrays,
+            )
+        other = object.__new__(GPTDataset)
+        state = other.__dict__
+        state.update(self.__dict__)
+        state["indexed"] = indexed
+        state["indices"], state["_ids_description"] = document_ids(indexed, indices)
+        state["num_samples"] = None if num_samples is None else int(num_samples)
+        state["_flat"] = None
+        state["_pool"] = None
+        state["_constants"] = {}
+        other._set_arrays(dict(arrays))
+        return other
 
     def _check_dtypes(self, token_dtype: object) -> np.dtype:
         try:
@@ -194,7 +249,7 @@ class GPTDataset:
             return self
         other = copy.copy(self)
         other.token_dtype = dtype
-        other._buffers = BufferPool()
+        other._pool = None
         other._constants = {}
         return other
 
@@ -283,9 +338,9 @@ class GPTDataset:
                 self._set_arrays(self._empty_arrays(names))
                 return
             raise DataError(f"indices: no documents in the {self.split} split")
-        arrays = load_or_build(
-            self.config.path_to_cache, self.description(), self.split, self._build, names=names
-        )
+        directory = self.config.path_to_cache
+        description = self.description() if directory is not None else {}  # no key needed
+        arrays = load_or_build(directory, description, self.split, self._build, names=names)
         self._set_arrays(arrays)
 
     @staticmethod
@@ -441,6 +496,7 @@ class GPTDataset:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_flat"] = None
+        state["_pool"] = None
         state["_constants"] = {}
         state["_arrays"] = {
             name: ("mmap", array.filename) if isinstance(array, np.memmap) else array
@@ -461,6 +517,8 @@ class GPTDataset:
         if isinstance(state["indices"], tuple):
             _, dtype, low, high = state["indices"]
             state["indices"] = np.arange(low, high, dtype=dtype)
+        state.pop("_buffers", None)  # pickled by an older version
+        state.setdefault("_pool", None)
         self.__dict__.update(state)
         self._set_arrays(arrays)
 

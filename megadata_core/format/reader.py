@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import stat
 
 import numpy as np
 
@@ -19,14 +21,36 @@ def bin_path_of(path_prefix: str) -> str:
     return path_prefix + ".bin"
 
 
+#: A local .idx of at most this many bytes is read into memory with one read when opened
+#: with :meth:`IndexedDataset.open_deferred` (a few thousand documents): cheaper than a
+#: memory map, and its digest identifies it exactly.
+READ_IDX_BELOW = 1 << 16
+
+
 def _local_file_size(path: str, what: str) -> int:
+    """The size of a regular file (one ``stat``); DataError naming it otherwise."""
     try:
-        stat = os.stat(path)
+        info = os.stat(path)
     except FileNotFoundError as error:
         raise DataError(f"{path}: {what} file not found") from error
-    if not os.path.isfile(path):
+    if not stat.S_ISREG(info.st_mode):
         raise DataError(f"{path}: {what} path is not a regular file")
-    return stat.st_size
+    return info.st_size
+
+
+def _read_whole(path: str, size: int) -> bytes:
+    """The first ``size`` bytes of a file, read with as few ``read`` calls as it takes."""
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        data = os.read(handle, size)
+        while len(data) < size:
+            more = os.read(handle, size - len(data))
+            if not more:
+                break
+            data += more
+    finally:
+        os.close(handle)
+    return data
 
 
 class IndexedDataset:
@@ -48,24 +72,56 @@ class IndexedDataset:
         self._requested_multimodal = multimodal
         self._open(validate=True)
 
-    def _open(self, validate: bool) -> None:
+    @classmethod
+    def open_deferred(
+        cls,
+        path_prefix: str,
+        *,
+        multimodal: bool | None = None,
+        mmap: bool = True,
+        read_below: int = READ_IDX_BELOW,
+    ) -> IndexedDataset:
+        """Open with the header and file sizes checked but the index arrays not yet
+        validated (``validated`` is False until :meth:`validate` runs). A local .idx of at
+        most ``read_below`` bytes is read into memory in one read (then
+        :meth:`idx_sha256` identifies it exactly); the .bin is memory-mapped at its
+        first read. For callers that know the index is valid (a cache entry keyed by
+        its digest was written after validating the same bytes) or validate it later."""
+        self = cls.__new__(cls)
+        self.path_prefix = str(path_prefix)
+        self.mmap = bool(mmap)
+        self._requested_multimodal = multimodal
+        self._open(validate=False, read_below=read_below)
+        return self
+
+    def _open(self, validate: bool, read_below: int = 0) -> None:
         self.idx_path = idx_path_of(self.path_prefix)
         self.bin_path = bin_path_of(self.path_prefix)
         self._bin_source: ByteSource | None = None
         self._bin_map: np.ndarray | None = None
+        self._bin_file: str | None = None  # a local .bin memory-mapped at its first read
+        self._idx_bytes: bytes | None = None
         if is_local(self.path_prefix):
             idx_file = local_path(self.idx_path)
             bin_file = local_path(self.bin_path)
             idx_size = _local_file_size(idx_file, ".idx")
             bin_size = _local_file_size(bin_file, ".bin")
-            with open(idx_file, "rb") as stream:
-                header_bytes = stream.read(idx_layout.HEADER_SIZE)
-            header = idx_layout.parse_header(
-                header_bytes, idx_size, idx_file, self._requested_multimodal
-            )
-            idx_buffer = np.memmap(idx_file, dtype=np.uint8, mode="r")
+            if 0 < idx_size <= read_below:
+                idx_bytes = _read_whole(idx_file, idx_size)
+                header = idx_layout.parse_header(
+                    idx_bytes[: idx_layout.HEADER_SIZE], len(idx_bytes), idx_file,
+                    self._requested_multimodal,
+                )
+                self._idx_bytes = idx_buffer = idx_bytes  # arrays: read-only views of it
+            else:
+                with open(idx_file, "rb") as stream:
+                    header_bytes = stream.read(idx_layout.HEADER_SIZE)
+                header = idx_layout.parse_header(
+                    header_bytes, idx_size, idx_file, self._requested_multimodal
+                )
+                idx_buffer = np.memmap(idx_file, dtype=np.uint8, mode="r")
             if self.mmap and bin_size > 0:
-                self._bin_map = np.memmap(bin_file, dtype=np.uint8, mode="r")
+                self._bin_file = bin_file
             elif not self.mmap:
                 self._bin_source = open_source(bin_file)
         else:
@@ -86,16 +142,42 @@ class IndexedDataset:
         if bin_size is None:
             bin_size = _remote_bin_size(self._bin_source, self._data_end(), self.bin_path)
         self._bin_size = bin_size
+        self.validated = False
         if validate:
-            idx_layout.validate_arrays(
-                self.sequence_lengths,
-                self.sequence_pointers,
-                self.document_indices,
-                self.dtype.itemsize,
-                bin_size,
-                self.idx_path,
-                self.bin_path,
-            )
+            self.validate()
+
+    def validate(self) -> None:
+        """Check the index arrays against each other and the .bin size (once; a no-op
+        when already done). Raises DataError naming the file and field."""
+        if self.validated:
+            return
+        idx_layout.validate_arrays(
+            self.sequence_lengths,
+            self.sequence_pointers,
+            self.document_indices,
+            self.dtype.itemsize,
+            self._bin_size,
+            self.idx_path,
+            self.bin_path,
+        )
+        self.validated = True
+
+    def idx_sha256(self) -> str | None:
+        """sha256 (hex) of the whole .idx when it was read into memory
+        (:meth:`open_deferred`), else None."""
+        if self._idx_bytes is None:
+            return None
+        return hashlib.sha256(self._idx_bytes).hexdigest()
+
+    def _mapped_bin(self) -> np.ndarray | None:
+        """The .bin as a read-only uint8 memory map (mapped at the first call), or None
+        (pread, remote or empty .bin)."""
+        if self._bin_map is None and self._bin_file is not None:
+            try:
+                self._bin_map = np.memmap(self._bin_file, dtype=np.uint8, mode="r")
+            except (OSError, ValueError) as error:
+                raise DataError(f"{self._bin_file}: cannot map the .bin ({error})") from error
+        return self._bin_map
 
     def _open_remote_idx(self) -> tuple[idx_layout.IdxHeader, np.ndarray]:
         """Header and bytes of a remote .idx: memory-mapped from the source's local copy
@@ -136,8 +218,9 @@ class IndexedDataset:
         if count == 0:
             return np.empty(0, dtype=self.dtype)
         nbytes = count * self.dtype.itemsize
-        if self._bin_map is not None:
-            return np.frombuffer(self._bin_map, dtype=self.dtype, count=count, offset=byte_offset)
+        mapped = self._mapped_bin()
+        if mapped is not None:
+            return np.frombuffer(mapped, dtype=self.dtype, count=count, offset=byte_offset)
         return np.frombuffer(self._bin_source.read(byte_offset, nbytes), dtype=self.dtype)
 
     def _check_index(self, index: int) -> int:
@@ -202,10 +285,11 @@ class IndexedDataset:
 
         None when the corpus is read with pread or from a remote byte source.
         """
-        if self._bin_map is None:  # pread / remote, or a memory map of an empty .bin
+        mapped = self._mapped_bin()
+        if mapped is None:  # pread / remote, or an empty .bin (never mapped)
             return None if self._bin_source is not None else np.empty(0, self.dtype)
-        count = len(self._bin_map) // self.dtype.itemsize
-        return np.frombuffer(self._bin_map, dtype=self.dtype, count=count)
+        count = len(mapped) // self.dtype.itemsize
+        return np.frombuffer(mapped, dtype=self.dtype, count=count)
 
     def read_bytes(self, byte_offset: int, count: int) -> np.ndarray:
         """``count`` tokens from an arbitrary .bin byte offset (for batched readers)."""
@@ -285,8 +369,11 @@ def _remote_bin_size(source: ByteSource, needed: int, bin_path: str) -> int:
     return int(source.size())
 
 
-def _view(buffer: np.ndarray, dtype: type, offset: int, count: int) -> np.ndarray:
-    """A read-only array of ``count`` items of ``dtype`` at byte ``offset`` of ``buffer``."""
+def _view(buffer: np.ndarray | bytes, dtype: type, offset: int, count: int) -> np.ndarray:
+    """A read-only array of ``count`` items of ``dtype`` at byte ``offset`` of ``buffer``
+    (an array, or bytes: then a ``frombuffer`` view, read-only already and cheaper)."""
+    if isinstance(buffer, bytes) and count:
+        return np.frombuffer(buffer, dtype=dtype, count=count, offset=offset)
     array = np.ndarray(shape=(count,), dtype=dtype, buffer=buffer, offset=offset)
     array.flags.writeable = False
     return array

@@ -53,8 +53,9 @@ import re
 import secrets
 import warnings
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import numpy as np
 
@@ -221,7 +222,25 @@ def load_cached(
     """
     if verify not in VERIFY_MODES:
         raise DataError(f"verify: {verify!r} is not one of {VERIFY_MODES}")
-    key = description_key(description)
+    canonical = canonical_json(description)
+    return _load_entry(directory, description, canonical, split, names, verify)
+
+
+def _load_entry(
+    directory: str,
+    description: Mapping,
+    canonical: str,
+    split: str,
+    names: tuple[str, ...],
+    verify: str,
+) -> dict[str, np.ndarray] | None:
+    """:func:`load_cached` with the description's canonical JSON already made.
+
+    The record's key must be the expected key (the file name) and its description the
+    expected one (:func:`_same_json`: a hit on a large description, e.g. a build
+    bundle's, encodes nothing more than the expected key's JSON).
+    """
+    key = hashlib.sha256(canonical.encode("utf-8")).hexdigest()  # description_key
     paths = entry_paths(directory, key, split, names)
     record = _read_record(paths["description"])
     if record is None:
@@ -237,8 +256,7 @@ def load_cached(
         or record.get("key") != key
         or record.get("split") != split
         or not isinstance(stored, dict)
-        or description_key(stored) != key
-        or canonical_json(stored) != canonical_json(description)
+        or not _same_json(stored, description, canonical)
     ):
         raise DataError(f"{paths['description']}: description does not match its key {key}")
     if sorted(record["arrays"]) != sorted(names):
@@ -246,6 +264,16 @@ def load_cached(
             f"{paths['description']}: arrays {sorted(record['arrays'])} != {sorted(names)}"
         )
     return {name: _load_array(paths[name], record["arrays"][name], verify) for name in names}
+
+
+def _same_json(stored: object, expected: object, canonical: str) -> bool:
+    """Whether ``stored`` (parsed JSON) is the expected description (canonical JSON
+    ``canonical``): Python equality first (C speed; a tuple never equals the list it
+    parses back as, so such descriptions fall through), else the canonical JSON. The
+    equality passes a stored value that differs only in type among look-alikes (1, 1.0,
+    true): only a hand edit makes one, and the key checked beside it is the expected
+    one's either way."""
+    return stored == expected or canonical_json(stored) == canonical
 
 
 # -- saving -------------------------------------------------------------------------
@@ -403,3 +431,144 @@ def load_or_build(
                 stacklevel=2,
             )
             return arrays
+
+
+# -- many small arrays in one entry ----------------------------------------------------
+
+#: dtypes :func:`pack_arrays` stores (the table holds a position in this tuple).
+PACK_DTYPES = ("|b1", "|i1", "|u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8", "<f4", "<f8")
+PACK_ALIGN = 8  # every array starts at a multiple of this many bytes of the blob
+_PACK_CODES = {np.dtype(name): code for code, name in enumerate(PACK_DTYPES)}
+Result = TypeVar("Result")
+
+
+def pack_arrays(arrays: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """Many small arrays as two: ``table`` int64 [M, 4] (byte offset in the blob, dtype
+    code in :data:`PACK_DTYPES`, rows, columns or -1 for a 1-D array) and ``blob``
+    uint8 [bytes] (each array's bytes, C order, ``PACK_ALIGN``-aligned). Arrays are
+    1-D or 2-D of a dtype in :data:`PACK_DTYPES` (little-endian as stored)."""
+    table = np.empty((len(arrays), 4), dtype=np.int64)
+    parts = []
+    offset = 0
+    for row, array in enumerate(arrays):
+        array = np.asarray(array)
+        code = _PACK_CODES.get(array.dtype)
+        if code is None or array.ndim not in (1, 2):
+            raise DataError(
+                f"pack_arrays: array {row} ({array.dtype} {array.shape}) cannot be packed"
+            )
+        raw = _byte_view(array)
+        table[row] = (offset, code, array.shape[0], array.shape[1] if array.ndim == 2 else -1)
+        parts.append((offset, raw))
+        offset += -(-raw.size // PACK_ALIGN) * PACK_ALIGN
+    blob = np.zeros(offset, dtype=np.uint8)
+    for start, raw in parts:
+        blob[start : start + raw.size] = raw
+    return {"table": table, "blob": blob}
+
+
+def unpack_arrays(table: np.ndarray, blob: np.ndarray, where: str = "packed arrays") -> list:
+    """The arrays of :func:`pack_arrays` as read-only views of ``blob`` (no copy).
+
+    Raises:
+        DataError: naming ``where``, when the table does not describe arrays inside the
+            blob (a damaged entry).
+    """
+    table, blob = np.asarray(table), np.asarray(blob)
+    if table.ndim != 2 or table.shape[1] != 4 or table.dtype != np.int64:
+        raise DataError(f"{where}: table of shape {table.shape} {table.dtype}, not int64 [M, 4]")
+    if blob.ndim != 1 or blob.dtype != np.uint8 or blob.size % PACK_ALIGN:
+        raise DataError(f"{where}: blob of shape {blob.shape} {blob.dtype}, not uint8 [8 k]")
+    if not len(table):
+        return []
+    offsets, codes, rows, columns = table.T
+    itemsizes = np.array([np.dtype(name).itemsize for name in PACK_DTYPES], dtype=np.int64)
+    valid_codes = (codes >= 0) & (codes < len(PACK_DTYPES))
+    nbytes = itemsizes[np.where(valid_codes, codes, 0)] * rows * np.where(columns < 0, 1, columns)
+    if (
+        not valid_codes.all()
+        or (rows < 0).any()
+        or (columns < -1).any()
+        or (offsets < 0).any()
+        or (offsets % PACK_ALIGN).any()
+        or (offsets + nbytes > blob.size).any()
+    ):
+        raise DataError(f"{where}: the table points outside the blob ({blob.size} bytes)")
+    # One typed view of the whole blob per dtype (its size is a multiple of PACK_ALIGN),
+    # then a slice per array: cheaper than an ndarray constructor per array. The views
+    # share the blob's memory map, read-only.
+    typed = {}
+    out = []
+    for offset, code, count, width in table.tolist():
+        view = typed.get(code)
+        if view is None:
+            view = typed[code] = blob.view(PACK_DTYPES[code])
+        start = offset // view.itemsize
+        if width < 0:
+            out.append(view[start : start + count])
+        else:
+            out.append(view[start : start + count * width].reshape(count, width))
+    return out
+
+
+def cached_result(
+    directory: str,
+    description: Mapping,
+    split: str,
+    names: tuple[str, ...],
+    *,
+    use: Callable[[dict[str, np.ndarray]], Result],
+    build: Callable[[], tuple[Result, Mapping[str, np.ndarray]]],
+    lock: bool = True,
+    verify: str = "sampled",
+    stacklevel: int = 2,
+) -> Result:
+    """:func:`load_or_build` for a result made from the cached arrays: ``use(arrays)``
+    on a cache hit (a DataError from it marks the entry damaged: warned and rebuilt, as
+    a failed check is); else ``build()`` returns ``(result, arrays)`` and the arrays are
+    saved (under the lock, as :func:`load_or_build`; a directory that cannot be written
+    gives a warning and the built result). ``stacklevel`` is the warnings' as seen
+    from the caller (2: the caller's caller)."""
+    if verify not in VERIFY_MODES:
+        raise DataError(f"verify: {verify!r} is not one of {VERIFY_MODES}")
+    directory = os.fspath(directory)
+    canonical = canonical_json(description)  # once: a bundle's description is large
+    key = hashlib.sha256(canonical.encode("utf-8")).hexdigest()  # description_key
+    warned = False
+
+    def try_use() -> tuple[bool, Result | None]:
+        nonlocal warned
+        try:
+            found = _load_entry(directory, description, canonical, split, names, verify)
+            if found is not None:
+                return True, use(found)
+        except DataError as error:
+            if not warned:
+                warnings.warn(
+                    f"{error}; rebuilding the index cache entry", stacklevel=stacklevel + 2
+                )
+                warned = True
+        return False, None
+
+    hit, result = try_use()
+    if hit:
+        return result
+    guard = _exclusive(entry_paths(directory, key, split, ())["lock"]) if lock else None
+    with guard if guard is not None else contextlib.nullcontext(False) as locked:
+        if locked:  # another process may have built it while we waited
+            hit, result = try_use()
+            if hit:
+                return result
+        result, arrays = build()
+        arrays = dict(arrays)
+        if sorted(arrays) != sorted(names):
+            raise DataError(f"build: returned arrays {sorted(arrays)}, expected {sorted(names)}")
+        try:
+            save_cached(directory, description, split, arrays)
+        except OSError as error:
+            warnings.warn(
+                f"path_to_cache: cannot write the index cache in {directory} ({error}); "
+                "using indices built in memory",
+                stacklevel=stacklevel + 1,
+            )
+        return result

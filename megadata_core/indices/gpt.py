@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from megadata_core.errors import DataError
@@ -15,6 +17,22 @@ from megadata_core.indices.epochs import (
 )
 from megadata_core.indices.sample_boundaries import sample_index
 from megadata_core.indices.sample_shuffle import shuffle_index
+
+_STREAMS = threading.local()  # one RandomState per thread, reseeded for every index
+
+
+def seeded_random_state(seed: int) -> np.random.RandomState:
+    """A ``RandomState`` in the state ``RandomState(seed)`` starts in (the same stream),
+    reused per thread: ``seed()`` on an existing one takes microseconds, a new one
+    ~0.1 ms (numpy draws OS entropy for its bit generator before the legacy seeding);
+    a blend of 1,000 small corpora builds 2,000 indices. Valid until this thread asks
+    again."""
+    rng = getattr(_STREAMS, "rng", None)
+    if rng is None:
+        rng = _STREAMS.rng = np.random.RandomState(seed)
+    else:
+        rng.seed(seed)
+    return rng
 
 
 def gpt_indices(
@@ -54,7 +72,7 @@ def gpt_indices(
         raise DataError("document_ids: the documents hold no tokens")
     epochs = num_epochs(tokens, sequence_length, num_samples, add_extra_token)
     separate = separate_final_epoch(epochs, tokens, sequence_length, num_samples, add_extra_token)
-    rng = np.random.RandomState(seed)
+    rng = seeded_random_state(seed)
     documents = document_index(document_ids, epochs, rng, separate)
     samples = sample_index(
         sequence_lengths,
