@@ -122,7 +122,7 @@ def test_injected_server_errors_still_give_identical_bytes(
     store, local_corpora, faulty_proxy, monkeypatch, tmp_path
 ):
     store.route(monkeypatch, faulty_proxy.endpoint)
-    fast_retries = {"max_retries": 10, "initial_delay": "5ms", "max_delay": "20ms"}
+    fast_retries = {"max_retries": 20, "initial_delay": "5ms", "max_delay": "50ms"}
     configure_cache(
         monkeypatch,
         tmp_path / "idx_cache",
