@@ -377,3 +377,39 @@ def test_workers_start_outside_an_absl_app(train, tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-1] == str(-(-len(train) // 4))
+
+
+# --- Grain's CheckpointHandler (what Orbax calls to save and restore the data iterator) ---
+
+
+@deadline(120)
+def test_grain_checkpoint_handler_saves_and_restores_both_iterators(train, tmp_path):
+    from etils import epath
+    from grain.checkpoint import CheckpointHandler
+
+    handler = CheckpointHandler()
+    # our batched pipeline (a Grain DatasetIterator: its state is saved as JSON)
+    it = iter(grain_source.batched_dataset(train, micro_batch_size=4, worker_count=0))
+    for _ in range(2):
+        next(it)
+    batched_dir = epath.Path(tmp_path / "batched")
+    batched_dir.mkdir()
+    handler.save(batched_dir, it)
+    want = [next(it) for _ in range(3)]
+    fresh = iter(grain_source.batched_dataset(train, micro_batch_size=4, worker_count=2))
+    try:
+        restored = handler.restore(batched_dir, fresh)
+        for expected in want:
+            _equal(next(restored), expected)
+    finally:
+        fresh.close()
+    # grain.DataLoader over GrainSource (its state is bytes with the source's repr)
+    loader_it = iter(_loader(grain_source.GrainSource(train), worker_count=0))
+    next(loader_it)
+    loader_dir = epath.Path(tmp_path / "loader")
+    loader_dir.mkdir()
+    handler.save(loader_dir, loader_it)
+    want = [next(loader_it) for _ in range(2)]
+    restored = handler.restore(loader_dir, iter(_loader(grain_source.GrainSource(train), 0)))
+    for expected in want:
+        _equal(next(restored), expected)
