@@ -26,9 +26,10 @@ through unchanged; 64-bit arrays become 32-bit unless ``jax_enable_x64`` is on.
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -36,7 +37,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from megadata_core.errors import DataError
 
-__all__ = ["batch_sharding", "data_mesh", "global_batch"]
+__all__ = ["DevicePrefetcher", "batch_sharding", "data_mesh", "global_batch", "prefetch_to_device"]
 
 
 def data_mesh(axis_names: Sequence[str] = ("data",), shape: Sequence[int] | None = None) -> Mesh:
@@ -163,3 +164,85 @@ def global_batch(batch: Mapping, mesh: Mesh, batch_axes=None) -> dict[str, jax.A
             f"local device slices of mesh axes {axes} (mesh shape {dict(mesh.shape)})"
         )
     return {key: _to_global(sharding, value) for key, value in batch.items()}
+
+
+_END = object()
+
+
+class DevicePrefetcher:
+    """Iterator of global batches: a background thread turns the numpy batches of
+    ``iterator`` into global arrays (:func:`global_batch`) and keeps up to ``size`` of them
+    on the devices ahead of the training loop. An exception in the source is raised by
+    ``next``; :meth:`close` (or leaving a ``with`` block) stops the thread."""
+
+    def __init__(self, iterator: Iterable[Mapping], mesh: Mesh, size: int = 2, batch_axes=None):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise DataError(f"prefetch_to_device: size must be an int >= 1, got {size!r}")
+        self._source = iter(iterator)
+        self._mesh = mesh
+        self._batch_axes = batch_axes
+        self._queue: queue.Queue = queue.Queue(maxsize=size)
+        self._stop = threading.Event()
+        self._done = False
+        self._thread = threading.Thread(target=self._fill, name="prefetch_to_device", daemon=True)
+        self._thread.start()
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _fill(self) -> None:
+        try:
+            for batch in self._source:
+                arrays = global_batch(batch, self._mesh, self._batch_axes)
+                jax.block_until_ready(arrays)  # on the devices before it counts as ready
+                if not self._put(arrays):
+                    return
+            self._put(_END)
+        except BaseException as error:  # handed to the consumer
+            self._put(error)
+
+    def __iter__(self) -> Iterator[dict[str, jax.Array]]:
+        return self
+
+    def __next__(self) -> dict[str, jax.Array]:
+        if self._done:
+            raise StopIteration
+        item = self._queue.get()
+        if item is _END:
+            self._done = True
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        return item
+
+    def close(self) -> None:
+        """Stop the background thread and drop the batches it holds."""
+        self._stop.set()
+        self._done = True
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join(timeout=5.0)  # a source blocked in next() keeps it a while
+
+    def __enter__(self) -> DevicePrefetcher:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def prefetch_to_device(
+    iterator: Iterable[Mapping], mesh: Mesh, size: int = 2, batch_axes=None
+) -> DevicePrefetcher:
+    """Global batches of ``iterator``'s per-process numpy batches, ``size`` of them kept
+    on the devices ahead by a background thread (see :class:`DevicePrefetcher`)."""
+    return DevicePrefetcher(iterator, mesh, size, batch_axes)

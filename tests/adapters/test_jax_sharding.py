@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
 import jax
 import numpy as np
 import pytest
@@ -171,3 +179,136 @@ def test_core_constants_are_put_once_and_stay_correct(gpt_batch):
     writable += 1
     b = jax_sharding.global_batch({"position_ids": writable}, mesh)["position_ids"]
     np.testing.assert_array_equal(np.asarray(b), np.asarray(a) + 1)
+
+
+# -- prefetch_to_device -------------------------------------------------------------------
+
+
+def _batches(count: int, rows: int = 8, width: int = 6):
+    for step in range(count):
+        yield {
+            "tokens": np.arange(rows * width, dtype=np.int32).reshape(rows, width) + step,
+            "loss_mask": np.full((rows, width), step, np.float32),
+        }
+
+
+def test_prefetch_to_device_yields_global_batches_in_order():
+    mesh = jax_sharding.data_mesh()
+    with jax_sharding.prefetch_to_device(_batches(5), mesh, size=2) as prefetched:
+        got = list(prefetched)
+    assert len(got) == 5
+    for step, (arrays, want) in enumerate(zip(got, _batches(5))):
+        for key, value in want.items():
+            assert isinstance(arrays[key], jax.Array)
+            assert arrays[key].sharding.spec == PartitionSpec(("data",))
+            np.testing.assert_array_equal(np.asarray(arrays[key]), value, err_msg=f"{step} {key}")
+
+
+def test_prefetch_to_device_stays_size_ahead_and_closes():
+    mesh = jax_sharding.data_mesh()
+    pulled = []
+
+    def source():
+        for batch in _batches(100):
+            pulled.append(1)
+            yield batch
+
+    prefetched = jax_sharding.prefetch_to_device(source(), mesh, size=3)
+    next(prefetched)
+    deadline_s = 20
+    start = time.monotonic()
+    while len(pulled) < 4 and time.monotonic() - start < deadline_s:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert 4 <= len(pulled) <= 5  # one consumed + 3 on device (+ 1 being made)
+    prefetched.close()
+    assert not prefetched._thread.is_alive()
+    with pytest.raises(StopIteration):
+        next(prefetched)
+
+
+def test_prefetch_to_device_errors():
+    mesh = jax_sharding.data_mesh()
+    with pytest.raises(mdc.DataError, match="size"):
+        jax_sharding.prefetch_to_device(_batches(1), mesh, size=0)
+
+    def failing():
+        yield from _batches(1)
+        raise RuntimeError("source broke")
+
+    with jax_sharding.prefetch_to_device(failing(), mesh) as prefetched:
+        next(prefetched)
+        with pytest.raises(RuntimeError, match="source broke"):
+            next(prefetched)
+    bad = [{"tokens": np.zeros((3, 4), np.int32)}]  # 3 rows over 8 devices
+    with jax_sharding.prefetch_to_device(bad, mesh) as prefetched:
+        with pytest.raises(mdc.DataError, match="does not divide"):
+            next(prefetched)
+
+
+# -- two processes, one global array --------------------------------------------------------
+
+_PROCESS = textwrap.dedent(
+    """
+    import sys
+    import jax
+    import numpy as np
+    sys.path.insert(0, {root!r})
+    from adapters import jax_sharding
+
+    process_id, port = int(sys.argv[1]), int(sys.argv[2])
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{{port}}", num_processes=2, process_id=process_id,
+        initialization_timeout=60,
+    )
+    assert jax.process_count() == 2 and jax.device_count() == 8
+    assert jax.local_device_count() == 4
+    width = 5
+    everything = np.arange(16 * width, dtype=np.int32).reshape(16, width)
+    mine = everything[process_id * 8 : (process_id + 1) * 8]  # this process's rows
+    mesh = jax_sharding.data_mesh(("data",))
+    arrays = jax_sharding.global_batch({{"tokens": mine}}, mesh)
+    tokens = arrays["tokens"]
+    assert tokens.shape == (16, width), tokens.shape
+    rows = []
+    for shard in tokens.addressable_shards:
+        np.testing.assert_array_equal(np.asarray(shard.data), everything[shard.index])
+        rows.extend(range(*shard.index[0].indices(16)))
+    assert sorted(rows) == list(range(process_id * 8, (process_id + 1) * 8)), rows
+    print("OK", process_id, sorted(rows)[0], sorted(rows)[-1])
+    jax.distributed.shutdown()
+    """
+)
+
+
+def test_two_processes_hold_their_own_rows_of_one_global_array(tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    root = str(Path(__file__).resolve().parents[2])
+    script = tmp_path / "process.py"
+    script.write_text(_PROCESS.format(root=root))
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    env["JAX_PLATFORMS"] = "cpu"
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(rank), str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    outputs = []
+    try:
+        for process in processes:
+            output, _ = process.communicate(timeout=180)
+            outputs.append(output)
+    finally:
+        for process in processes:
+            process.kill()
+    for rank, (process, output) in enumerate(zip(processes, outputs)):
+        assert process.returncode == 0, output[-3000:]
+        assert f"OK {rank} {rank * 8} {rank * 8 + 7}" in output, output[-3000:]
