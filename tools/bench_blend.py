@@ -10,7 +10,10 @@ Items (50M samples over 4 datasets with weights 0.4, 0.3, 0.2, 0.1, times ``--sc
 
 * ``balanced``: ours ``balanced_blending_indices`` (earliest deadline first) against
   Megatron's C++ ``helpers.build_blending_indices`` (the peer builds its own order; the
-  goal is ours/megatron <= 0.5).
+  goal is ours/megatron <= 0.5). These weights repeat with period 10: one period of the
+  rule is computed, then tiled.
+* ``balanced-general``: the same with weights that have no period (the square roots of
+  0.4, 0.3, 0.2, 0.1): the rule runs all the way, as segments side by side.
 * ``megatron``: ours ``megatron_blending_indices`` against the same C++ call; the two
   outputs must be equal, value for value.
 * ``deviation``: the largest ``|c_j(m) - w_j m|`` over every prefix m and dataset j, for
@@ -30,6 +33,7 @@ import numpy as np
 from peers import quiet_import
 
 WEIGHTS = (0.4, 0.3, 0.2, 0.1)
+GENERAL_WEIGHTS = tuple(float(np.sqrt(w)) for w in WEIGHTS)  # no period
 SAMPLES = 50_000_000
 
 
@@ -111,10 +115,32 @@ def suite_blend(bench) -> None:
         )
         bench.note(
             "balanced goal: ours/megatron <= 0.5. Ours is earliest-deadline-first (every "
-            "dataset within 1 - 1/(2n-2) samples of its share in every prefix), run as "
-            f"segments of {engine.segment_length(size, engine.BURN['edf'])} steps side by side in "
-            "numpy; Megatron's "
-            "C++ runs a greedy order in one loop."
+            "dataset within 1 - 1/(2n-2) samples of its share in every prefix); these "
+            "weights repeat every 10 samples, so one period is computed and tiled. "
+            "Megatron's C++ runs a greedy order in one loop."
+        )
+
+    if bench.wants("balanced-general"):
+        progress(f"balanced-general: {label}, weights without a period")
+        general = megatron_normalize(GENERAL_WEIGHTS)
+        their_general = (
+            None if helpers is None else (lambda: megatron_order(helpers, general, size))
+        )
+        ours_s, theirs_s, _, _ = side_by_side(
+            bench, lambda: balanced_blending_indices(GENERAL_WEIGHTS, size), their_general
+        )
+        bench.row(
+            f"balanced order, weights without a period, vs Megatron, {label}",
+            "s",
+            "lower",
+            ours_s,
+            theirs_s,
+            bench.repeats,
+        )
+        bench.note(
+            "balanced-general: weights sqrt(0.4), sqrt(0.3), sqrt(0.2), sqrt(0.1) (no period): "
+            f"segments of {engine.segment_length(size, engine.BURN['edf'])} steps run side by "
+            "side in numpy."
         )
 
     if bench.wants("megatron"):

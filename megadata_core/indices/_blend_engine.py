@@ -18,6 +18,9 @@ each, for a fixed number of steps:
   dataset). Skewed weights over many datasets end up there most: a rare dataset keeps a
   wrong guess of its count until its next sample, thousands of steps later.
 
+A periodic order (the balanced one over rates ``a_j / P``) is computed for one period
+and repeated by :func:`tile`, one write per output element.
+
 The Python loop runs ``burn + segment`` steps (a few thousand) whatever the size: the
 columns grow with the size, not the trip count.
 
@@ -46,6 +49,8 @@ SCALAR_BELOW = 4096
 #: Steps buffered before they are copied into the output (rows of a [ROWS, K] buffer),
 #: BLOCK columns at a time.
 ROWS, BLOCK = 32, 1024
+#: Steps per row when a periodic order is written out (:func:`tile`).
+TILE_ROW = 1 << 14
 #: Cost model (seconds) of a vectorized repair pass against re-running the broken
 #: segments in plain Python: per step, per step and column, per step and dataset.
 STEP_COST, COLUMN_COST, SCALAR_COST = 30e-6, 5e-9, 0.15e-6
@@ -165,6 +170,42 @@ def run(
     layout = (segment, burn, size)
     _repair(kernel, rule, weights, caps, first, last, layout, out_index, out_sample, stats)
     return out_index[:size], out_sample[:size]
+
+
+def tile(
+    word_index: np.ndarray, word_sample: np.ndarray, growth: np.ndarray, size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``size`` steps of a period repeated forever.
+
+    Args:
+        word_index: the period's dataset ids (its dtype is the output's), [P].
+        word_sample: the period's dataset sample ids, int64 [P].
+        growth: int64 [P]: how much ``word_sample[s]`` grows per period (the count of
+            dataset ``word_index[s]`` in one period).
+        size: steps.
+
+    The period is first repeated into a row of about ``TILE_ROW`` steps; the rows are
+    then broadcast (dataset ids) and written one from the previous (sample ids), so
+    each output element is written once.
+    """
+    period = len(word_index)
+    repeats = max(1, TILE_ROW // period)
+    row_index = np.tile(word_index, repeats)
+    row_growth = np.tile(growth * repeats, repeats)  # a row holds `repeats` periods
+    row_sample = (word_sample[None, :] + np.arange(repeats)[:, None] * growth[None, :]).ravel()
+    length = len(row_index)
+    rows, tail = divmod(size, length)
+    out_index = np.empty(size, dtype=word_index.dtype)
+    out_sample = np.empty(size, dtype=np.int64)
+    out_index[: rows * length].reshape(rows, length)[...] = row_index
+    out_index[rows * length :] = row_index[:tail]
+    samples = out_sample[: rows * length].reshape(rows, length)
+    current = row_sample.copy()
+    for row in range(rows):  # one pass over the output, a row (cache-sized) at a time
+        samples[row] = current
+        current += row_growth
+    out_sample[rows * length :] = current[:tail]
+    return out_index, out_sample
 
 
 def _broken(first: np.ndarray, last: np.ndarray) -> np.ndarray:

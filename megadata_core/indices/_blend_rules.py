@@ -98,6 +98,55 @@ def _fix_sums(counts: np.ndarray, rates: np.ndarray, steps: np.ndarray, bound: f
     return np.maximum(counts, 0)
 
 
+#: The balanced order repeats a period of at most this many samples (rational rates).
+MAX_PERIOD = 1 << 20
+#: Rates within this of ``a_j / P`` count as rational (a few float64 roundings of 1).
+PERIOD_TOLERANCE = 2.0**-50
+
+
+def period_counts(rates: np.ndarray) -> np.ndarray | None:
+    """int64 [n] counts ``a`` (each >= 1, ``P = sum(a) <= MAX_PERIOD``) with
+    ``|rates_j - a_j / P| <= PERIOD_TOLERANCE`` for every j, or None.
+
+    The denominators come from each rate's continued fraction (all rates at once, the
+    first convergent within the tolerance); P is their least common multiple. Weights
+    written as decimals or small integers (0.4/0.3/0.2/0.1, 3:7, token counts with a
+    small sum) have such a period; random floats do not.
+    """
+    x = np.asarray(rates, dtype=np.float64)
+    rest = x.copy()
+    h_prev, h_last = np.zeros_like(x), np.ones_like(x)  # convergents h/k (exact floats)
+    k_prev, k_last = np.ones_like(x), np.zeros_like(x)
+    denominator = np.zeros_like(x)
+    active = np.ones(len(x), dtype=bool)
+    with np.errstate(all="ignore"):
+        for _ in range(64):
+            term = np.floor(rest)
+            h = term * h_last + h_prev
+            k = term * k_last + k_prev
+            found = active & (np.abs(x - h / k) <= PERIOD_TOLERANCE)
+            denominator[found] = k[found]
+            active &= ~found & (k <= MAX_PERIOD)
+            if not active.any():
+                break
+            fraction = rest - term
+            rest = np.where(active & (fraction > 0), 1.0 / fraction, 1.0)
+            h_prev, h_last, k_prev, k_last = h_last, h, k_last, k
+    if not np.all(denominator >= 1):
+        return None
+    period = 1
+    for value in np.unique(denominator):
+        period = math.lcm(period, int(value))
+        if period > MAX_PERIOD:
+            return None
+    counts = np.rint(x * period).astype(np.int64)
+    if int(counts.sum()) != period or counts.min() < 1:
+        return None
+    if np.max(np.abs(x - counts / period)) > PERIOD_TOLERANCE:
+        return None
+    return counts
+
+
 #: Added to (or subtracted from) a masked dataset's key: far beyond any real deadline
 #: (rates below MIN_RATE are dropped, so deadlines stay below ~2**152) or error.
 HUGE = 1e300

@@ -16,7 +16,14 @@ dataset's samples are read in order, 0, 1, 2, ...).
   bound ``D = 1 - 1 / (2n - 2)`` (1/2 for two datasets): every prefix of length m holds
   ``|c_j - p_j m| <= D < 1`` samples of dataset j; zero-weight datasets are never picked
   (nor those below 2**-100 of the total, which no blend of < 2**52 samples could reach);
-  rule and proof: :mod:`megadata_core.indices._blend_rules`.
+  rule and proof: :mod:`megadata_core.indices._blend_rules`. Rates that are fractions
+  ``a_j / P`` with a period ``P <= 2**20`` (to within 2**-50: decimal weights such as
+  0.4/0.3/0.2/0.1, small integers) use those exact fractions: after P steps every count
+  is exactly ``a_j`` (the bound is < 1), so one period of the rule is computed and
+  repeated, with ``dataset_sample_index`` growing by ``a_j`` per period; the bound
+  holds in every prefix of every period (against the caller's float rates, to within
+  ``m * 2**-50``, as float rounding in the rule itself). The order never depends on the
+  size.
 
 Why not a sort of the ideal positions ``(k + 1/2) / w_j``? Such a merge of arithmetic
 progressions drifts: with one dataset of weight 0.5 and fifty of weight 0.01, the first
@@ -26,7 +33,9 @@ is the "chairman assignment" problem (Tijdeman 1980); its solutions decide step 
 
 All three orders are sequential by definition; they are computed exactly, vectorized, by
 :mod:`megadata_core.indices._blend_engine` (many segments of the order run side by
-side, each checked to start where the previous one ends; see there for the speed).
+side, each checked to start where the previous one ends; see there for the speed). A
+periodic balanced order is a copy: 50M samples over 4 datasets in ~0.11-0.12 s, about
+0.12-0.17x megatron-core's C++ loop, against ~2 s (2-3.5x) for weights without a period.
 """
 
 from __future__ import annotations
@@ -179,13 +188,48 @@ def balanced_blending_indices(
             f"({int(limits[values > 0].sum())})"
         )
     index_dtype = engine.dataset_dtype(len(values))
-    live, rates = _live_rates(values)
-    index, sample = engine.run(
-        "edf", rates, size, None if limits is None else limits[live], index_dtype
-    )
+    live, rates, period = _balanced_rates(values)
+    limits = None if limits is None else limits[live]
+    if period is not None and size > period.sum():
+        tiled = _tiled(live, rates, period, size, limits, index_dtype)
+        if tiled is not None:
+            return tiled
+    index, sample = engine.run("edf", rates, size, limits, index_dtype)
     if len(live) < len(values):  # map back to the caller's dataset ids
         index = live.astype(index_dtype)[index]
     return index, sample
+
+
+def _balanced_rates(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(ids, rates, period counts or None) of the balanced order: with a period
+    (:func:`~megadata_core.indices._blend_rules.period_counts`) the rates are ``a / P``."""
+    live, rates = _live_rates(values)
+    period = rules.period_counts(rates)
+    if period is not None:
+        rates = period / float(period.sum())
+    return live, rates, period
+
+
+def _tiled(
+    live: np.ndarray,
+    rates: np.ndarray,
+    period: np.ndarray,
+    size: int,
+    limits: np.ndarray | None,
+    index_dtype: np.dtype,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The balanced order of a periodic blend: one period of the rule, repeated; None
+    where caps would bind (then the rule runs to the end, skipping spent datasets)."""
+    length = int(period.sum())
+    word, samples = engine.run("edf", rates, length, None, index_dtype)
+    if not np.array_equal(np.bincount(word, minlength=len(period)), period):
+        return None  # float rounding broke the period (never seen): run the rule instead
+    if limits is not None:
+        rounds, rest = divmod(size, length)
+        final = rounds * period + np.bincount(word[:rest], minlength=len(period))
+        if np.any(final > limits):
+            return None
+    return engine.tile(live.astype(index_dtype)[word], samples, period[word], size)
 
 
 def _live_rates(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

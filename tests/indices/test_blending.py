@@ -179,16 +179,23 @@ def test_balanced_bound_at_scale(seed):
 
 
 def test_balanced_is_the_sequential_rule_and_prefix_stable():
-    """The vectorized run equals the plain-Python rule, and a longer blend starts with
-    the shorter one (the order does not depend on the size)."""
+    """The vectorized run equals the plain-Python rule (for weights with a period: over
+    one period, then repeated), and a longer blend starts with the shorter one (the order
+    does not depend on the size)."""
     rng = np.random.default_rng(3)
-    for weights in weight_vectors(rng, 4):
-        live, rates = blending._live_rates(np.asarray(weights, dtype=float))
+    for weights in weight_vectors(rng, 8):
+        live, rates, period = blending._balanced_rates(np.asarray(weights, dtype=float))
         long = balanced_blending_indices(weights, 60_000)
         short = balanced_blending_indices(weights, 9_000)
         np.testing.assert_array_equal(long[0][:9_000], short[0])
         np.testing.assert_array_equal(long[1][:9_000], short[1])
-        picks, samples = rules.scalar_edf(rates, None, np.zeros(len(rates), int), 0, 60_000)
+        steps = 60_000 if period is None else min(60_000, int(period.sum()))
+        picks, samples = rules.scalar_edf(rates, None, np.zeros(len(rates), int), 0, steps)
+        picks, samples = np.asarray(picks), np.asarray(samples)
+        if steps < 60_000:  # the period, repeated; sample ids grow by a_j per period
+            rounds = np.arange(60_000) // steps
+            picks = np.resize(picks, 60_000)
+            samples = np.resize(samples, 60_000) + rounds * period[picks]
         np.testing.assert_array_equal(long[0], live[picks])
         np.testing.assert_array_equal(long[1], samples)
 
