@@ -382,7 +382,7 @@ class GPTDataset:
     def _text(self, positions: np.ndarray) -> tuple[np.ndarray, bool]:
         """[B, S + extra] tokens of the samples at ``positions`` (corpus dtype, or
         token_dtype padded with pad_id), and whether any sample was padded."""
-        rows = np.asarray(self.shuffle_index[positions], dtype=np.int64)
+        rows = self.shuffle_index[positions]  # int [B]; locate_pieces widens it
         pieces = reading.locate_pieces(
             self.sample_index,
             self.document_index,
