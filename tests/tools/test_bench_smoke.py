@@ -113,3 +113,18 @@ def test_bench_loaders_smoke(tmp_path):
     for path in ("grain-map", "grain-batched", "torch", "jax"):
         assert f"check loader {path}: first 3 batches' tokens equal" in out, out
     assert ": NO" not in out and "note: loaders start-up" in out
+
+
+def test_bench_cloud_smoke(tmp_path):
+    out = _run_suite("cloud", tmp_path)
+    for metric in (
+        "gcs: shuffled 32x4097 batches, peer = GCS client x16 (tokens/s)",
+        "gcs: requests per batch",
+        "first batch, cold .idx cache (gcs; no peer) (s)",
+        "first batch, cold .idx cache (s3) (s)",
+        "s3: shuffled 32x4097 batches, peer = megatron (tokens/s)",
+        "s3: requests per batch",
+    ):
+        assert metric in out, f"missing row {metric!r}:\n{out}"
+    for reader in ("ours", "google-cloud-storage", "megatron _S3BinReader"):
+        assert f"first batch equals the local corpus ({reader}): yes" in out, out
