@@ -423,9 +423,13 @@ def _cache_dir(configured: str | None) -> str:
 
 def _newest_copy(directory: str, stem: str) -> tuple[str, bytes] | None:
     """``(path, generation)`` of the newest cached copy for ``stem``, if any."""
-    candidates = glob.glob(os.path.join(directory, f"{stem}-*.idx"))
-    candidates.sort(key=lambda path: os.stat(path).st_mtime if os.path.exists(path) else 0)
-    for path in reversed(candidates):
+    candidates = []
+    for path in glob.glob(os.path.join(directory, f"{stem}-*.idx")):
+        try:
+            candidates.append((os.stat(path).st_mtime, path))
+        except FileNotFoundError:  # replaced by another process meanwhile
+            continue
+    for _, path in sorted(candidates, reverse=True):
         encoded = os.path.basename(path)[len(stem) + 1 : -len(".idx")]
         try:
             return path, bytes.fromhex(encoded)

@@ -186,11 +186,7 @@ class IndexedDataset:
         try:
             local_copy = getattr(idx_source, "local_copy", None)
             if local_copy is not None:
-                idx_file = local_copy()
-                idx_size = os.path.getsize(idx_file)
-                with open(idx_file, "rb") as stream:
-                    header_bytes = stream.read(idx_layout.HEADER_SIZE)
-                idx_buffer = np.memmap(idx_file, dtype=np.uint8, mode="r")
+                idx_size, header_bytes, idx_buffer = _map_local_copy(local_copy)
             else:
                 idx_size = idx_source.size()
                 idx_bytes = bytes(idx_source.read(0, idx_size))
@@ -358,6 +354,25 @@ class IndexedDataset:
             f"sequences={len(self)}, documents={self.num_documents}, "
             f"multimodal={self.multimodal})"
         )
+
+
+def _map_local_copy(local_copy) -> tuple[int, bytes, np.ndarray]:
+    """(size, header bytes, memory map) of a source's local copy of an .idx, all from one
+    open file. Asked again once if the copy vanished meanwhile (another process replaced
+    a stale generation)."""
+    try:
+        return _map_file(local_copy())
+    except FileNotFoundError:
+        return _map_file(local_copy())
+
+
+def _map_file(path: str) -> tuple[int, bytes, np.ndarray]:
+    with open(path, "rb") as stream:
+        size = os.fstat(stream.fileno()).st_size
+        header_bytes = stream.read(idx_layout.HEADER_SIZE)
+        if size <= len(header_bytes):  # too short to map usefully: the header check says why
+            return size, header_bytes, np.frombuffer(header_bytes, dtype=np.uint8)
+        return size, header_bytes, np.memmap(stream, dtype=np.uint8, mode="r")
 
 
 def _remote_bin_size(source: ByteSource, needed: int, bin_path: str) -> int:

@@ -157,6 +157,14 @@ def test_missing_object_names_the_url(store):
         mdc.IndexedDataset(url)
 
 
+@pytest.mark.parametrize("idx_bytes", [b"", b"MMIDIDX\x00\x00"])
+def test_empty_or_truncated_remote_idx_is_rejected(store, local_corpora, idx_bytes):
+    store.put("corpora/broken.idx", idx_bytes)
+    store.put("corpora/broken.bin", open(local_corpora["web"] + ".bin", "rb").read())
+    with pytest.raises(mdc.DataError, match="broken.idx"):
+        mdc.IndexedDataset(store.url("broken"))
+
+
 def test_bin_shorter_than_its_index_is_rejected(store, local_corpora):
     prefix = local_corpora["web"]
     store.put("corpora/short.idx", open(prefix + ".idx", "rb").read())
