@@ -15,7 +15,10 @@ are read in micro-batches of 32 in ``PretrainingSampler`` order (mbs 32, dp 1) t
 * ``grain-batched``: ``grain_source.batched_dataset(ds, micro_batch_size=32,
   worker_count=2)`` (one core ``__getitems__`` per micro-batch; workers ship packed
   micro-batches, unpacked in this process);
-* ``grain-batched-0``: the same with ``worker_count=0`` (read in the calling thread);
+* ``grain-batched-0``: the same with ``worker_count=0`` (read in the calling thread; the
+  batch is the core's own arrays, zero-copy, read-only as ``__getitems__`` gives them);
+* ``grain-batched-0w``: the same with ``writable=True`` (every key copied into arrays of
+  its own);
 * ``torch``: ``torch_data.loader(TorchDataset(ds), PretrainingSampler(...), num_workers=2,
   multiprocessing_context="forkserver")`` (workers ship packed batches, unpacked in this
   process into Megatron's dtypes);
@@ -76,14 +79,15 @@ LEAD = 8  # untimed batches before each window (drain the prefetched ones)
 SETTLE = 0.05  # seconds of pause after each window (workers refill their prefetch)
 COMPARE = 3  # first batches compared with the raw loop
 GOAL = 0.67  # batched paths within 1.5x of raw
-BATCHED = ("grain-batched", "grain-batched-0", "torch", "torch-0", "jax")
+BATCHED = ("grain-batched", "grain-batched-0", "grain-batched-0w", "torch", "torch-0", "jax")
 FLOORS = ("grain-ipc", "torch-ipc")  # no data: the worker hand-over alone
 
 LABELS = {
     "raw": "(a) raw core __getitems__ loop",
     "grain-map": "(b) Grain MapDataset.batch + mp_prefetch, 2 workers",
     "grain-batched": "(c) grain_source.batched_dataset, 2 workers",
-    "grain-batched-0": "(c0) grain_source.batched_dataset, in-process",
+    "grain-batched-0": "(c0) grain_source.batched_dataset, in-process, zero-copy",
+    "grain-batched-0w": "(c1) grain_source.batched_dataset, in-process, writable=True",
     "torch": "(d) torch DataLoader + PretrainingSampler, 2 workers",
     "torch-0": "(d0) torch DataLoader + PretrainingSampler, in-process",
     "jax": "(e) raw loop + jax global_batch, 8-device CPU mesh",
@@ -134,10 +138,11 @@ def _grain_map(ds):
     return iterator, getattr(iterator, "close", None), lambda batch: batch["tokens"]
 
 
-def _grain_batched(ds, workers: int = WORKERS):
+def _grain_batched(ds, workers: int = WORKERS, writable: bool = False):
     from adapters.grain_source import batched_dataset
 
-    iterator = iter(batched_dataset(ds, micro_batch_size=BATCH, worker_count=workers))
+    pipeline = batched_dataset(ds, micro_batch_size=BATCH, worker_count=workers, writable=writable)
+    iterator = iter(pipeline)
     return iterator, iterator.close, lambda batch: batch["tokens"]
 
 
@@ -225,6 +230,7 @@ PATHS = {
     "grain-map": _grain_map,
     "grain-batched": _grain_batched,
     "grain-batched-0": lambda ds: _grain_batched(ds, workers=0),
+    "grain-batched-0w": lambda ds: _grain_batched(ds, workers=0, writable=True),
     "torch": _torch,
     "torch-0": lambda ds: _torch(ds, workers=0),
     "jax": _jax,

@@ -226,7 +226,13 @@ def test_batched_reads_once_per_batch(train):
     batches = list(grain_source.batched_dataset(Counting(train), micro_batch_size=4))
     assert len(batches) == len(train) // 4 == len(calls)
     assert all(len(c) == 4 for c in calls)
-    assert batches[0]["tokens"].flags.writeable
+    assert not batches[0]["tokens"].flags.writeable  # zero-copy: the core's own arrays
+    with pytest.raises(ValueError, match="read-only"):
+        batches[0]["tokens"][0, 0] = 1
+    copies = list(grain_source.batched_dataset(train, micro_batch_size=4, writable=True))
+    for got, want in zip(copies, batches):
+        _equal(got, want)
+        _owned(got)
 
 
 @deadline(60)
