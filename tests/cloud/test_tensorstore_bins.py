@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import CORPORA, EOD, configure_cache
+from cloud_helpers import CORPORA, EOD, configure_cache
 from object_stores import FaultProxy, MotoS3Server, free_port
 
 import megadata_core as mdc
