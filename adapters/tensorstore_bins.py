@@ -200,6 +200,7 @@ def _open_store(spec: dict, context: dict, url: str, timeout_s: float):
 _STATUS = re.compile(r"^([A-Z_]+):")
 _HTTP_CODE = re.compile(r"http_response_code='(\d+)'")
 _SERVER_CODE = re.compile(r"<Code>([^<]+)</Code>")
+_OUT_OF_RANGE = "byte range outside the object"
 
 
 def _first_line(error: BaseException) -> str:
@@ -229,12 +230,16 @@ def describe_error(error: BaseException) -> str:
     if status == "NOT_FOUND" or code == 404:
         return f"not found{http}"
     if status == "OUT_OF_RANGE" or code == 416:
-        return f"byte range outside the object{http}"
+        return f"{_OUT_OF_RANGE}{http}"
     if "CURL error" in text or status in ("UNAVAILABLE", "DEADLINE_EXCEEDED") or (
         status == "ABORTED" and "retry attempts failed" in text
     ):
         return f"cannot reach the store after retries{http}"
     return f"store error{http}: {status or type(error).__name__}"
+
+
+class _OutOfRangeError(DataError):
+    """A read past the end of the object (size probes catch it)."""
 
 
 def _wait(future, url: str, timeout_s: float):
@@ -244,7 +249,9 @@ def _wait(future, url: str, timeout_s: float):
         future.cancel()
         raise DataError(f"{url}: no answer within {timeout_s:g} s") from error
     except ValueError as error:
-        raise DataError(f"{url}: {describe_error(error)}") from error
+        description = describe_error(error)
+        kind = _OutOfRangeError if description.startswith(_OUT_OF_RANGE) else DataError
+        raise kind(f"{url}: {description}") from error
 
 
 # -- the byte source ------------------------------------------------------------------
@@ -324,21 +331,16 @@ class TensorStoreSource:
     def check_size(self, minimum: int) -> int:
         """``minimum`` once the object is known to hold that many bytes (one request)."""
         if minimum <= 0:
-            self._value(
-                _wait(self._kv().read(self._key, byte_range=slice(0, 0)), self.path,
-                      self._timeout_s),
-                "checking it exists",
-            )
+            found = self._kv().read(self._key, byte_range=slice(0, 0))
+            self._value(_wait(found, self.path, self._timeout_s), "checking it exists")
             return 0
         try:
             self.read(minimum - 1, 1)
-        except DataError as error:
-            if "byte range outside" in str(error):
-                raise DataError(
-                    f"{self.path}: the object is shorter than the {minimum} bytes its "
-                    "index refers to"
-                ) from error
-            raise
+        except _OutOfRangeError as error:
+            raise DataError(
+                f"{self.path}: the object is shorter than the {minimum} bytes its "
+                "index refers to"
+            ) from error
         return minimum
 
     def size(self) -> int:
@@ -358,10 +360,8 @@ class TensorStoreSource:
     def _has_byte(self, offset: int) -> bool:
         try:
             self.read(offset, 1)
-        except DataError as error:
-            if "byte range outside" in str(error):
-                return False
-            raise
+        except _OutOfRangeError:
+            return False
         return True
 
     def local_copy(self) -> str:

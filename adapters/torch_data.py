@@ -80,21 +80,17 @@ DTYPES: dict[str, np.dtype] = {
 }
 
 
-def to_torch(sample: Mapping[str, Any], pool: BufferPool | None = None) -> dict[str, torch.Tensor]:
+def to_torch(sample: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """A dict of numpy arrays (or scalars) as torch tensors with Megatron's dtypes.
 
     Always copies: the core's arrays may be read-only views or constants shared between
-    batches, and a tensor must never alias them. With ``pool`` the copies land in reused
-    buffers (warm memory; a buffer is handed out again only once its tensor is gone).
+    batches, and a tensor must never alias them.
     """
     out = {}
     for key, value in sample.items():
         array = np.asarray(value)
         dtype = DTYPES.get(key, array.dtype)
-        if pool is not None and array.ndim:
-            out[key] = torch.from_numpy(pool.copy(array, dtype))
-        else:
-            out[key] = torch.from_numpy(np.array(array, dtype=dtype, copy=True))
+        out[key] = torch.from_numpy(np.array(array, dtype=dtype, copy=True))
     return out
 
 

@@ -158,7 +158,33 @@ class FakeGcsServer:
         shutil.rmtree(self._data, ignore_errors=True)
 
 
-class FaultProxy:
+class _QuietHandler(http.server.BaseHTTPRequestHandler):
+    """Keep-alive HTTP/1.1, no request log."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in separate writes
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+class _LoopbackServer:
+    """An HTTP server on 127.0.0.1 (a free port), served by a daemon thread."""
+
+    def _serve(self, handler: type) -> None:
+        self._server = http.server.ThreadingHTTPServer((LOOPBACK, 0), handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self.endpoint = f"http://{LOOPBACK}:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class FaultProxy(_LoopbackServer):
     """An HTTP proxy to ``upstream`` that answers ``fail_rate`` of requests with 503.
 
     ``requests`` counts every request received; ``failed`` those answered with 503;
@@ -176,12 +202,7 @@ class FaultProxy:
         self.failed = 0
         self._random = random.Random(seed)
         self._lock = threading.Lock()
-        self._server = http.server.ThreadingHTTPServer((LOOPBACK, 0), self._handler())
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        self.endpoint = f"http://{LOOPBACK}:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._serve(self._handler())
 
     def reset_counts(self) -> None:
         with self._lock:
@@ -202,13 +223,7 @@ class FaultProxy:
     def _handler(self):
         proxy = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # headers and body go out in separate writes
-
-            def log_message(self, *args) -> None:  # quiet
-                pass
-
+        class Handler(_QuietHandler):
             def _relay(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
@@ -243,35 +258,21 @@ class FaultProxy:
 
         return Handler
 
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
-class RangeFileServer:
+class RangeFileServer(_LoopbackServer):
     """Serves the files under ``root`` over HTTP on 127.0.0.1, with ``Range`` requests
     (``bytes=a-b``, ``bytes=a-``, ``bytes=-n``), ``ETag`` and ``If-None-Match``."""
 
     def __init__(self, root: str) -> None:
         self.root = os.path.realpath(root)
         self.requests = 0
-        self._server = http.server.ThreadingHTTPServer((LOOPBACK, 0), self._handler())
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        self.endpoint = f"http://{LOOPBACK}:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._serve(self._handler())
 
     def _handler(self):
         server = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args) -> None:
-                pass
-
+        class Handler(_QuietHandler):
             def _reply(self, status: int, body: bytes = b"", headers=()) -> None:
                 self.send_response(status)
                 for key, value in headers:
@@ -319,6 +320,3 @@ class RangeFileServer:
 
         return Handler
 
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()

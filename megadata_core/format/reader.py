@@ -10,7 +10,13 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.format import idx_layout
-from megadata_core.format.sources import ByteSource, is_local, local_path, open_source
+from megadata_core.format.sources import (
+    ByteSource,
+    LocalFileSource,
+    is_local,
+    local_path,
+    open_source,
+)
 
 
 def idx_path_of(path_prefix: str) -> str:
@@ -36,21 +42,6 @@ def _local_file_size(path: str, what: str) -> int:
     if not stat.S_ISREG(info.st_mode):
         raise DataError(f"{path}: {what} path is not a regular file")
     return info.st_size
-
-
-def _read_whole(path: str, size: int) -> bytes:
-    """The first ``size`` bytes of a file, read with as few ``read`` calls as it takes."""
-    handle = os.open(path, os.O_RDONLY)
-    try:
-        data = os.read(handle, size)
-        while len(data) < size:
-            more = os.read(handle, size - len(data))
-            if not more:
-                break
-            data += more
-    finally:
-        os.close(handle)
-    return data
 
 
 class IndexedDataset:
@@ -107,7 +98,11 @@ class IndexedDataset:
             idx_size = _local_file_size(idx_file, ".idx")
             bin_size = _local_file_size(bin_file, ".bin")
             if 0 < idx_size <= read_below:
-                idx_bytes = _read_whole(idx_file, idx_size)
+                idx_source = LocalFileSource(idx_file)
+                try:
+                    idx_bytes = idx_source.read(0, idx_size)
+                finally:
+                    idx_source.close()
                 header = idx_layout.parse_header(
                     idx_bytes[: idx_layout.HEADER_SIZE], len(idx_bytes), idx_file,
                     self._requested_multimodal,
