@@ -395,42 +395,23 @@ def load_or_build(
     """
     if directory is None:
         return dict(build())
-    directory = os.fspath(directory)
-    key = description_key(description)
-    names = tuple(names)
-    warned = False
 
-    def try_load() -> dict[str, np.ndarray] | None:
-        nonlocal warned
-        try:
-            return load_cached(directory, description, split, names, verify=verify)
-        except DataError as error:
-            if not warned:
-                warnings.warn(f"{error}; rebuilding the index cache entry", stacklevel=3)
-                warned = True
-            return None
+    def build_arrays() -> tuple[None, dict[str, np.ndarray]]:
+        return None, dict(build())
 
-    found = try_load()
-    if found is not None:
-        return found
-    guard = _exclusive(entry_paths(directory, key, split, ())["lock"]) if lock else None
-    with guard if guard is not None else contextlib.nullcontext(False) as locked:
-        if locked:  # another process may have built it while we waited
-            found = try_load()
-            if found is not None:
-                return found
-        arrays = dict(build())
-        if sorted(arrays) != sorted(names):
-            raise DataError(f"build: returned arrays {sorted(arrays)}, expected {sorted(names)}")
-        try:
-            return save_cached(directory, description, split, arrays)
-        except OSError as error:
-            warnings.warn(
-                f"path_to_cache: cannot write the index cache in {directory} ({error}); "
-                "using indices built in memory",
-                stacklevel=2,
-            )
-            return arrays
+    # built arrays are saved and handed out memory-mapped (they pickle as file names)
+    return cached_result(
+        directory,
+        description,
+        split,
+        tuple(names),
+        use=dict,
+        build=build_arrays,
+        lock=lock,
+        verify=verify,
+        stacklevel=2,
+        reload=True,
+    )
 
 
 # -- many small arrays in one entry ----------------------------------------------------
@@ -522,13 +503,16 @@ def cached_result(
     lock: bool = True,
     verify: str = "sampled",
     stacklevel: int = 2,
+    reload: bool = False,
 ) -> Result:
     """:func:`load_or_build` for a result made from the cached arrays: ``use(arrays)``
     on a cache hit (a DataError from it marks the entry damaged: warned and rebuilt, as
     a failed check is); else ``build()`` returns ``(result, arrays)`` and the arrays are
     saved (under the lock, as :func:`load_or_build`; a directory that cannot be written
-    gives a warning and the built result). ``stacklevel`` is the warnings' as seen
-    from the caller (2: the caller's caller)."""
+    gives a warning and the built result). With ``reload`` a build returns
+    ``use(saved arrays)`` (memory-mapped) instead, or ``use(built arrays)`` when they
+    could not be saved. ``stacklevel`` is the warnings' as seen from the caller (2: the
+    caller's caller)."""
     if verify not in VERIFY_MODES:
         raise DataError(f"verify: {verify!r} is not one of {VERIFY_MODES}")
     directory = os.fspath(directory)
@@ -564,11 +548,12 @@ def cached_result(
         if sorted(arrays) != sorted(names):
             raise DataError(f"build: returned arrays {sorted(arrays)}, expected {sorted(names)}")
         try:
-            save_cached(directory, description, split, arrays)
+            saved = save_cached(directory, description, split, arrays)
         except OSError as error:
             warnings.warn(
                 f"path_to_cache: cannot write the index cache in {directory} ({error}); "
                 "using indices built in memory",
                 stacklevel=stacklevel + 1,
             )
-        return result
+            saved = arrays
+        return use(saved) if reload else result
