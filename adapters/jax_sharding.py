@@ -35,6 +35,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from megadata_core.datasets.packing import is_constant
 from megadata_core.errors import DataError
 
 __all__ = ["DevicePrefetcher", "batch_sharding", "data_mesh", "global_batch", "prefetch_to_device"]
@@ -106,16 +107,9 @@ _CONSTANTS_LOCK = threading.Lock()
 _CONSTANTS_KEPT = 8
 
 
-def _immutable(value: object) -> bool:
-    """A plain numpy array that is read-only and owns its memory (a core constant)."""
-    return (
-        type(value) is np.ndarray and not value.flags.writeable and value.flags.owndata
-    )
-
-
 def _to_global(sharding: NamedSharding, value) -> jax.Array:
     """``make_array_from_process_local_data``, reusing the result for immutable inputs."""
-    if not _immutable(value):
+    if not is_constant(value):
         return jax.make_array_from_process_local_data(sharding, value)
     key = (id(value), sharding, bool(jax.config.jax_enable_x64))
     with _CONSTANTS_LOCK:
