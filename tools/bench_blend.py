@@ -13,11 +13,12 @@ Items (50M samples over 4 datasets with weights 0.4, 0.3, 0.2, 0.1, times ``--sc
   goal is ours/megatron <= 0.5). These weights repeat with period 10: one period of the
   rule is computed, then tiled.
 * ``balanced-general``: the same with weights that have no period (the square roots of
-  0.4, 0.3, 0.2, 0.1): the rule runs all the way, as segments side by side.
+  0.4, 0.3, 0.2, 0.1): the split-tree order (two-way Beatty splits, closed-form
+  positions), on the usable cores (at most 4) and on one thread.
 * ``megatron``: ours ``megatron_blending_indices`` against the same C++ call; the two
   outputs must be equal, value for value.
 * ``deviation``: the largest ``|c_j(m) - w_j m|`` over every prefix m and dataset j, for
-  the balanced order (must be <= 1 - 1/(2n - 2) < 1) and, for comparison, Megatron's.
+  the balanced order (must be < 1; both weight sets) and, for comparison, Megatron's.
 
 The suite reaches tools/bench.py only through the ``Bench`` object it is given.
 """
@@ -83,9 +84,9 @@ def side_by_side(bench, ours, theirs):
 
 def suite_blend(bench) -> None:
     """Blending indices: the balanced order and the Megatron order against Megatron's C++."""
-    from megadata_core.indices import _blend_engine as engine
     from megadata_core.indices.blending import (
         balanced_blending_indices,
+        balanced_bound,
         megatron_blending_indices,
         megatron_normalize,
         prefix_deviation,
@@ -121,26 +122,35 @@ def suite_blend(bench) -> None:
         )
 
     if bench.wants("balanced-general"):
+        from megadata_core.indices import _blend_tree as trees
+
         progress(f"balanced-general: {label}, weights without a period")
         general = megatron_normalize(GENERAL_WEIGHTS)
         their_general = (
             None if helpers is None else (lambda: megatron_order(helpers, general, size))
         )
-        ours_s, theirs_s, _, _ = side_by_side(
-            bench, lambda: balanced_blending_indices(GENERAL_WEIGHTS, size), their_general
-        )
-        bench.row(
-            f"balanced order, weights without a period, vs Megatron, {label}",
-            "s",
-            "lower",
-            ours_s,
-            theirs_s,
-            bench.repeats,
-        )
+        threads = trees.MAX_THREADS
+        for count, name in ((None, "usable cores"), (1, "1 thread")):
+            trees.MAX_THREADS = threads if count is None else count
+            try:
+                ours_s, theirs_s, _, _ = side_by_side(
+                    bench, lambda: balanced_blending_indices(GENERAL_WEIGHTS, size), their_general
+                )
+            finally:
+                trees.MAX_THREADS = threads
+            bench.row(
+                f"balanced order, weights without a period ({name}), vs Megatron, {label}",
+                "s",
+                "lower",
+                ours_s,
+                theirs_s,
+                bench.repeats,
+            )
         bench.note(
             "balanced-general: weights sqrt(0.4), sqrt(0.3), sqrt(0.2), sqrt(0.1) (no period): "
-            f"segments of {engine.segment_length(size, engine.BURN['edf'])} steps run side by "
-            "side in numpy."
+            f"a split tree (bound {balanced_bound(GENERAL_WEIGHTS):.4f}), written in chunks of "
+            f"{trees.CHUNK} steps on up to min({threads}, cores) threads (here "
+            f"{min(threads, trees._usable_cores())}); Megatron's C++ is one thread."
         )
 
     if bench.wants("megatron"):
@@ -170,6 +180,14 @@ def suite_blend(bench) -> None:
             balanced = balanced_blending_indices(WEIGHTS, size)
         worst = prefix_deviation(balanced[0], WEIGHTS)
         bench.check("balanced order max prefix deviation < 1", worst < 1, f"({worst:.6f})")
+        general_worst = prefix_deviation(
+            balanced_blending_indices(GENERAL_WEIGHTS, size)[0], GENERAL_WEIGHTS
+        )
+        bench.check(
+            "balanced order (weights without a period) max prefix deviation < 1",
+            general_worst < 1,
+            f"({general_worst:.6f})",
+        )
         if helpers is not None:
             theirs_worst = prefix_deviation(megatron_order(helpers, weights, size)[0], WEIGHTS)
             bench.note(

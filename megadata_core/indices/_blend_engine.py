@@ -25,7 +25,8 @@ The Python loop runs ``burn + segment`` steps (a few thousand) whatever the size
 columns grow with the size, not the trip count.
 
 Speed (2 shared cores, numpy 2.4; megatron-core's C++ loop beside it): 50M samples over
-4 datasets take ~1.1-1.6 s in the megatron order and ~1.3-2 s in the balanced order,
+4 datasets take ~1.1-1.6 s in the megatron order and ~1.3-2 s with EDF (the balanced
+order where neither a period nor a split tree applies),
 against 0.6-1.1 s for the C++; ~20 ns per sample and 4 datasets, about 30 array
 operations per step. With 20-50 datasets the C++ (vectorized by the compiler) is 3-6x
 faster. The plain-Python rules run ~0.4 us per step for 4 datasets, ~1 us for 20.
