@@ -2,7 +2,7 @@
 
 Every internal node of a binary tree over the datasets hands the samples it receives to
 its two children by a Beatty sequence: after ``k`` of its samples the left child has had
-``floor(q k + 1/2)``, where ``q = A / 2**46`` is the left child's share of the node's
+``floor(q k + 1/2)``, where ``q = A / 2**45`` is the left child's share of the node's
 weight (exact integer arithmetic: the order is a pure function of the step, the same on
 every machine and for every size). The root receives every step.
 
@@ -12,7 +12,7 @@ children: 1/2). A dataset at depth 2 is within ``1/2 + q/2 < 1``; deeper ones ca
 exceed 1, so the tree is chosen to minimize the largest leaf bound (every tree for up
 to ``EXHAUSTIVE`` datasets, else two greedy shapes) and is used only when that bound is
 at most ``1 - MARGIN`` (and at most ``MAX_DEPTH`` deep). Against the caller's float
-rates the quantized shares add at most ``m * depth * 2**-47 <= m * 2**-44`` at prefix
+rates the quantized shares add at most ``m * depth * 2**-46 <= m * 2**-43`` at prefix
 length m.
 
 Why it is fast: each child's slots are closed-form in its rank (integer division by a
@@ -32,16 +32,18 @@ from dataclasses import dataclass
 import numpy as np
 
 #: Bits of a split's share: ``q = ratio / 2**RATIO_BITS``.
-RATIO_BITS = 46
+RATIO_BITS = 45
 ONE = 1 << RATIO_BITS
 HALF = ONE >> 1
-#: Output steps per pass: ``r + d * 2**46 < 2**63`` for every rank offset d < CHUNK.
-CHUNK = 1 << 16
+#: Output steps per pass: ``r + d * 2**45 < 2**63`` for every rank offset d < CHUNK.
+#: One thread writes CHUNK / 2 at a time (cache-sized); several threads take whole
+#: CHUNKs (fewer Python steps, which hold the GIL).
+CHUNK = 1 << 17
 #: A tree is used only if its bound is at most 1 - MARGIN (room for the quantized shares).
 MARGIN = 2.0**-10
 #: Up to this many datasets every tree shape is tried (945 for 6).
 EXHAUSTIVE = 6
-#: Deeper trees are not used (each level adds up to 2**-47 to a leaf's rate error).
+#: Deeper trees are not used (each level adds up to 2**-46 to a leaf's rate error).
 MAX_DEPTH = 8
 #: The dataset id and sample id share one int64 while the order is written.
 ID_BITS = 16
@@ -53,7 +55,7 @@ MAX_SIZE = 1 << 46
 
 @dataclass(frozen=True)
 class Split:
-    """An internal node: the left child gets ``ratio / 2**46`` of the node's samples."""
+    """An internal node: the left child gets ``ratio / 2**45`` of the node's samples."""
 
     ratio: int
     left: Split | int  # a dataset id (a leaf) or another split
@@ -161,8 +163,8 @@ class _Writer:
     dataset id), with scratch arrays per tree depth (fresh temporaries of this size
     cost page faults on every pass)."""
 
-    def __init__(self, depth: int) -> None:
-        self.scratch = np.empty((depth + 1, 2, CHUNK), dtype=np.int64)
+    def __init__(self, depth: int, chunk: int) -> None:
+        self.scratch = np.empty((depth + 1, 2, chunk), dtype=np.int64)
 
     def emit(self, tree, first: int, count: int, where, shift: int, depth: int, packed) -> None:
         """The node's ``count`` samples from its rank ``first`` on; its d-th is at output
@@ -218,15 +220,16 @@ def tree_order(
     out_sample = np.empty(size, dtype=np.int64)
     if threads is None:
         threads = min(MAX_THREADS, _usable_cores(), -(-size // THREAD_MIN_STEPS))
-    chunks = -(-size // CHUNK)
-    edges = [min(size, chunks * k // max(threads, 1) * CHUNK) for k in range(threads)] + [size]
+    step = CHUNK if threads > 1 else CHUNK // 2
+    chunks = -(-size // step)
+    edges = [min(size, chunks * k // max(threads, 1) * step) for k in range(threads)] + [size]
     ranges = [(lo, hi) for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo]
 
     def write(bounds: tuple[int, int]) -> None:
-        writer = _Writer(_depth(tree))
+        writer = _Writer(_depth(tree), step)
         mask = (1 << ID_BITS) - 1
-        for start in range(bounds[0], bounds[1], CHUNK):
-            stop = min(start + CHUNK, bounds[1])
+        for start in range(bounds[0], bounds[1], step):
+            stop = min(start + step, bounds[1])
             packed = out_sample[start:stop]
             writer.emit(tree, start, stop - start, None, 0, 0, packed)
             np.bitwise_and(packed, mask, out=out_index[start:stop], casting="unsafe")

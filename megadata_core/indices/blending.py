@@ -28,7 +28,7 @@ dataset's samples are read in order, 0, 1, 2, ...).
   - other rates, where a binary tree of two-way splits has a bound ``<= 1 - 2**-10``
     (most weights of up to ~5 datasets): each node hands its samples to its children by
     a Beatty sequence (:mod:`megadata_core.indices._blend_tree`), to within
-    ``m * 2**-44`` of that bound against the caller's rates;
+    ``m * 2**-43`` of that bound against the caller's rates;
   - the rest: EDF run step by step (:mod:`megadata_core.indices._blend_rules`), bound D.
 
 Why not a sort of the ideal positions ``(k + 1/2) / w_j``? Such a merge of arithmetic
@@ -271,7 +271,7 @@ def _live_rates(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def balanced_bound(weights: object) -> float:
     """The balanced order's guaranteed bound on ``|c_j(m) - p_j m|`` (< 1): the split
-    tree's where one is used (plus ``m * 2**-44`` for its quantized shares), else
+    tree's where one is used (plus ``m * 2**-43`` for its quantized shares), else
     Tijdeman's ``1 - 1 / (2n - 2)`` for the n datasets it reads (0 for one dataset)."""
     live, rates, period = _balanced_rates(check_weights(weights))
     tree = _split_tree(live, rates, period)

@@ -54,7 +54,7 @@ def assert_counts_in_order(index, sample, datasets):
 
 def bound_at(weights, size):
     """The balanced bound plus float rounding and the split tree's quantized shares."""
-    return balanced_bound(weights) + 1e-9 + size * 2.0**-44
+    return balanced_bound(weights) + 1e-9 + size * 2.0**-43
 
 
 def weight_vectors(rng, count):
