@@ -37,7 +37,7 @@ from megadata_core.indices.blending import (
 from megadata_core.indices.cache import load_or_build
 
 #: Bumped whenever a blending algorithm changes its output (invalidates cache entries).
-BLEND_ALGORITHM_VERSION = 3
+BLEND_ALGORITHM_VERSION = 4
 BLEND_ARRAYS = ("dataset_index", "dataset_sample_index", "dataset_counts")
 
 
