@@ -5,7 +5,8 @@ shares read-only constants between batches (an all-ones loss mask, 0..S-1 positi
 A worker that pickles the batch as it is ships the text twice and the constants every
 time. :class:`Packer` turns a batch into a :class:`PackedBatch` -- the text once, the
 constants as recipes -- and :func:`unpack_arrays` rebuilds independent, writable arrays
-from it in the consuming process. Framework adapters (Grain, torch) wrap these two.
+from it in the consuming process, or :func:`view_arrays` the core's read-only layout
+without copying. Framework adapters (Grain, torch) wrap these.
 """
 
 from __future__ import annotations
@@ -117,6 +118,45 @@ def unpack_arrays(
             target = empty(source.shape, dtypes.get(key, source.dtype))
             np.copyto(target, source, casting="unsafe")
         out[key] = target
+    return out
+
+
+#: Constants kept by :func:`view_arrays` per consumer (by recipe, shape and dtype).
+CONSTANTS_KEPT = 16
+
+
+def view_arrays(
+    packed: PackedBatch, constants: dict[tuple, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The batch ``packed`` came from in the core's own layout, without copying its bytes:
+    ``tokens``/``labels`` read-only views of the one text buffer, other keys read-only,
+    and each constant one read-only array shared by every batch (made once and kept in
+    ``constants``, a dict the caller holds) -- as the core's ``__getitems__`` hands them out
+    in-process, so consumers that only read (a device put) copy nothing here."""
+    out = {}
+    for key in packed.keys:
+        if key in packed.constants:
+            recipe, shape, dtype = packed.constants[key]
+            entry = (recipe, tuple(shape), str(dtype))
+            array = constants.get(entry)
+            if array is None:
+                array = np.empty(shape, np.dtype(dtype))
+                if recipe[0] == "full":
+                    array.fill(recipe[1])
+                else:
+                    array[...] = np.arange(shape[-1], dtype=array.dtype)
+                array.flags.writeable = False
+                while len(constants) >= CONSTANTS_KEPT:
+                    constants.pop(next(iter(constants)))
+                constants[entry] = array
+        elif packed.text is not None and key in ("tokens", "labels"):
+            array = packed.text[:, :-1] if key == "tokens" else packed.text[:, 1:]
+        else:
+            array = np.asarray(packed.arrays[key]).view()
+        if array.flags.writeable:
+            array = array.view()
+            array.flags.writeable = False
+        out[key] = array
     return out
 
 

@@ -14,6 +14,7 @@ import pytest
 from adapter_helpers import deadline, write_corpus
 
 import megadata_core as mdc
+from megadata_core.datasets import packing
 
 grain = pytest.importorskip("grain")
 grain_source = pytest.importorskip("adapters.grain_source")
@@ -293,6 +294,15 @@ def test_batched_state_resumes_with_other_workers_and_layout(train):
         )
 
 
+def _core_layout(batch: dict) -> None:
+    """As the core's __getitems__ hands a batch out: read-only, tokens and labels views
+    of one text buffer, constants shared read-only arrays."""
+    for key, value in batch.items():
+        assert not value.flags.writeable, key
+    assert packing.text_of(batch["tokens"], batch["labels"]) is not None
+    assert packing.is_constant(batch["position_ids"])
+
+
 def _owned(batch: dict) -> None:
     for key, value in batch.items():
         assert value.flags.writeable and value.flags.c_contiguous, key
@@ -339,7 +349,7 @@ def test_batched_workers_ship_packed_and_resume(train):
         it.close()
     for batch, expected in zip(got, want):
         _equal(batch, expected)
-        _owned(batch)
+        _core_layout(batch)
         assert batch["tokens"].dtype == train.__getitems__([0])["tokens"].dtype
     assert state["consumed_samples"] == 4 * 3
     it2 = iter(grain_source.batched_dataset(train, micro_batch_size=3, worker_count=2))
@@ -349,6 +359,22 @@ def test_batched_workers_ship_packed_and_resume(train):
             _equal(next(it2), expected)
     finally:
         it2.close()
+
+
+@deadline(90)
+def test_batched_workers_writable_gives_arrays_of_their_own(train):
+    want = list(grain_source.batched_dataset(train, micro_batch_size=3))[:2]
+    pipeline = grain_source.batched_dataset(
+        train, micro_batch_size=3, worker_count=2, writable=True
+    )
+    it = iter(pipeline)
+    try:
+        got = [next(it) for _ in range(2)]
+    finally:
+        it.close()
+    for batch, expected in zip(got, want):
+        _equal(batch, expected)
+        _owned(batch)
 
 
 def test_ensure_absl_flags_parsed_is_idempotent():

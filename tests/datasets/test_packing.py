@@ -65,3 +65,32 @@ def test_a_batch_without_the_text_layout_ships_every_key():
     assert packed.text is None and set(packed.arrays) == {"tokens", "labels"}
     out = packing.unpack_arrays(packed)
     np.testing.assert_array_equal(out["labels"], batch["labels"])
+
+
+def test_view_arrays_gives_the_core_layout_without_copies():
+    batch = core_like_batch()
+    constants: dict = {}
+    views = []
+    for _ in range(3):
+        shipped = pickle.loads(pickle.dumps(packing.Packer()(batch)))
+        out = packing.view_arrays(shipped, constants)
+        assert list(out) == list(batch)
+        for key, value in batch.items():
+            np.testing.assert_array_equal(out[key], value, err_msg=key)
+            assert out[key].dtype == value.dtype and not out[key].flags.writeable, key
+        assert np.shares_memory(out["tokens"], shipped.text)  # views, not copies
+        assert packing.text_of(out["tokens"], out["labels"]) is not None
+        assert packing.is_constant(out["loss_mask"]) and packing.is_constant(out["position_ids"])
+        views.append(out)
+    assert views[0]["loss_mask"] is views[2]["loss_mask"]  # one array per constant
+    assert len(constants) == 2
+    with pytest.raises(ValueError):
+        views[0]["tokens"][0, 0] = 1
+
+
+def test_view_arrays_keeps_a_bounded_number_of_constants():
+    constants: dict = {}
+    for length in range(1, packing.CONSTANTS_KEPT + 5):
+        packed = packing.Packer()(core_like_batch(length=length))
+        packing.view_arrays(packed, constants)
+        assert len(constants) <= packing.CONSTANTS_KEPT
