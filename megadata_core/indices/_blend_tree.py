@@ -165,6 +165,7 @@ class _Writer:
 
     def __init__(self, depth: int, chunk: int) -> None:
         self.scratch = np.empty((depth + 1, 2, chunk), dtype=np.int64)
+        self.packed = np.empty(chunk, dtype=np.int64)  # cache-resident while scattered into
 
     def emit(self, tree, first: int, count: int, where, shift: int, depth: int, packed) -> None:
         """The node's ``count`` samples from its rank ``first`` on; its d-th is at output
@@ -195,8 +196,8 @@ class _Writer:
             if where is None:
                 child_where, child_shift = ranks, shift + quotient - first
             else:
-                child_where = np.take(
-                    where[quotient - first :], ranks, out=scratch[1, :child_count]
+                child_where = np.take(  # in range by construction: no bounds checks
+                    where[quotient - first :], ranks, out=scratch[1, :child_count], mode="clip"
                 )
                 child_shift = shift
             self.emit(child, child_first, child_count, child_where, child_shift, depth + 1, packed)
@@ -230,10 +231,10 @@ def tree_order(
         mask = (1 << ID_BITS) - 1
         for start in range(bounds[0], bounds[1], step):
             stop = min(start + step, bounds[1])
-            packed = out_sample[start:stop]
+            packed = writer.packed[: stop - start]
             writer.emit(tree, start, stop - start, None, 0, 0, packed)
             np.bitwise_and(packed, mask, out=out_index[start:stop], casting="unsafe")
-            packed >>= ID_BITS
+            np.right_shift(packed, ID_BITS, out=out_sample[start:stop])
 
     if len(ranges) <= 1:
         for bounds in ranges:
