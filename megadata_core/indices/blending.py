@@ -43,9 +43,9 @@ The Megatron orders and EDF are sequential by definition; they are computed exac
 vectorized, by :mod:`megadata_core.indices._blend_engine` (many segments of the order
 run side by side, each checked to start where the previous one ends; see there for the
 speed). Speed for 50M samples over 4 datasets (2 shared cores): a periodic order is a
-copy, ~0.11-0.12 s (0.12-0.2x megatron-core's C++ loop); the split tree writes each
-sample once from closed-form positions, ~0.45-0.55 s (0.7-0.9x); EDF step by step takes
-~2 s (2-3.5x).
+copy, ~0.1 s (0.12-0.2x megatron-core's C++ loop); the split tree writes each sample
+once from closed-form positions, ~0.25 s on 2 threads (0.26-0.45x), ~0.38 s on one
+(0.6-0.65x); EDF step by step takes ~2 s (2-3.5x).
 """
 
 from __future__ import annotations
