@@ -26,13 +26,16 @@ columns grow with the size, not the trip count.
 
 Speed (2 shared cores, numpy 2.4; megatron-core's C++ loop beside it): 50M samples over
 4 datasets take ~1.1-1.6 s in the megatron order and ~1.3-2 s with EDF (the balanced
-order where neither a period nor a split tree applies),
-against 0.6-1.1 s for the C++; ~20 ns per sample and 4 datasets, about 30 array
-operations per step. With 20-50 datasets the C++ (vectorized by the compiler) is 3-6x
-faster. The plain-Python rules run ~0.4 us per step for 4 datasets, ~1 us for 20.
-Past ``WIDE`` datasets a step is one [K, n] pass whatever n, so segments grow with n
-(fewer burn-in steps): the megatron order of 150k samples over 1,000 datasets takes
-~0.22-0.25 s, beside ~0.21 s for the C++ (it took ~1.1-1.3 s with [n, K] columns).
+order where neither a period nor a split tree applies), against 0.6-1.1 s for the C++;
+~20 ns per sample and 4 datasets, about 30 array operations per step. The plain-Python
+rules run ~0.4 us per step for 4 datasets, ~1 us for 20. Past ``WIDE`` datasets a step
+is one pass over [K, n] rows (each column's counts contiguous, argmax/argmin along
+rows) whatever n, so segments grow with n (fewer burn-in steps), and EDF burns in for
+~2n/3 steps (a rare dataset's wrong guess lasts until its next sample). Lognormal
+weights: the megatron order of 150k samples over 1,000 datasets takes ~0.2-0.25 s
+beside ~0.21 s for the C++; EDF over 20-100 datasets (5M samples) and 1,000 datasets
+(150k) takes ~1.6-2.2x the C++'s time (it was 3-6x with [n, K] columns and a fixed
+burn-in).
 """
 
 from __future__ import annotations
@@ -45,6 +48,11 @@ from megadata_core.indices import _blend_rules as rules
 
 #: Steps each segment runs before the positions it records.
 BURN = {"megatron": 256, "edf": 256}
+#: EDF over many datasets forgets a wrong guess more slowly (a rare dataset's count is
+#: off until its next sample): it burns in for 2n/3 steps, up to this many (measured
+#: with lognormal weights: 256 steps left nearly every segment of a 1,000-dataset order
+#: to a second pass).
+EDF_WIDE_BURN = 4096
 #: Below this many samples the plain-Python loop is the faster one.
 SCALAR_BELOW = 4096
 #: Steps buffered before they are copied into the output (rows of a [ROWS, K] buffer),
@@ -142,6 +150,8 @@ def run(
     """
     weights = np.ascontiguousarray(weights, dtype=np.float64)
     burn = BURN[rule]
+    if rule == "edf":
+        burn = max(burn, min(EDF_WIDE_BURN, 2 * len(weights) // 3))
     stats = {} if stats is None else stats
     stats.update(segments=1, segment=size, repaired=0, rounds=0, sequential=size)
     if size < max(SCALAR_BELOW, 4 * burn):

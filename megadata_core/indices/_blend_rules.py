@@ -267,7 +267,8 @@ class Edf(Megatron):
     """
 
     WIDE = 24
-    TRANSPOSE_WIDE = False  # its wide step reads release and deadline as [n, K]
+    #: Wide runs keep counts, releases and deadlines as [K, n] (argmin along rows).
+    TRANSPOSE_WIDE = True
 
     def __init__(self, rates: np.ndarray, caps: np.ndarray | None) -> None:
         super().__init__(rates, caps)
@@ -280,11 +281,20 @@ class Edf(Megatron):
     def start(self, counts: np.ndarray, steps: np.ndarray) -> None:
         super().start(counts, steps)
         self.time += 1.0  # x = t + 1, the prefix length after the step
-        rates = self.weights[:, None]
-        self.release = (self.counts + self.slack) / rates
-        self.deadline = (self.counts + self.bound) / rates
-        self.release_flat = self.release.reshape(-1)
-        self.deadline_flat = self.deadline.reshape(-1)
+        if self.transposed:  # [K, n] as counts_t; .release/.deadline are [n, K] views
+            self.release_t = (self.counts_t + self.slack) / self.weights
+            self.deadline_t = (self.counts_t + self.bound) / self.weights
+            self.release, self.deadline = self.release_t.T, self.deadline_t.T
+            self.release_flat = self.release_t.reshape(-1)
+            self.deadline_flat = self.deadline_t.reshape(-1)
+            self.late_t = np.empty(self.counts_t.shape, dtype=bool)
+            self.due_t = np.empty(self.counts_t.shape)
+        else:
+            rates = self.weights[:, None]
+            self.release = (self.counts + self.slack) / rates
+            self.deadline = (self.counts + self.bound) / rates
+            self.release_flat = self.release.reshape(-1)
+            self.deadline_flat = self.deadline.reshape(-1)
         self.rate = np.empty(len(steps))
 
     def _key(self, spent, j: int, out: np.ndarray) -> np.ndarray:
@@ -296,10 +306,23 @@ class Edf(Megatron):
         np.multiply(late, HUGE, out=out)
         return np.maximum(self.deadline[j], out, out=out)
 
+    def _step_transposed(self, pick: np.ndarray) -> None:
+        """The wide step over [K, n] rows: ``pick`` = argmin of released deadlines."""
+        late, due = self.late_t, self.due_t
+        np.greater(self.release_t, self.time[:, None], out=late)
+        if self.caps is not None:
+            late |= self.counts_t >= self.caps.T
+        np.multiply(late, HUGE, out=due)
+        np.maximum(self.deadline_t, due, out=due)
+        np.argmin(due, axis=1, out=pick)
+        self.best[:] = due[self.offsets, pick]
+
     def step(self, pick: np.ndarray, before: np.ndarray) -> None:
-        spent = None if self.caps is None else self.counts >= self.caps
+        spent = None if self.caps is None or self.transposed else self.counts >= self.caps
         best = self.best
-        if self.wide:
+        if self.transposed:
+            self._step_transposed(pick)
+        elif self.wide:
             late = self.release > self.time
             if spent is not None:
                 late |= spent
@@ -316,11 +339,13 @@ class Edf(Megatron):
                 self._follow(pick, j)
         if best.max() >= HUGE:  # nothing released: only float rounding at a bound
             stuck = best >= HUGE
+            if self.caps is not None:
+                spent = self.counts >= self.caps
             due = self.deadline + (0.0 if spent is None else HUGE * spent)
             pick[stuck] = np.argmin(due[:, stuck], axis=0)
         where = self.where
-        np.multiply(pick, len(self.offsets), out=where)
-        where += self.offsets
+        np.multiply(pick, self.scale, out=where)
+        where += self.base
         np.take(self.flat, where, out=before)
         after = before + 1.0
         self.flat[where] = after

@@ -340,3 +340,22 @@ def test_many_datasets_long_segments_match(megatron_helpers):
         ours = engine.run("megatron", weights, size, stats=stats)
         assert stats["segment"] > engine.segment_length(size, engine.BURN["megatron"])
         assert_same(ours, helper_order(megatron_helpers, weights, size))
+
+
+@pytest.mark.parametrize("datasets, caps", [(40, False), (40, True), (700, False)])
+def test_wide_edf_is_the_sequential_rule(datasets, caps):
+    """The wide EDF kernel ([K, n] rows, burn-in growing with n) equals the plain rule,
+    with and without caps that bind."""
+    rng = np.random.default_rng(datasets)
+    weights = rng.lognormal(0.0, 1.0, datasets)
+    rates = weights / weights.sum()
+    size = 40_000 if datasets < 100 else 12_000
+    limits = rng.integers(300, 3_000, datasets) if caps else None  # sum > size, some bind
+    stats = {}
+    index, sample = engine.run("edf", rates, size, limits, stats=stats)
+    assert stats["segments"] > 1  # the vectorized kernel ran
+    picks, samples = rules.scalar_edf(rates, limits, np.zeros(datasets, int), 0, size)
+    if caps:
+        assert limits.sum() > size and np.any(np.bincount(index, minlength=datasets) == limits)
+    np.testing.assert_array_equal(index, picks)
+    np.testing.assert_array_equal(sample, samples)
