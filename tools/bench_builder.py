@@ -18,6 +18,8 @@ Items:
 * ``cold``: the whole build with a fresh cache directory on each run (every index is
   built and written; both sides also open every corpus). Megatron runs with a one-rank
   gloo process group, as in training (its BlendedDataset cache needs torch.distributed).
+* ``balanced``: ours cold and warm again with ``blend_order="balanced"`` (the default
+  when a config names none), beside Megatron in its own order (values differ by design).
 * ``warm``: the same build again on the cache the cold run left (both load from it):
   *startup*, what a training job restarted on the same data pays. Ours loads one
   cache entry for the whole build (every small member's indices and the blends'), reads
@@ -130,7 +132,7 @@ def megatron_build(megatron, blend, sizes, cache: str):
         return builder(gpt, list(sizes), lambda: True, config).build()
 
 
-def ours_build(blend, sizes, cache: str):
+def ours_build(blend, sizes, cache: str, blend_order: str = BLEND_ORDER):
     import megadata_core as mdc
     from megadata_core.datasets.builder import build_datasets
 
@@ -143,7 +145,7 @@ def ours_build(blend, sizes, cache: str):
         path_to_cache=cache,
         eod_id=EOD,
         create_attention_mask=False,
-        blend_order=BLEND_ORDER,
+        blend_order=blend_order,
     )
     return build_datasets(config, sizes)
 
@@ -200,7 +202,7 @@ class BlendTimer:
 
 
 def _blend_timer(side: str) -> BlendTimer:
-    if side == "ours":
+    if side in ("ours", "balanced"):
         from megadata_core.datasets.blended_dataset import BlendedDataset
 
         return BlendTimer(BlendedDataset, "_build")
@@ -223,9 +225,15 @@ def suite_builder(bench) -> None:
     if megatron is None:
         bench.note("megatron-core is not installed: its column is n/a.")
     sides = {"ours": lambda cache: ours_build(blend, sizes, cache)}
+    if bench.wants("balanced"):  # what a config that names no blend_order gets
+        sides["balanced"] = lambda cache: ours_build(blend, sizes, cache, "balanced")
     if megatron is not None:
         sides["megatron"] = lambda cache: megatron_build(megatron, blend, sizes, cache)
-    warmup = {"ours": ours_build, "megatron": lambda *a: megatron_build(megatron, *a)}
+    warmup = {
+        "ours": ours_build,
+        "balanced": lambda *a: ours_build(*a, "balanced"),
+        "megatron": lambda *a: megatron_build(megatron, *a),
+    }
     for side in sides:
         cache = tempfile.mkdtemp(prefix=f"warmup_{side}_", dir=bench.workdir)
         warmup[side]((prefixes[:2], weights[:2]), [300, 20, 0], cache)
@@ -252,13 +260,19 @@ def suite_builder(bench) -> None:
         ("members", f"builder cold start without the blend indices, {label}"),
         ("warm", f"builder warm start, cache hit, {label}"),
     ]
-    for kind, metric in rows:
+    if "balanced" in sides:
+        rows += [
+            ("cold", f"builder cold start, ours in the default balanced order, {label}"),
+            ("warm", f"builder warm start, ours in the default balanced order, {label}"),
+        ]
+    for number, (kind, metric) in enumerate(rows):
+        side = "balanced" if number >= 3 else "ours"
         if kind != "warm" or bench.wants("warm"):
             bench.row(
                 metric,
                 "s",
                 "lower",
-                median(times[kind]["ours"]),
+                median(times[kind][side]),
                 median(times[kind].get("megatron", [])),
                 bench.repeats,
             )
