@@ -27,9 +27,11 @@ multiprocessing start method works. With workers (and the default ``collate_fn``
 :func:`loader` returns an :class:`UnpackingLoader`: each worker ships a
 :class:`PackedBatch` -- the [B, S + 1] text once, in the core's token dtype, and the
 core's shared constants (all-ones loss mask, 0..S-1 position ids) as recipes -- pickled
-through the worker's result pipe, instead of four tensors through shared memory (each one
-a file-descriptor hand-over); this process unpacks it into the same tensors as above.
-With ``pin_memory=True`` torch's pin-memory thread does the unpacking.
+with the text in a ring of shared-memory slots the worker reuses (one copy there; the
+rest of the batch pickles small through the worker's result pipe), instead of four
+tensors through fresh shared memory (each one a file-descriptor hand-over); this process
+unpacks it, reading the text in place, into the same tensors as above. With
+``pin_memory=True`` torch's pin-memory thread does the unpacking.
 
 Resume. The sampler's ``state_dict()`` / ``load_state_dict()`` (``consumed_samples``) is
 the resume state, as in torchdata's ``StatefulDataLoader``. A loader with workers pulls
@@ -57,6 +59,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from megadata_core.datasets import packing
 from megadata_core.datasets.buffers import BufferPool
+from megadata_core.datasets.shm_ring import ConsumerRings, ProducerRing, SlotRef
 from megadata_core.samplers import PretrainingSampler
 
 __all__ = [
@@ -115,6 +118,8 @@ class PackedBatch(packing.PackedBatch):
         """Megatron's tensors (see :data:`DTYPES`; other keys keep their dtype), each
         C-contiguous in memory of its own from ``empty(shape, dtype)`` (default
         ``np.empty``; it must return arrays that nothing else uses)."""
+        if isinstance(self.text, SlotRef):  # in a worker's ring: read in place, once
+            self.text = _RINGS.view(self.text)
         arrays = packing.unpack_arrays(self, empty or np.empty, DTYPES)
         return {key: torch.from_numpy(array) for key, array in arrays.items()}
 
@@ -133,8 +138,10 @@ class TorchDataset(Dataset):
     """
 
     #: set in the workers of a :func:`loader` DataLoader: ``__getitems__`` then returns
-    #: a :class:`PackedBatch` that the loader unpacks after the hand-over
+    #: a :class:`PackedBatch` that the loader unpacks after the hand-over, its text in
+    #: the worker's ring of shared memory (``_ring``) when one is set
     _pack_in_worker = False
+    _ring: ProducerRing | None = None
 
     def __init__(self, dataset) -> None:
         self.dataset = dataset
@@ -166,6 +173,8 @@ class TorchDataset(Dataset):
             batch = {key: np.stack([np.asarray(r[key]) for r in rows]) for key in rows[0]}
         packed = self._packer(batch)
         if self._pack_in_worker:
+            if self._ring is not None and packed.text is not None:
+                packed.text = self._ring.put(packed.text) or packed.text
             return packed
         return packed.unpack(self._pool.empty)
 
@@ -173,17 +182,32 @@ class TorchDataset(Dataset):
         return f"TorchDataset({self.dataset!r})"
 
 
+#: This process's view of the workers' rings (the pin-memory thread unpacks too).
+_RINGS = ConsumerRings()
+
+
 class _PackInWorker:
     """``worker_init_fn`` of a :func:`loader` with workers: the worker's dataset returns
-    :class:`PackedBatch` es; then the user's ``worker_init_fn`` (if any) runs."""
+    :class:`PackedBatch` es, their text in a ring of ``slots`` shared-memory slots; then
+    the user's ``worker_init_fn`` (if any) runs.
 
-    def __init__(self, then: Callable[[int], None] | None) -> None:
+    Ring reuse is safe because of the DataLoader's protocol: a worker computes a batch
+    only when this process asks for it (its index queue), and this process asks only
+    once fewer than ``prefetch_factor * num_workers`` batches it asked for are still
+    unreturned; it unpacks each batch as it returns it. So when a worker is asked for its
+    k-th batch, its (k - slots)-th was unpacked, for ``slots`` above that bound, and the
+    request itself (a pipe) orders the two.
+    """
+
+    def __init__(self, then: Callable[[int], None] | None, slots: int) -> None:
         self.then = then
+        self.slots = slots
 
     def __call__(self, worker_id: int) -> None:
         info = get_worker_info()
         if info is not None and isinstance(info.dataset, TorchDataset):
             info.dataset._pack_in_worker = True
+            info.dataset._ring = ProducerRing(self.slots)
         if self.then is not None:
             self.then(worker_id)
 
@@ -250,7 +274,8 @@ def loader(dataset, batch_sampler, num_workers: int = 0, **kwargs) -> DataLoader
         # (store endpoints, credentials), not as it was when a fork server started.
         kwargs.setdefault("multiprocessing_context", "spawn")
     if num_workers > 0 and kwargs["collate_fn"] is batch_collate:
-        kwargs["worker_init_fn"] = _PackInWorker(kwargs.get("worker_init_fn"))
+        ahead = (kwargs.get("prefetch_factor") or 2) * num_workers  # unreturned at most
+        kwargs["worker_init_fn"] = _PackInWorker(kwargs.get("worker_init_fn"), ahead + 2)
         return UnpackingLoader(
             dataset, batch_sampler=batch_sampler, num_workers=num_workers, **kwargs
         )

@@ -27,6 +27,8 @@ are read in micro-batches of 32 in ``PretrainingSampler`` order (mbs 32, dp 1) t
 * ``jax``: the raw loop plus ``jax_sharding.global_batch(batch, mesh)`` on an 8-device
   simulated CPU mesh (``--xla_force_host_platform_device_count=8``, set below before
   anything imports jax).
+* ``megatron-dtypes``: the raw loop plus every key copied into Megatron's dtypes in
+  reused buffers: the least work of any torch path (``torch-0`` cannot exceed it).
 * ``grain-ipc`` / ``torch-ipc``: the hand-over floor of those worker set-ups: the same
   2-worker ``mp_prefetch`` / ``DataLoader`` (forkserver) delivering an 8-byte element per
   batch that costs nothing to make. No worker path can beat its floor, so ratio = raw
@@ -81,6 +83,8 @@ COMPARE = 3  # first batches compared with the raw loop
 GOAL = 0.67  # batched paths within 1.5x of raw
 BATCHED = ("grain-batched", "grain-batched-0", "grain-batched-0w", "torch", "torch-0", "jax")
 FLOORS = ("grain-ipc", "torch-ipc")  # no data: the worker hand-over alone
+#: the least a torch path does: the batch in Megatron's dtypes (in this process)
+BYTES_FLOOR = "megatron-dtypes"
 
 LABELS = {
     "raw": "(a) raw core __getitems__ loop",
@@ -93,6 +97,7 @@ LABELS = {
     "jax": "(e) raw loop + jax global_batch, 8-device CPU mesh",
     "grain-ipc": "(f) floor: Grain mp_prefetch, 2 workers, empty elements",
     "torch-ipc": "(g) floor: torch DataLoader, 2 workers, empty batches",
+    "megatron-dtypes": "(h) floor: raw loop + every key copied into Megatron's dtypes",
 }
 
 
@@ -225,6 +230,29 @@ def _jax(ds):
     return batches(), None, lambda batch: np.asarray(batch["tokens"])
 
 
+def _megatron_dtypes(ds):
+    """The raw loop plus what any torch path must do at least: every key in Megatron's
+    dtypes (int64 tokens, labels and position ids, float32 loss mask), in C-contiguous
+    buffers of its own, reused batch after batch (warm pages, no torch)."""
+    from adapters.torch_data import DTYPES
+
+    buffers: dict[str, np.ndarray] = {}
+
+    def batches():
+        for indices in _sampler(len(ds)):
+            out = {}
+            for key, value in ds.__getitems__(indices).items():
+                dtype = DTYPES.get(key, value.dtype)
+                target = buffers.get(key)
+                if target is None or target.shape != value.shape or target.dtype != dtype:
+                    target = buffers[key] = np.empty(value.shape, dtype)
+                np.copyto(target, value, casting="unsafe")
+                out[key] = target
+            yield out
+
+    return batches(), None, lambda batch: batch["tokens"].copy()
+
+
 PATHS = {
     "raw": _raw,
     "grain-map": _grain_map,
@@ -236,6 +264,7 @@ PATHS = {
     "jax": _jax,
     "grain-ipc": _grain_ipc,
     "torch-ipc": _torch_ipc,
+    "megatron-dtypes": _megatron_dtypes,
 }
 
 
@@ -404,6 +433,14 @@ def suite_loaders(bench) -> None:
             bench.note(
                 "loaders: worker hand-over floors (median per-round raw time / floor time; a "
                 "worker path cannot exceed it on this machine): " + ", ".join(floors)
+            )
+        if BYTES_FLOOR in ratios:
+            bench.note(
+                f"loaders: {BYTES_FLOOR} {statistics.median(ratios[BYTES_FLOOR]):.2f} of raw: "
+                "the raw batch is int32 text with tokens and labels views of it and shared "
+                "constants (~4 bytes written per token); Megatron's tensors need int64 "
+                "tokens, labels and position ids and a float32 loss mask (~28 bytes per "
+                "token), so torch-0 cannot exceed this ratio in one process"
             )
     bench.note(
         "loaders start-up (iterator creation to first batch, workers included; not in the "

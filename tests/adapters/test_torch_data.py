@@ -349,6 +349,42 @@ def test_loader_with_workers_unpacks_owned_batches(train, blended, kind):
     assert len(set(pointers)) == len(pointers)
 
 
+def test_worker_text_travels_in_a_ring(train):
+    """In a worker the text goes into the ring and the packed batch carries a SlotRef;
+    unpacking reads it in place (and removes the ring's name once mapped)."""
+    from megadata_core.datasets.shm_ring import ProducerRing, SlotRef
+
+    dataset = torch_data.TorchDataset(train)
+    dataset._pack_in_worker, dataset._ring = True, ProducerRing(2)
+    for indices in ([7, 2, 9], [0, 1, 2], [5, 5, 3]):
+        packed = pickle.loads(pickle.dumps(dataset.__getitems__(indices)))
+        ref = packed.text
+        assert isinstance(ref, SlotRef)
+        assert len(pickle.dumps(packed)) < 2_000  # the text stays in the ring
+        batch = packed.unpack()
+        _assert_batch(batch, _expected(train, indices))
+        _assert_owned(batch)
+        assert not os.path.exists(ref.path)  # mapped here: the name is gone
+
+
+@pytest.mark.parametrize("prefetch_factor", [1, 4])
+def test_ring_reuse_across_epochs_and_prefetch_depths(train, prefetch_factor):
+    """More batches than ring slots, over two epochs of persistent workers: every batch
+    equals the core's (a slot is never reused before its batch was unpacked)."""
+    sampler = PretrainingSampler(len(train), 0, 2, 0, 1)
+    data = torch_data.loader(
+        train, sampler, num_workers=2, persistent_workers=True,
+        prefetch_factor=prefetch_factor, **_context(2),
+    )
+    wanted = list(iter(PretrainingSampler(len(train), 0, 2, 0, 1)))
+    assert len(wanted) > 2 * (prefetch_factor * 2 + 2)
+    for _ in range(2):
+        batches = list(data)
+        assert len(batches) == len(wanted)
+        for batch, indices in zip(batches, wanted):
+            _assert_batch(batch, _expected(train, indices))
+
+
 def _mark_worker(worker_id: int) -> None:
     torch.utils.data.get_worker_info().dataset.marked = worker_id
 

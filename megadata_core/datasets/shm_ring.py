@@ -1,0 +1,137 @@
+"""A ring of reused shared-memory slots for handing arrays from a worker process over.
+
+Pickling a batch through a worker's pipe copies it twice and costs context switches on
+every 64 KiB; fresh shared memory per batch costs page faults on both sides. A ring is
+made once: the producer (a worker) copies each array into its next slot and sends a
+small :class:`SlotRef` instead of the bytes; the consumer maps the ring once and reads
+the slot in place.
+
+The ring is a file in ``/dev/shm`` (memory, where it exists; else the temp directory),
+memory-mapped by both sides: no ``multiprocessing`` resource tracker is involved. The
+producer creates it on its first :meth:`ProducerRing.put` and removes it when its process
+exits; the consumer removes the name as soon as it has mapped it (the memory stays while
+either side maps it).
+
+Reuse is the caller's contract: ``put`` number k overwrites slot ``k % slots``, so the
+consumer must be done with the array put ``slots`` puts earlier before the producer is
+asked for put k -- and that "done, then ask" must travel over a channel that orders
+memory (a pipe or queue between the processes does). The torch adapter gets this from
+the DataLoader's request protocol.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+import threading
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from multiprocessing import util
+
+import numpy as np
+
+#: Where ring files go: memory-backed on Linux.
+SHM_DIR = "/dev/shm"
+
+
+@dataclass(frozen=True)
+class SlotRef:
+    """Where an array waits: ring file ``path``, ``slot`` of ``slot_bytes`` bytes."""
+
+    path: str
+    slot: int
+    slot_bytes: int
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def _ring_dir() -> str:
+    return SHM_DIR if os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK) else (
+        tempfile.gettempdir()
+    )
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class ProducerRing:
+    """The producer's side: ``slots`` slots, each as large as the first array put."""
+
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError(f"slots: {slots} must be >= 1")
+        self.slots = int(slots)
+        self.path: str | None = None
+        self.slot_bytes = 0
+        self._map: mmap.mmap | None = None
+        self._next = 0
+
+    def __getstate__(self) -> dict:  # a copy pickled to another process starts empty
+        return {"slots": self.slots}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["slots"])
+
+    def _create(self, nbytes: int) -> None:
+        self.slot_bytes = max(int(nbytes), 1)
+        path = os.path.join(_ring_dir(), f"megadata-ring-{os.getpid()}-{uuid.uuid4().hex}")
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(descriptor, self.slot_bytes * self.slots)
+            self._map = mmap.mmap(descriptor, self.slot_bytes * self.slots)
+        except BaseException:
+            _remove(path)
+            raise
+        finally:
+            os.close(descriptor)
+        self.path = path
+        util.Finalize(self, _remove, args=(path,), exitpriority=10)  # runs at worker exit
+
+    def put(self, array: np.ndarray) -> SlotRef | None:
+        """Copy ``array`` into the next slot; None when it is larger than a slot (the
+        caller then ships the bytes)."""
+        array = np.asarray(array)
+        if self._map is None:
+            self._create(array.nbytes)
+        if array.nbytes > self.slot_bytes:
+            return None
+        slot = self._next
+        self._next = (slot + 1) % self.slots
+        offset = slot * self.slot_bytes
+        np.ndarray(array.shape, array.dtype, buffer=self._map, offset=offset)[...] = array
+        return SlotRef(self.path, slot, self.slot_bytes, tuple(array.shape), array.dtype.str)
+
+
+class ConsumerRings:
+    """The consumer's side: rings mapped by path (the ``kept`` most recent)."""
+
+    def __init__(self, kept: int = 16) -> None:
+        self.kept = kept
+        self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()
+        self._lock = threading.Lock()  # torch's pin-memory thread reads rings too
+
+    def view(self, ref: SlotRef) -> np.ndarray:
+        """The array at ``ref``, read-only, in the ring's memory (valid until the
+        producer reuses the slot)."""
+        with self._lock:
+            ring = self._maps.get(ref.path)
+            if ring is None:
+                with open(ref.path, "rb") as file:
+                    ring = mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ)
+                _remove(ref.path)  # mapped on both sides now: the name is no longer needed
+                self._maps[ref.path] = ring
+                while len(self._maps) > self.kept:
+                    self._maps.popitem(last=False)  # unmapped once no array views it
+            else:
+                self._maps.move_to_end(ref.path)
+        array = np.ndarray(
+            ref.shape, np.dtype(ref.dtype), buffer=ring, offset=ref.slot * ref.slot_bytes
+        )
+        array.flags.writeable = False
+        return array

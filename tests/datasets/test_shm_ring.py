@@ -1,0 +1,75 @@
+"""megadata_core.datasets.shm_ring: arrays handed over through reused shared memory."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+from megadata_core.datasets import shm_ring
+
+
+def test_put_and_view_round_trip_and_reuse_slots():
+    producer, consumer = shm_ring.ProducerRing(3), shm_ring.ConsumerRings()
+    arrays = [np.arange(12, dtype=np.int32).reshape(3, 4) + 100 * k for k in range(7)]
+    refs = []
+    for array in arrays:
+        ref = producer.put(array)
+        refs.append(ref)
+        view = consumer.view(ref)
+        np.testing.assert_array_equal(view, array)
+        assert view.dtype == array.dtype and not view.flags.writeable
+    assert [ref.slot for ref in refs] == [0, 1, 2, 0, 1, 2, 0]  # k-th put -> slot k % 3
+    assert not os.path.exists(refs[0].path)  # the consumer removed the name once mapped
+    np.testing.assert_array_equal(consumer.view(refs[4]), arrays[4])  # slot 1 not reused yet
+    smaller = producer.put(np.ones(5, np.int8))
+    np.testing.assert_array_equal(consumer.view(smaller), np.ones(5, np.int8))
+    assert producer.put(np.zeros(100, np.int32)) is None  # larger than a slot: ship bytes
+
+
+def test_a_pickled_producer_starts_empty():
+    producer = shm_ring.ProducerRing(4)
+    producer.put(np.zeros(3))
+    copy = pickle.loads(pickle.dumps(producer))
+    assert copy.slots == 4 and copy.path is None
+    with pytest.raises(ValueError):
+        shm_ring.ProducerRing(0)
+
+
+def _produce(connection, count: int) -> None:
+    ring = shm_ring.ProducerRing(2)
+    for k in range(count):
+        connection.send(ring.put(np.full((4, 5), k, dtype=np.int64)))
+        if connection.recv() != "done":  # the consumer is done with put k - 1
+            return
+    connection.send(ring.path)
+
+
+def test_across_processes_and_cleanup():
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    worker = context.Process(target=_produce, args=(child, 5))
+    worker.start()
+    consumer = shm_ring.ConsumerRings()
+    for k in range(5):
+        ref = parent.recv()
+        np.testing.assert_array_equal(consumer.view(ref), np.full((4, 5), k))
+        parent.send("done")
+    path = parent.recv()
+    worker.join(30)
+    assert worker.exitcode == 0 and not os.path.exists(path)
+
+
+def test_the_producer_removes_a_ring_nobody_mapped():
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    worker = context.Process(target=_produce, args=(child, 1))
+    worker.start()
+    ref = parent.recv()
+    assert os.path.exists(ref.path)
+    parent.send("stop")
+    worker.join(30)
+    assert worker.exitcode == 0 and not os.path.exists(ref.path)
