@@ -48,9 +48,9 @@ class SlotRef:
 
 
 def _ring_dir() -> str:
-    return SHM_DIR if os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK) else (
-        tempfile.gettempdir()
-    )
+    if os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK):
+        return SHM_DIR
+    return tempfile.gettempdir()
 
 
 def _remove(path: str) -> None:
@@ -71,6 +71,7 @@ class ProducerRing:
         self.slot_bytes = 0
         self._map: mmap.mmap | None = None
         self._next = 0
+        self.failed = False  # the ring could not be made (no room): put returns None
 
     def __getstate__(self) -> dict:  # a copy pickled to another process starts empty
         return {"slots": self.slots}
@@ -82,9 +83,17 @@ class ProducerRing:
         self.slot_bytes = max(int(nbytes), 1)
         path = os.path.join(_ring_dir(), f"megadata-ring-{os.getpid()}-{uuid.uuid4().hex}")
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        size = self.slot_bytes * self.slots
         try:
-            os.ftruncate(descriptor, self.slot_bytes * self.slots)
-            self._map = mmap.mmap(descriptor, self.slot_bytes * self.slots)
+            if hasattr(os, "posix_fallocate"):  # a full /dev/shm fails here, not as SIGBUS
+                os.posix_fallocate(descriptor, 0, size)
+            else:
+                os.ftruncate(descriptor, size)
+            self._map = mmap.mmap(descriptor, size)
+        except OSError:
+            self.failed = True  # no room: the caller ships bytes
+            _remove(path)
+            return
         except BaseException:
             _remove(path)
             raise
@@ -94,12 +103,12 @@ class ProducerRing:
         util.Finalize(self, _remove, args=(path,), exitpriority=10)  # runs at worker exit
 
     def put(self, array: np.ndarray) -> SlotRef | None:
-        """Copy ``array`` into the next slot; None when it is larger than a slot (the
-        caller then ships the bytes)."""
+        """Copy ``array`` into the next slot; None when it is larger than a slot or the
+        ring could not be made (no room in ``/dev/shm``): the caller then ships the bytes."""
         array = np.asarray(array)
-        if self._map is None:
+        if self._map is None and not self.failed:
             self._create(array.nbytes)
-        if array.nbytes > self.slot_bytes:
+        if self._map is None or array.nbytes > self.slot_bytes:
             return None
         slot = self._next
         self._next = (slot + 1) % self.slots

@@ -73,3 +73,14 @@ def test_the_producer_removes_a_ring_nobody_mapped():
     parent.send("stop")
     worker.join(30)
     assert worker.exitcode == 0 and not os.path.exists(ref.path)
+
+
+def test_no_room_for_the_ring_means_shipping_bytes(monkeypatch):
+    def full(descriptor, offset, length):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
+    producer = shm_ring.ProducerRing(2)
+    assert producer.put(np.zeros(10)) is None and producer.failed
+    assert producer.put(np.zeros(10)) is None  # tried once, not on every batch
+    assert not [name for name in os.listdir(shm_ring._ring_dir()) if str(os.getpid()) in name]
