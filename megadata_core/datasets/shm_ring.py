@@ -26,7 +26,6 @@ import os
 import tempfile
 import threading
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass
 from multiprocessing import util
 
@@ -118,29 +117,50 @@ class ProducerRing:
 
 
 class ConsumerRings:
-    """The consumer's side: rings mapped by path (the ``kept`` most recent)."""
+    """The consumer's side: rings mapped by path, each kept while its producer lives (a
+    ring's name is removed once mapped, so a live ring must never be dropped here)."""
 
-    def __init__(self, kept: int = 16) -> None:
-        self.kept = kept
-        self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()
+    def __init__(self) -> None:
+        self._maps: dict[str, tuple[int, mmap.mmap]] = {}
         self._lock = threading.Lock()  # torch's pin-memory thread reads rings too
 
     def view(self, ref: SlotRef) -> np.ndarray:
         """The array at ``ref``, read-only, in the ring's memory (valid until the
         producer reuses the slot)."""
         with self._lock:
-            ring = self._maps.get(ref.path)
-            if ring is None:
+            entry = self._maps.get(ref.path)
+            if entry is None:
                 with open(ref.path, "rb") as file:
                     ring = mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ)
                 _remove(ref.path)  # mapped on both sides now: the name is no longer needed
-                self._maps[ref.path] = ring
-                while len(self._maps) > self.kept:
-                    self._maps.popitem(last=False)  # unmapped once no array views it
-            else:
-                self._maps.move_to_end(ref.path)
+                self._drop_dead()
+                entry = self._maps[ref.path] = (_producer_pid(ref.path), ring)
         array = np.ndarray(
-            ref.shape, np.dtype(ref.dtype), buffer=ring, offset=ref.slot * ref.slot_bytes
+            ref.shape, np.dtype(ref.dtype), buffer=entry[1], offset=ref.slot * ref.slot_bytes
         )
         array.flags.writeable = False
         return array
+
+    def _drop_dead(self) -> None:
+        """Forget rings whose producer exited (unmapped once no array views them)."""
+        for path, (pid, _) in list(self._maps.items()):
+            if not _alive(pid):
+                del self._maps[path]
+
+    def __len__(self) -> int:
+        return len(self._maps)
+
+
+def _producer_pid(path: str) -> int:
+    """The producer's pid, from the ring's name (``megadata-ring-<pid>-<hex>``)."""
+    return int(os.path.basename(path).split("-")[2])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True

@@ -61,6 +61,10 @@ def test_across_processes_and_cleanup():
     path = parent.recv()
     worker.join(30)
     assert worker.exitcode == 0 and not os.path.exists(path)
+    assert len(consumer) == 1
+    here = shm_ring.ProducerRing(1)  # (a ring is removed when its producer object goes)
+    consumer.view(here.put(np.zeros(2)))  # a new ring: the dead producer's is dropped
+    assert len(consumer) == 1
 
 
 def test_the_producer_removes_a_ring_nobody_mapped():
