@@ -26,7 +26,7 @@ dataset's samples are read in order, 0, 1, 2, ...).
     by ``a_j`` per period; against the caller's float rates the bound holds to within
     ``m * 2**-50``;
   - other rates, where a binary tree of two-way splits has a bound ``<= 1 - 2**-10``
-    (most weights of up to ~5 datasets): each node hands its samples to its children by
+    (most weights of up to 6 datasets): each node hands its samples to its children by
     a Beatty sequence (:mod:`megadata_core.indices._blend_tree`), to within
     ``m * 2**-43`` of that bound against the caller's rates;
   - the rest: EDF run step by step (:mod:`megadata_core.indices._blend_rules`), bound D.
