@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -383,6 +384,40 @@ def test_ring_reuse_across_epochs_and_prefetch_depths(train, prefetch_factor):
         assert len(batches) == len(wanted)
         for batch, indices in zip(batches, wanted):
             _assert_batch(batch, _expected(train, indices))
+
+
+def _uneven_workers(worker_id: int) -> None:
+    """Worker 0 reads slowly: the others run ahead and batches arrive out of order."""
+    if worker_id == 0:
+        dataset = torch.utils.data.get_worker_info().dataset
+        getitems = dataset.__getitems__
+
+        def slow(indices):
+            time.sleep(0.02)
+            return getitems(indices)
+
+        dataset.__getitems__ = slow
+
+
+def test_ring_with_batches_returned_out_of_order(train):
+    """in_order=False returns batches as they arrive, from workers running unevenly: every
+    batch is still exactly one of the epoch's batches, each once."""
+    sampler = PretrainingSampler(len(train), 0, 2, 0, 1)
+    data = torch_data.loader(
+        train, sampler, num_workers=2, prefetch_factor=1, in_order=False,
+        worker_init_fn=_uneven_workers, **_context(2),
+    )
+    wanted = {tuple(indices): _expected(train, indices) for indices in iter(sampler)}
+    def key_of(tokens) -> bytes:
+        return np.asarray(tokens, dtype=np.int64).tobytes()
+
+    by_tokens = {key_of(want["tokens"]): key for key, want in wanted.items()}
+    seen = []
+    for batch in data:
+        key = by_tokens[key_of(batch["tokens"].numpy())]  # KeyError: a corrupted batch
+        _assert_batch(batch, wanted[key])
+        seen.append(key)
+    assert sorted(seen) == sorted(wanted) and seen != list(wanted)  # all, once; reordered
 
 
 def _mark_worker(worker_id: int) -> None:
