@@ -41,3 +41,13 @@ def write_corpus(prefix: str, seed: int, documents: int = 120) -> str:
     with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
         writer.add_documents(tokens, lengths)
     return prefix
+
+
+def gpt_dataset(prefix: str, cache: str, random_seed: int, sequence_length: int):
+    """A GPTDataset over every document of ``prefix`` (EOD 3, one epoch), cached in
+    ``cache``."""
+    config = mdc.GPTDataConfig(
+        random_seed=random_seed, sequence_length=sequence_length, eod_id=3, path_to_cache=cache
+    )
+    indexed = mdc.IndexedDataset(prefix)
+    return mdc.GPTDataset(indexed, np.arange(len(indexed.document_indices) - 1), None, config)

@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 import pytest
-from adapter_helpers import deadline, write_corpus
+from adapter_helpers import deadline, gpt_dataset, write_corpus
 
 import megadata_core as mdc
 from megadata_core.samplers import PretrainingSampler
@@ -27,11 +27,7 @@ SEQ = 16
 
 
 def _dataset(prefix: str, cache: str, random_seed: int) -> mdc.GPTDataset:
-    config = mdc.GPTDataConfig(
-        random_seed=random_seed, sequence_length=SEQ, eod_id=3, path_to_cache=cache
-    )
-    indexed = mdc.IndexedDataset(prefix)
-    return mdc.GPTDataset(indexed, np.arange(len(indexed.document_indices) - 1), None, config)
+    return gpt_dataset(prefix, cache, random_seed, sequence_length=SEQ)
 
 
 @pytest.fixture(scope="module")

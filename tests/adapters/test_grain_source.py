@@ -11,7 +11,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from adapter_helpers import deadline, write_corpus
+from adapter_helpers import deadline, gpt_dataset, write_corpus
 
 import megadata_core as mdc
 from megadata_core.datasets import packing
@@ -26,22 +26,14 @@ SEQ = 16
 def train(tmp_path_factory):
     root = tmp_path_factory.mktemp("grain_source")
     prefix = write_corpus(str(root / "corpus"), seed=0)
-    config = mdc.GPTDataConfig(
-        random_seed=1, sequence_length=SEQ, eod_id=3, path_to_cache=str(root / "cache")
-    )
-    indexed = mdc.IndexedDataset(prefix)
-    return mdc.GPTDataset(indexed, np.arange(len(indexed.document_indices) - 1), None, config)
+    return gpt_dataset(prefix, str(root / "cache"), random_seed=1, sequence_length=SEQ)
 
 
 @pytest.fixture(scope="module")
 def other(tmp_path_factory):
     root = tmp_path_factory.mktemp("grain_source_other")
     prefix = write_corpus(str(root / "corpus"), seed=0)
-    config = mdc.GPTDataConfig(
-        random_seed=2, sequence_length=SEQ, eod_id=3, path_to_cache=str(root / "cache")
-    )
-    indexed = mdc.IndexedDataset(prefix)
-    return mdc.GPTDataset(indexed, np.arange(len(indexed.document_indices) - 1), None, config)
+    return gpt_dataset(prefix, str(root / "cache"), random_seed=2, sequence_length=SEQ)
 
 
 def _equal(a: dict, b: dict) -> None:

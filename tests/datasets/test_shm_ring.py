@@ -48,11 +48,17 @@ def _produce(connection, count: int) -> None:
     connection.send(ring.path)
 
 
-def test_across_processes_and_cleanup():
+def _start_producer(count: int):
+    """(pipe end, process): a spawned producer of ``count`` arrays (see _produce)."""
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
-    worker = context.Process(target=_produce, args=(child, 5))
+    worker = context.Process(target=_produce, args=(child, count))
     worker.start()
+    return parent, worker
+
+
+def test_across_processes_and_cleanup():
+    parent, worker = _start_producer(5)
     consumer = shm_ring.ConsumerRings()
     for k in range(5):
         ref = parent.recv()
@@ -68,10 +74,7 @@ def test_across_processes_and_cleanup():
 
 
 def test_the_producer_removes_a_ring_nobody_mapped():
-    context = multiprocessing.get_context("spawn")
-    parent, child = context.Pipe()
-    worker = context.Process(target=_produce, args=(child, 1))
-    worker.start()
+    parent, worker = _start_producer(1)
     ref = parent.recv()
     assert os.path.exists(ref.path)
     parent.send("stop")
