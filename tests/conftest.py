@@ -1,10 +1,47 @@
-"""Shared fixtures: megatron-core is the oracle, imported lazily and warning-free."""
+"""Shared fixtures and the Hypothesis profiles.
+
+``MEGADATA_HYPOTHESIS=ci`` (the default; CI and ``tools/test.sh``): derandomized, so a
+run passes or fails the same way on every machine. ``MEGADATA_HYPOTHESIS=explore``
+(``tools/test.sh --explore``): random seeds and ``MEGADATA_EXPLORE_FACTOR`` (default 5)
+times each test's examples, to look for new counterexamples; each one found becomes an
+explicit ``@example`` so that the deterministic run keeps checking it.
+"""
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
+from hypothesis import settings
+
+PROFILE = os.environ.get("MEGADATA_HYPOTHESIS", "ci")
+if PROFILE not in ("ci", "explore"):
+    raise pytest.UsageError(f"MEGADATA_HYPOTHESIS: {PROFILE!r} is not 'ci' or 'explore'")
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(PROFILE)
+
+
+def pytest_report_header(config) -> str:
+    return f"hypothesis profile: {PROFILE}"
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """In explore mode, scale every test's own ``max_examples`` (set by ``@settings``)."""
+    if PROFILE != "explore":
+        return
+    factor = int(os.environ.get("MEGADATA_EXPLORE_FACTOR", "5"))
+    seen = set()
+    for item in items:
+        test = getattr(item, "obj", None)
+        current = getattr(test, "_hypothesis_internal_use_settings", None)
+        if current is None or id(test) in seen:
+            continue
+        seen.add(id(test))
+        test._hypothesis_internal_use_settings = settings(
+            current, max_examples=current.max_examples * factor, derandomize=False
+        )
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # Set up a virtual environment from scratch and run the whole test suite.
-#   bash tools/test.sh [extra pytest arguments]
+#   bash tools/test.sh [--explore] [extra pytest arguments]
+# Hypothesis runs derandomized (the same examples on every machine: CI's mode). With
+# --explore it runs with random seeds and MEGADATA_EXPLORE_FACTOR (default 5) times the
+# examples; turn each counterexample it prints into an explicit @example.
 # Environment: MEGADATA_VENV (default .venv), PYTHON (default python3.11).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+export MEGADATA_HYPOTHESIS=ci
+if [ "${1:-}" = "--explore" ]; then
+    MEGADATA_HYPOTHESIS=explore
+    shift
+fi
 
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3

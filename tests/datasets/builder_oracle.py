@@ -6,7 +6,7 @@ import logging
 import warnings
 
 import numpy as np
-from gpt_oracle import OracleTokenizer
+from gpt_oracle import OracleTokenizer, megatron_sample
 
 import megadata_core as mdc
 from megadata_core.datasets.builder import build_datasets
@@ -85,7 +85,7 @@ def same_samples(theirs, ours, positions) -> None:
         return
     batch = ours.__getitems__(np.asarray(positions))
     for row, position in enumerate(positions):
-        reference = theirs[position]
+        reference = megatron_sample(theirs, position)
         for key in ("tokens", "labels", "loss_mask", "position_ids"):
             np.testing.assert_array_equal(
                 batch[key][row], reference[key].numpy(), err_msg=f"{key} of sample {position}"

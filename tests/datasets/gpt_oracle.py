@@ -55,6 +55,23 @@ def ours_dataset(prefix, num_samples, split, *, eod, pad=None, indices=None, mma
         return mdc.GPTDataset(indexed, indices, num_samples, config, split)
 
 
+def megatron_sample(theirs, index: int) -> dict:
+    """``theirs[index]`` as a fresh megatron-core dataset would return it.
+
+    megatron-core 0.16.1 caches the loss mask of the first sample it serves when the
+    masks are cacheable, and then zeroes that sample's pad positions in the cached tensor
+    itself (``loss_mask[labels == pad] = 0`` runs on the object it just cached; later calls
+    clone it). If the first sample served is a padded partial one, every later sample's
+    loss mask keeps those zeros: its values depend on the order of access. Dropping the
+    cache before each call asks for the order-independent values, which are ours.
+    """
+    members = getattr(theirs, "datasets", [theirs])
+    for dataset in members:
+        if hasattr(dataset, "masks_and_position_ids_are_cached"):
+            dataset.masks_and_position_ids_are_cached = False
+    return theirs[index]
+
+
 def assert_same_samples(theirs, ours, limit: int | None = None) -> None:
     """Every key of every sample equal (values; dtypes may differ), and the batched
     ``__getitems__`` equal to the per-sample results."""
@@ -62,7 +79,7 @@ def assert_same_samples(theirs, ours, limit: int | None = None) -> None:
     count = len(ours) if limit is None else min(limit, len(ours))
     batch = ours.__getitems__(np.arange(count))
     for i in range(count):
-        reference = {key: value.numpy() for key, value in theirs[i].items()}
+        reference = {key: value.numpy() for key, value in megatron_sample(theirs, i).items()}
         mine = ours[i]
         assert list(mine) == list(reference), (list(mine), list(reference))
         for key, value in reference.items():

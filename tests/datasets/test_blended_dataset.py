@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
-from gpt_oracle import OracleTokenizer, ours_dataset, write_corpus
+from gpt_oracle import OracleTokenizer, megatron_sample, ours_dataset, write_corpus
 
 import megadata_core as mdc
 from megadata_core import DataError
@@ -97,7 +97,7 @@ def assert_same_blend(theirs, ours, limit=None):
     assert ours.dataset_index.dtype == np.int16
     count = len(ours) if limit is None else min(limit, len(ours))
     for i in range(count):
-        reference = theirs[i]
+        reference = megatron_sample(theirs, i)
         mine = ours[i]
         assert list(mine) == list(reference)
         for key, value in reference.items():

@@ -7,9 +7,10 @@ import os
 import numpy as np
 import pytest
 from gpt_oracle import assert_same_samples, ours_dataset, write_corpus
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import megadata_core as mdc
 from megadata_core.indices import num_epochs, separate_final_epoch, tokens_per_epoch
 
 FLAG_SETS = {
@@ -159,6 +160,13 @@ def test_other_corpus_dtypes(megatron_gpt_dataset, workdir, dtype):
     drop_last=st.booleans(),
     flags=st.sampled_from(sorted(FLAG_SETS)),
 )
+# One document [3, 3, 3] (all EOD), valid split, partial final sample without the extra
+# token, served first: megatron-core's cached loss mask keeps that sample's pad zeros
+# (see gpt_oracle.megatron_sample), so the oracle is asked order-independently.
+@example(
+    seed=0, max_length=3, documents=1, sequence_length=2, samples_factor=None,
+    split="valid", extra=False, drop_last=False, flags="plain",
+)
 def test_matches_megatron_randomized(
     megatron_gpt_dataset,
     workdir,
@@ -193,3 +201,30 @@ def test_matches_megatron_randomized(
         return
     ours = ours_dataset(prefix, num_samples, split, eod=3, **kw)
     assert_same_samples(theirs, ours, limit=400)
+
+
+def test_megatron_loss_mask_depends_on_access_order(megatron_gpt_dataset, workdir):
+    """Why the oracle drops megatron-core's mask cache before each sample: served first, a
+    padded partial sample leaves its zeros in the cached loss mask of every later sample.
+    Ours gives each sample its own mask whatever the order."""
+    prefix = os.path.join(workdir, "eods")
+    with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
+        writer.add_document(np.array([3, 3, 3]), [3])
+    kw = dict(
+        random_seed=0,
+        sequence_length=2,
+        add_extra_token_to_sequence=False,
+        drop_last_partial_validation_sequence=False,
+        **FLAG_SETS["plain"],
+    )
+    ours = ours_dataset(prefix, None, "valid", eod=3, **kw)
+    full = [i for i in range(len(ours)) if ours[i]["tokens"].tolist() == [3, 3]]
+    partial = [i for i in range(len(ours)) if ours[i]["tokens"].tolist() == [3, 0]]
+    assert len(full) == len(partial) == 1
+    assert ours[full[0]]["loss_mask"].tolist() == [1.0, 0.0]
+    assert ours[partial[0]]["loss_mask"].tolist() == [0.0, 0.0]
+    fresh_first = megatron_gpt_dataset(prefix, None, "valid", workdir, eod=3, **kw)
+    assert fresh_first[full[0]]["loss_mask"].tolist() == [1.0, 0.0]
+    padded_first = megatron_gpt_dataset(prefix, None, "valid", workdir, eod=3, **kw)
+    padded_first[partial[0]]
+    assert padded_first[full[0]]["loss_mask"].tolist() == [0.0, 0.0]  # megatron's stale mask
