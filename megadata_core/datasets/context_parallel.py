@@ -20,6 +20,9 @@ from megadata_core.errors import DataError
 
 __all__ = ["context_parallel_slice", "context_parallel_positions"]
 
+# Keys that always have a sequence axis: a 1-D one is an unbatched sample, an error.
+SEQUENCE_KEYS = frozenset(["tokens", "labels", "loss_mask", "position_ids", "attention_mask"])
+
 
 def context_parallel_positions(sequence_length: int, cp_rank: int, cp_size: int) -> np.ndarray:
     """Sequence positions kept by ``cp_rank``: int64 ``[sequence_length // cp_size]``.
@@ -58,7 +61,9 @@ def context_parallel_slice(
     arrays (``tokens``, ``labels``, ``loss_mask``, ``position_ids``; int or float, any
     dtype, kept), axis 2 for ``attention_mask`` ``[B, 1, S, S]`` — only the query axis, as
     Megatron (the key axis keeps all ``S`` positions, so the result is
-    ``[B, 1, S/cp_size, S]``). ``None`` values pass through, as in Megatron.
+    ``[B, 1, S/cp_size, S]``). ``None`` values pass through, as in Megatron, and so do
+    per-sample values without a sequence axis (``[B]`` arrays such as a blend's
+    ``dataset_id``, and scalars; not the keys of :data:`SEQUENCE_KEYS`).
 
     Unlike Megatron, which replaces the tensors of the dict it is given, this returns a
     new dict and leaves ``batch`` alone. With ``cp_size == 1`` ``batch`` itself is
@@ -75,8 +80,8 @@ def context_parallel_slice(
         (new arrays, a gather of the two chunks).
 
     Raises:
-        DataError: bad ``cp_rank``/``cp_size``, an array without a sequence axis, or
-            ``S`` not divisible by ``2·cp_size`` (naming the key).
+        DataError: bad ``cp_rank``/``cp_size``, a key of :data:`SEQUENCE_KEYS` without
+            its sequence axis, or ``S`` not divisible by ``2·cp_size`` (naming the key).
     """
     context_parallel_positions(0, cp_rank, cp_size)  # validates cp_rank and cp_size
     if not isinstance(batch, Mapping):
@@ -92,6 +97,9 @@ def context_parallel_slice(
             continue
         array = np.asarray(value)
         axis = 2 if key == "attention_mask" else 1
+        if array.ndim <= 1 and key not in SEQUENCE_KEYS:  # [B] or scalar: per sample
+            out[key] = value
+            continue
         if array.ndim <= axis:
             raise DataError(f"batch[{key!r}]: shape {array.shape} has no sequence axis {axis}")
         length = array.shape[axis]

@@ -124,3 +124,34 @@ def test_matches_megatron_core(monkeypatch, cp_size):
         got = mdc.context_parallel_slice(batch, rank, cp_size)
         for key in batch:
             np.testing.assert_array_equal(got[key], want[key].numpy())
+
+
+def test_per_sample_keys_pass_through():
+    """A blend's batch carries dataset_id [B]; [B] arrays and scalars are not cut."""
+    batch = _batch(b=3, s=8)
+    batch["dataset_id"] = np.array([0, 2, 1], dtype=np.int16)
+    batch["weight"] = np.float32(0.5)
+    out = mdc.context_parallel_slice(batch, 1, 2)
+    assert out["dataset_id"] is batch["dataset_id"]
+    assert out["weight"] is batch["weight"]
+    assert out["tokens"].shape == (3, 4)
+
+
+def test_blended_batch_slices(tmp_path):
+    """The case reported: a BlendedDataset batch through context_parallel_slice."""
+    prefixes = []
+    for k in range(2):
+        prefix = str(tmp_path / f"corpus{k}")
+        with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
+            writer.add_document(np.arange(200) % 50, [200])
+        prefixes.append(prefix)
+    config = mdc.GPTDataConfig(
+        random_seed=1, sequence_length=8, eod_id=0, split="1,0,0",
+        blend=(prefixes, [0.5, 0.5]),
+    )
+    train, _, _ = mdc.build_datasets(config, [16, None, None])
+    batch = train.__getitems__([0, 1, 2, 3])
+    assert batch["dataset_id"].shape == (4,)
+    out = mdc.context_parallel_slice(batch, 0, 2)
+    np.testing.assert_array_equal(out["dataset_id"], batch["dataset_id"])
+    np.testing.assert_array_equal(out["tokens"], batch["tokens"][:, [0, 1, 6, 7]])
