@@ -63,8 +63,9 @@ def _weight(item: str) -> float | None:
 def blend_from_list(value: str | Sequence[str] | None, field: str = "data_path") -> Blend | None:
     """Megatron's ``get_blend_from_list``: ``[w1, p1, w2, p2, ...]`` or ``[p1, p2, ...]``.
 
-    An odd number of items is a list of prefixes; an even number is read as weight,
-    prefix pairs when every weight item parses as a float, as prefixes when none does.
+    An even number of items is read as weight, prefix pairs when every weight item parses
+    as a float; otherwise the items are prefixes, and none may parse as a number (Megatron
+    would open ``"0.5"`` of ``"0.5 /a /b"`` as a prefix and fail much later).
 
     Args:
         value: a data-path string (split on whitespace) or a list of items.
@@ -76,18 +77,24 @@ def blend_from_list(value: str | Sequence[str] | None, field: str = "data_path")
     if value is None:
         return None
     items = _items(value, field)
-    if len(items) % 2 == 1:
-        return items, None
-    weights = [_weight(item) for item in items[0::2]]
-    missing = [item for item, weight in zip(items[0::2], weights) if weight is None]
-    if not missing:
-        return items[1::2], weights
-    if len(missing) == len(weights):
-        return items, None
-    raise DataError(
-        f"{field}: {missing[0]!r} is not a weight, but other items are: give a weight before "
-        f"every prefix or none at all ({' '.join(items)!r})"
-    )
+    if len(items) % 2 == 0:
+        weights = [_weight(item) for item in items[0::2]]
+        missing = [item for item, weight in zip(items[0::2], weights) if weight is None]
+        if not missing:
+            return items[1::2], weights
+        if len(missing) < len(weights):
+            raise DataError(
+                f"{field}: {missing[0]!r} is not a weight, but other items are: give a weight "
+                f"before every prefix or none at all ({' '.join(items)!r})"
+            )
+    numbers = [item for item in items if _weight(item) is not None]
+    if numbers:  # "0.5 /a /b", "/a 0.5 /b": a weight without its pair, not a prefix
+        raise DataError(
+            f"{field}: {numbers[0]!r} looks like a weight, but the items do not pair up as "
+            f"weight, prefix ({' '.join(items)!r}): give a weight before every prefix or none "
+            f"at all (write a prefix named like a number as ./{numbers[0]})"
+        )
+    return items, None
 
 
 def read_data_args(path: str | os.PathLike, field: str = "data_args_path") -> list[str]:

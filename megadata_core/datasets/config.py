@@ -60,7 +60,10 @@ def _blend(field: str, value: object) -> tuple | None:
         raise DataError(f"{field}: prefixes {prefixes!r} must be a non-empty list of paths")
     prefixes = tuple(os.fspath(prefix) for prefix in prefixes)
     if weights is not None:
-        weights = tuple(float(weight) for weight in weights)
+        try:
+            weights = tuple(float(weight) for weight in weights)
+        except (TypeError, ValueError):
+            raise DataError(f"{field}: weights {weights!r} must be numbers") from None
         if len(weights) != len(prefixes):
             raise DataError(
                 f"{field}: {len(prefixes)} prefixes but {len(weights)} weights ({weights!r})"

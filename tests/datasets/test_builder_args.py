@@ -53,6 +53,15 @@ def test_mixed_weights_raise():
         blend_from_list("   ")
 
 
+@pytest.mark.parametrize("items", ["0.5 /a /b", "/a 0.5 /b", "/a /b 7", "/a 0.3 /b 0.7", "1"])
+def test_a_weight_without_its_pair_raises(items):
+    """Megatron reads these as prefixes ("0.5" among them) and fails at open time."""
+    with pytest.raises(mdc.DataError, match="data_path: '[0-9.]+' looks like a weight"):
+        blend_from_list(items)
+    assert blend_from_list(items.replace("0.", "./0.").replace(" 7", " ./7")
+                           .replace("1", "./1"))[1] is None
+
+
 def test_data_path_default_split():
     fields = blend_from_args(data_path="0.3 /a 0.7 /b")
     assert fields == {"blend": (["/a", "/b"], [0.3, 0.7]), "blend_per_split": None,

@@ -76,6 +76,11 @@ def test_blend_is_normalized():
         ({"blend": (["a"], None), "split": "1", "blend_per_split": [(["a"], None), None, None]},
          "blend"),
         ({"blend_per_split": [(["a"], None)]}, "blend_per_split"),
+        ({"blend": (["/a"], ["abc"]), "split": "1,0,0"}, r"blend: weights \['abc'\] must be numbers"),
+        ({"blend": (["/a"], [None]), "split": "1,0,0"}, "blend: weights"),
+        ({"blend": "0.5 /a /b", "split": "1,0,0"}, "blend: '0.5' looks like a weight"),
+        ({"blend": "/a 0.5 /b", "split": "1,0,0"}, "blend: '0.5' looks like a weight"),
+        ({"blend_per_split": ["/a 2 /b 3", None, None]}, r"blend_per_split\[train\]: '2'"),
     ],
 )  # fmt: skip
 def test_bad_values_name_the_field(changes, field):
