@@ -56,6 +56,11 @@ class MockGPTLowLevelDataset:
             raise DataError(f"vocab_size: {self.vocab_size} must be >= 1")
         if self.documents < 1:
             raise DataError(f"documents: {self.documents} must be >= 1")
+        if not 0 <= self.eod_id < self.vocab_size:
+            raise DataError(
+                f"eod_id: {self.eod_id} is not a token of vocab_size {self.vocab_size} "
+                f"(ids 0..{self.vocab_size - 1})"
+            )
         info = np.iinfo(np.int32)
         fits = self.vocab_size - 1 <= info.max and info.min <= self.eod_id <= info.max
         self.dtype = np.dtype(np.int32 if fits else np.int64)

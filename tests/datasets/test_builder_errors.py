@@ -61,6 +61,13 @@ def test_mock_needs_vocab_and_eod():
                        mock=True, vocab_size=10)
 
 
+@pytest.mark.parametrize("eod_id", [500, 100, -1])
+def test_mock_eod_outside_the_vocabulary(eod_id):
+    config = mdc.GPTDataConfig(random_seed=1, sequence_length=8, eod_id=eod_id)
+    with pytest.raises(mdc.DataError, match=f"eod_id: {eod_id} is not a token of vocab_size 100"):
+        build_datasets(config, [1, 1, 1], mock=True, vocab_size=100)
+
+
 def test_both_blend_and_blend_per_split(corpora):
     with pytest.raises(mdc.DataError, match="blend: blend and blend_per_split"):
         ours_config(random_seed=1, sequence_length=8, blend=(corpora, None),

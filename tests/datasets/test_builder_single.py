@@ -77,11 +77,11 @@ def test_mock_matches_megatron():
 
 
 def test_mock_corpus_documents():
-    corpus = MockGPTLowLevelDataset(vocab_size=7, eod_id=99, documents=50)
+    corpus = MockGPTLowLevelDataset(vocab_size=7, eod_id=6, documents=50)
     assert len(corpus) == 50
     assert corpus.sequence_lengths.dtype == np.int32
     length = int(corpus.sequence_lengths[3])
-    expected = np.append((np.arange(length - 1) + 1) % 7, 99)
+    expected = np.append((np.arange(length - 1) + 1) % 7, 6)
     np.testing.assert_array_equal(corpus[3], expected)
     np.testing.assert_array_equal(corpus.get(3, 2, 4), expected[2:6])
     stream = corpus.read_bytes(int(corpus.sequence_pointers[2]), int(corpus.sequence_lengths[2:4]
