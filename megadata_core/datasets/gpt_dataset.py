@@ -392,6 +392,9 @@ class GPTDataset:
         )
         if self._flat is None:
             self._flat = reading.flat_tokens(self.indexed)
+        check_bin = getattr(self.indexed, "check_bin", None)  # mock data has no file
+        if check_bin is not None:
+            check_bin()  # a .bin truncated under us: DataError, not SIGBUS
         width = self.config.sequence_length + self._extra
         return reading.gather_tokens(
             self.indexed,

@@ -33,15 +33,19 @@ def bin_path_of(path_prefix: str) -> str:
 READ_IDX_BELOW = 1 << 16
 
 
-def _local_file_size(path: str, what: str) -> int:
-    """The size of a regular file (one ``stat``); DataError naming it otherwise."""
+def _local_file_stat(path: str, what: str) -> os.stat_result:
+    """``stat`` of a regular file; DataError naming it otherwise."""
     try:
         info = os.stat(path)
     except FileNotFoundError as error:
         raise DataError(f"{path}: {what} file not found") from error
     if not stat.S_ISREG(info.st_mode):
         raise DataError(f"{path}: {what} path is not a regular file")
-    return info.st_size
+    return info
+
+
+def _identity(info: os.stat_result) -> tuple[int, int]:
+    return info.st_dev, info.st_ino
 
 
 class IndexedDataset:
@@ -91,12 +95,15 @@ class IndexedDataset:
         self._bin_source: ByteSource | None = None
         self._bin_map: np.ndarray | None = None
         self._bin_file: str | None = None  # a local .bin memory-mapped at its first read
+        self._bin_identity: tuple[int, int] | None = None  # (st_dev, st_ino) of a local .bin
         self._idx_bytes: bytes | None = None
         if is_local(self.path_prefix):
             idx_file = local_path(self.idx_path)
             bin_file = local_path(self.bin_path)
-            idx_size = _local_file_size(idx_file, ".idx")
-            bin_size = _local_file_size(bin_file, ".bin")
+            idx_size = _local_file_stat(idx_file, ".idx").st_size
+            bin_stat = _local_file_stat(bin_file, ".bin")
+            bin_size = bin_stat.st_size
+            self._bin_identity = _identity(bin_stat)
             if 0 < idx_size <= read_below:
                 idx_source = LocalFileSource(idx_file)
                 try:
@@ -137,6 +144,7 @@ class IndexedDataset:
         if bin_size is None:
             bin_size = _remote_bin_size(self._bin_source, self._data_end(), self.bin_path)
         self._bin_size = bin_size
+        self._bin_needed = self._data_end()
         self.validated = False
         if validate:
             self.validate()
@@ -169,10 +177,43 @@ class IndexedDataset:
         (pread, remote or empty .bin)."""
         if self._bin_map is None and self._bin_file is not None:
             try:
-                self._bin_map = np.memmap(self._bin_file, dtype=np.uint8, mode="r")
+                with open(self._bin_file, "rb") as stream:
+                    self._check_bin_stat(os.fstat(stream.fileno()))
+                    self._bin_map = np.memmap(stream, dtype=np.uint8, mode="r")
             except (OSError, ValueError) as error:
                 raise DataError(f"{self._bin_file}: cannot map the .bin ({error})") from error
         return self._bin_map
+
+    def _check_bin_stat(self, info: os.stat_result) -> None:
+        """DataError unless ``info`` is the .bin this index was opened with, holding at
+        least the bytes the index points to."""
+        if _identity(info) != self._bin_identity:
+            raise DataError(
+                f"{self.bin_path}: the .bin was replaced since its index was opened; "
+                f"reopen the dataset"
+            )
+        if info.st_size < self._bin_needed:
+            raise DataError(
+                f"{self.bin_path}: the .bin is now {info.st_size} bytes but its index "
+                f"points to {self._bin_needed} (truncated since it was opened)"
+            )
+
+    def check_bin(self) -> None:
+        """Raise DataError when a local .bin read through a memory map no longer holds
+        the bytes its index points to (truncated since open). One ``stat``; callers
+        check once per batch. A .bin replaced by another file (``os.replace``) is fine
+        once mapped: the map keeps the old file. Reading a mapped file that another
+        process truncates *during* the read can still fault (SIGBUS): inherent to mmap;
+        ``mmap=False`` (pread) turns that into a DataError instead.
+        """
+        if self._bin_map is None:
+            return  # not mapped yet: mapping checks; pread reads check their length
+        try:
+            info = os.stat(self._bin_file)
+        except OSError:
+            return  # removed or renamed: the map still holds the old file
+        if _identity(info) == self._bin_identity:
+            self._check_bin_stat(info)
 
     def _open_remote_idx(self) -> tuple[idx_layout.IdxHeader, np.ndarray]:
         """Header and bytes of a remote .idx: memory-mapped from the source's local copy
@@ -211,6 +252,7 @@ class IndexedDataset:
         nbytes = count * self.dtype.itemsize
         mapped = self._mapped_bin()
         if mapped is not None:
+            self.check_bin()
             return np.frombuffer(mapped, dtype=self.dtype, count=count, offset=byte_offset)
         return np.frombuffer(self._bin_source.read(byte_offset, nbytes), dtype=self.dtype)
 
