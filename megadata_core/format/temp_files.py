@@ -120,7 +120,7 @@ def remove_stale(directory: str, labels: Iterable[str]) -> list[str]:
             continue
         try:
             if entry.is_dir(follow_symlinks=False):
-                _remove_tree(entry.path)
+                remove_tree(entry.path)
             else:
                 os.unlink(entry.path)
         except FileNotFoundError:  # another cleaner was first
@@ -131,7 +131,7 @@ def remove_stale(directory: str, labels: Iterable[str]) -> list[str]:
     return removed
 
 
-def _remove_tree(path: str) -> None:
+def remove_tree(path: str) -> None:
     """``shutil.rmtree`` that tolerates a second cleaner removing the same tree."""
     for attempt in range(3):
         try:

@@ -19,7 +19,7 @@ import collections
 import contextlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -27,10 +27,10 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.format import IndexedDatasetWriter, merge_datasets, optimal_dtype
-from megadata_core.format.reader import bin_path_of, idx_path_of
-from megadata_core.preprocess.encoding import MAX_EXAMPLES
+from megadata_core.preprocess.encoding import MAX_EXAMPLES, TokenizedChunk
+from megadata_core.preprocess.outputs import Staging, write_documents
 from megadata_core.preprocess.pool import tokenized_in_order
-from megadata_core.preprocess.reading import count_lines, open_input, read_chunks
+from megadata_core.preprocess.reading import Chunk, count_lines, open_input, read_chunks
 from megadata_core.preprocess.tokenizers import Tokenizer
 
 
@@ -64,12 +64,6 @@ def document_prefix(output_prefix: str, key: str) -> str:
     return f"{output_prefix}_{key}_document"
 
 
-def _remove_pair(prefix: str) -> None:
-    for path in (bin_path_of(prefix), idx_path_of(prefix)):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
-
-
 def _validate(
     inputs: Sequence[str],
     output_prefix: str,
@@ -99,9 +93,6 @@ def _validate(
             raise DataError(f"{name}: {value!r} must be an integer >= 1")
     if not isinstance(chunk_lines, int) or chunk_lines < 1:
         raise DataError(f"chunk_lines: {chunk_lines!r} must be an integer >= 1")
-    directory = os.path.dirname(os.path.abspath(os.fspath(output_prefix)))
-    if not os.path.isdir(directory):
-        raise DataError(f"output_prefix: directory {directory} does not exist")
     return paths, keys
 
 
@@ -128,13 +119,63 @@ def preprocess_jsonl(
     each worker process calls it once. Tokens are stored as
     ``optimal_dtype(tokenizer.vocab_size)``. With ``partitions`` K > 1 the documents
     are cut into K contiguous shards by input line (one extra read of the inputs
-    counts them), written as ``{output_prefix}_{k}_{key}_document`` and merged;
-    the shards are removed unless ``keep_partitions``. ``progress(documents, bytes)``
-    gets running totals after each chunk. On any error no output file is left.
+    counts them), written as shards and merged; ``keep_partitions`` keeps the shards
+    as ``{output_prefix}_{k}_{key}_document``. ``progress(documents, bytes)`` gets
+    running totals after each chunk.
+
+    All work happens in a hidden directory beside the outputs (``outputs.Staging``);
+    finished corpora get their final names only at the end, so on any error, or
+    after a kill, nothing corpus-like is left (a killed run's directory is removed
+    by the next run for the same ``output_prefix``). An output directory that cannot
+    be written is a DataError before any tokenizing.
     """
     paths, keys = _validate(inputs, output_prefix, json_keys, workers, partitions, chunk_lines)
     output_prefix = os.fspath(output_prefix)
     started = time.perf_counter()
+    finals = {key: document_prefix(output_prefix, key) for key in keys}
+    shard_names = [f"{output_prefix}_{k}" for k in range(partitions)] if partitions > 1 else []
+    shards = {key: [document_prefix(name, key) for name in shard_names] for key in keys}
+    with Staging(output_prefix, [*finals.values(), *sum(shards.values(), [])]) as staging:
+        tokenizer = _make_tokenizer(tokenizer_factory, append_eod)
+        dtype = np.dtype(optimal_dtype(int(tokenizer.vocab_size)))
+        if partitions == 1:
+            shard_starts = [0]
+            shard_prefixes = [{key: staging.staged(finals[key]) for key in keys}]
+        else:
+            total_lines = sum(count_lines(path, open_binary) for path in paths)
+            shard_starts = [k * total_lines // partitions for k in range(partitions)]
+            shard_prefixes = [
+                {key: staging.staged(shards[key][k]) for key in keys} for k in range(partitions)
+            ]
+        counts = _Counts(keys)
+        options = (keys, bool(append_eod), dtype, bool(skip_bad_lines))
+        chunks = read_chunks(paths, open_binary, shard_starts, chunk_lines, chunk_bytes=1 << 22)
+        with contextlib.closing(chunks), tokenized_in_order(
+            chunks, tokenizer, tokenizer_factory, options, workers, start_method
+        ) as results:
+            _write_shards(results, shard_prefixes, dtype, counts, progress)
+        if partitions > 1:
+            for key in keys:
+                merge_datasets([staging.staged(shard) for shard in shards[key]],
+                               staging.staged(finals[key]))
+        kept = shards if keep_partitions else {key: [] for key in keys}
+        staging.publish([*finals.values(), *sum(kept.values(), [])])
+    return PreprocessSummary(
+        documents=counts.documents,
+        tokens=sum(counts.tokens_per_key.values()),
+        tokens_per_key=counts.tokens_per_key,
+        bad_lines=sum(counts.bad.values()),
+        bad_line_kinds=dict(counts.bad),
+        bad_line_examples=counts.examples,
+        blank_lines=counts.blank,
+        bytes=counts.bytes,
+        seconds=time.perf_counter() - started,
+        output_prefixes=finals,
+        partition_prefixes=kept,
+    )
+
+
+def _make_tokenizer(tokenizer_factory: Callable[[], Tokenizer], append_eod: bool) -> Tokenizer:
     tokenizer = tokenizer_factory()
     if not isinstance(tokenizer, Tokenizer):
         raise DataError(
@@ -147,97 +188,58 @@ def preprocess_jsonl(
             f"tokenizer {tokenizer!r}: eod_id {tokenizer.eod_id} does not fit the output dtype "
             f"{dtype} chosen for vocab_size {tokenizer.vocab_size}"
         )
+    return tokenizer
 
-    if partitions == 1:
-        shard_starts = [0]
-        shard_names = [output_prefix]
-    else:
-        total_lines = sum(count_lines(path, open_binary) for path in paths)
-        shard_starts = [k * total_lines // partitions for k in range(partitions)]
-        shard_names = [f"{output_prefix}_{k}" for k in range(partitions)]
 
-    finals = {key: document_prefix(output_prefix, key) for key in keys}
-    writers: dict[str, IndexedDatasetWriter] = {}
-    created: list[str] = []  # prefixes this call finalized, removed again on failure
-    documents = blank = total_bytes = 0
-    tokens_per_key = dict.fromkeys(keys, 0)
-    bad: collections.Counter[str] = collections.Counter()
-    examples: list[str] = []
+class _Counts:
+    """Running totals of a run."""
 
-    def open_shard(shard: int) -> None:
-        for key in keys:
-            prefix = document_prefix(shard_names[shard], key)
-            writers[key] = IndexedDatasetWriter(prefix, dtype)
+    def __init__(self, keys: Sequence[str]) -> None:
+        self.documents = self.blank = self.bytes = 0
+        self.tokens_per_key = dict.fromkeys(keys, 0)
+        self.bad: collections.Counter[str] = collections.Counter()
+        self.examples: list[str] = []
 
-    def close_shard() -> None:
-        for key in keys:
-            writer = writers.pop(key)
-            writer.finalize()
-            created.append(writer.path_prefix)
+    def add(self, chunk: Chunk, result: TokenizedChunk) -> None:
+        for key, tokens in result.tokens.items():
+            self.tokens_per_key[key] += int(tokens.size)
+        self.documents += result.documents
+        self.blank += result.blank_lines
+        self.bytes += chunk.nbytes
+        self.bad.update(result.bad_lines)
+        self.examples.extend(result.bad_examples[: MAX_EXAMPLES - len(self.examples)])
 
-    options = (keys, bool(append_eod), dtype, bool(skip_bad_lines))
-    chunks = read_chunks(paths, open_binary, shard_starts, chunk_lines, chunk_bytes=1 << 22)
-    try:
-        current = 0
-        open_shard(0)
-        with tokenized_in_order(
-            chunks, tokenizer, tokenizer_factory, options, workers, start_method
-        ) as results:
-            for chunk, result in results:
-                while current < chunk.shard:
-                    close_shard()
-                    current += 1
-                    open_shard(current)
-                for key in keys:
-                    _write_documents(writers[key], result.tokens[key], result.lengths[key])
-                    tokens_per_key[key] += int(result.tokens[key].size)
-                documents += result.documents
-                blank += result.blank_lines
-                total_bytes += chunk.nbytes
-                bad.update(result.bad_lines)
-                examples.extend(result.bad_examples[: MAX_EXAMPLES - len(examples)])
-                if progress is not None:
-                    progress(documents, total_bytes)
-        close_shard()
-        while current < partitions - 1:  # shards past the last line are empty
-            current += 1
-            open_shard(current)
-            close_shard()
-        kept: dict[str, list[str]] = {key: [] for key in keys}
-        if partitions > 1:
-            for key in keys:
-                shards = [document_prefix(name, key) for name in shard_names]
-                merge_datasets(shards, finals[key])
-                created.append(finals[key])
-                if keep_partitions:
-                    kept[key] = shards
-                else:
-                    for shard in shards:
-                        _remove_pair(shard)
-    except BaseException:
-        chunks.close()
+
+def _write_shards(
+    results: Iterator[tuple[Chunk, TokenizedChunk]],
+    shard_prefixes: Sequence[dict[str, str]],
+    dtype: np.dtype,
+    counts: _Counts,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """Write each shard's documents to its corpora (one per key), shard after shard."""
+    current = 0
+    with contextlib.ExitStack() as stack:  # aborts the open writers on error
+        writers = {
+            key: stack.enter_context(IndexedDatasetWriter(prefix, dtype))
+            for key, prefix in shard_prefixes[0].items()
+        }
+        for chunk, result in results:
+            while current < chunk.shard:
+                for writer in writers.values():
+                    writer.finalize()
+                current += 1
+                writers = {
+                    key: stack.enter_context(IndexedDatasetWriter(prefix, dtype))
+                    for key, prefix in shard_prefixes[current].items()
+                }
+            for key, writer in writers.items():
+                write_documents(writer, result.tokens[key], result.lengths[key])
+            counts.add(chunk, result)
+            if progress is not None:
+                progress(counts.documents, counts.bytes)
         for writer in writers.values():
-            writer.abort()
-        for prefix in created:
-            _remove_pair(prefix)
-        raise
-    return PreprocessSummary(
-        documents=documents,
-        tokens=sum(tokens_per_key.values()),
-        tokens_per_key=tokens_per_key,
-        bad_lines=sum(bad.values()),
-        bad_line_kinds=dict(bad),
-        bad_line_examples=examples,
-        blank_lines=blank,
-        bytes=total_bytes,
-        seconds=time.perf_counter() - started,
-        output_prefixes=finals,
-        partition_prefixes=kept,
-    )
-
-
-def _write_documents(writer: IndexedDatasetWriter, tokens: np.ndarray, lengths: np.ndarray) -> None:
-    """One single-sequence document per entry of ``lengths`` (0: zero sequences)."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    nonempty = lengths > 0
-    writer.add_documents(tokens, lengths[nonempty], nonempty.astype(np.int64))
+            writer.finalize()
+        for prefixes in shard_prefixes[current + 1 :]:  # shards past the last line are empty
+            for prefix in prefixes.values():
+                IndexedDatasetWriter(prefix, dtype).finalize()
