@@ -226,3 +226,37 @@ def test_cli_output_name_too_long_is_one_line_error(tmp_path, write_jsonl):
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: output_prefix: file name 'ooo")
     assert sorted(os.listdir(tmp_path)) == ["in.jsonl"]
+
+
+def test_zst_input_without_zstandard_names_file_and_extra(tmp_path, write_jsonl, load_tool,
+                                                          monkeypatch):
+    zst = write_jsonl("in.jsonl.zst", [{"text": "x"}])
+    tool = load_tool("preprocess_data")
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # import zstandard now fails
+    message = rf"{zst}: reading \.zst input needs the zstandard package.*megadata\[cli\]"
+    with pytest.raises(DataError, match=message):
+        tool.require_zstandard(zst)
+    with pytest.raises(DataError, match=message):
+        preprocess_jsonl([zst], str(tmp_path / "o"), ByteTokenizer, open_binary=tool.open_binary)
+    assert os.listdir(tmp_path) == ["in.jsonl.zst"]
+
+
+def test_cli_zst_input_without_zstandard_is_one_line_error(tmp_path, write_jsonl):
+    zst = write_jsonl("in.jsonl.zst", [{"text": "x"}])
+    plain = write_jsonl("in.jsonl", [{"text": "x"}])
+    without_zstandard = (
+        "import runpy, sys; sys.modules['zstandard'] = None; "
+        "sys.argv = ['preprocess_data.py'] + sys.argv[1:]; "
+        f"runpy.run_path({str(REPO / 'tools' / 'preprocess_data.py')!r}, run_name='__main__')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", without_zstandard, f"--input={plain},{zst}",
+         f"--output_prefix={tmp_path}/o"],
+        capture_output=True, text=True, cwd=REPO, timeout=120, env=TOOL_ENV,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: {zst}: reading .zst input needs the zstandard package; install it with "
+        "pip install 'megadata[cli]' (or pip install zstandard)"
+    ]
+    assert sorted(os.listdir(tmp_path)) == ["in.jsonl", "in.jsonl.zst"]
