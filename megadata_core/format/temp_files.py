@@ -2,8 +2,10 @@
 
 Every temporary path is ``{directory}/.{label}.{pid}@{host}.{random}.tmp``: ``label``
 says what it becomes (``corpus.bin``, ``K-P-sample_index.npy``), ``pid@host`` who writes
-it. ``host`` is the host name plus the id of the writer's pid namespace, so two
-containers that share a host name but not their pids count as different hosts.
+it. ``host`` is the host name plus a short hash of the kernel's boot id and the
+writer's pid namespace: two machines that share a host name, two containers that
+share one but not their pids, and the same machine after a reboot all count as
+different hosts (so a reboot's leftovers are left for a person to remove).
 
 :func:`remove_stale` deletes the temporaries of given labels whose writer is dead:
 written on this host (same pid namespace) by a pid that no longer exists
@@ -36,9 +38,12 @@ _NAME = re.compile(
 def _host() -> str:
     name = re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname())[:40] or "localhost"
     try:
-        return f"{name}~{os.stat('/proc/self/ns/pid').st_ino}"
+        with open("/proc/sys/kernel/random/boot_id", "rb") as stream:
+            boot = stream.read().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
     except OSError:  # no procfs (macOS): the host name alone
         return name
+    return f"{name}~{hashlib.sha256(boot + b'/%d' % namespace).hexdigest()[:8]}"
 
 
 def _label(label: str) -> str:

@@ -126,6 +126,9 @@ def test_keep_partitions_get_their_names_only_at_the_end(tmp_path, write_jsonl):
     )
     assert summary.partition_prefixes["text"] == [str(out / f"o_{k}_text_document")
                                                   for k in range(2)]
+    mask = os.umask(0)
+    os.umask(mask)
+    assert {os.stat(out / name).st_mode & 0o777 for name in os.listdir(out)} == {0o666 & ~mask}
 
 
 def _no_tokenizing():
@@ -217,6 +220,21 @@ def test_cli_unwritable_output_directory_as_another_user(write_jsonl):
         assert sorted(os.listdir(shared)) == ["in.jsonl"]
     finally:
         shutil.rmtree(shared)
+
+
+def test_merge_tool_unwritable_output_is_one_line_error(tmp_path, write_jsonl):
+    source = write_jsonl("in.jsonl", [{"text": "x"}])
+    corpus = preprocess_jsonl([source], str(tmp_path / "c"), ByteTokenizer).output_prefixes["text"]
+    if not os.path.isdir("/sys") or _can_create_in("/sys"):
+        pytest.skip("no /sys that refuses new files")
+    result = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "merge_datasets.py"), f"--input={corpus}",
+         "--output_prefix=/sys/megadata_merged"],
+        capture_output=True, text=True, cwd=REPO, timeout=120, env=TOOL_ENV,
+    )
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: /sys/megadata_merged: cannot write in output directory /sys: ")
 
 
 def test_cli_output_name_too_long_is_one_line_error(tmp_path, write_jsonl):
