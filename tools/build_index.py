@@ -1,4 +1,4 @@
-"""Build every split's GPT indices into the cache ahead of training (Megatron's
+r"""Build every split's GPT indices into the cache ahead of training (Megatron's
 ``prepare_cache.py``), then print what each split holds.
 
     python tools/build_index.py --config=configs/weighted_blend.py \
@@ -19,6 +19,7 @@ import sys
 import time
 
 import numpy as np
+import tool_main
 from absl import app, flags
 from data_config import BLEND_FIELDS, SIZE_FIELDS, to_gpt_config
 from ml_collections import config_flags
@@ -156,4 +157,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    tool_main.run(main)

@@ -24,7 +24,8 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     ).strip()
 
 import numpy as np
-from absl import app, flags
+import tool_main
+from absl import flags
 from make_demo_corpus import build_demo_corpus
 
 import megadata_core as mdc
@@ -154,4 +155,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    tool_main.run(main)
