@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -30,6 +31,7 @@ def test_demo_runs(tmp_path):
         text=True,
         timeout=300,
         cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout's packages
     )
     assert result.returncode == 0, result.stderr
     assert "[4/4]" in result.stdout and "samples/s" in result.stdout
