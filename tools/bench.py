@@ -5,6 +5,17 @@ Usage::
     python tools/bench.py format                            # full run (~4 min, 2 cores)
     python tools/bench.py format --scale 0.01 --repeats 1   # smoke run (seconds)
 
+Suites (the first positional argument; ``--only`` picks items within one):
+
+    format   writer documents/s, finalize of 10M sequences, many-part merge RSS,
+             preprocessing documents/s
+    gpt      train-index build for 10M documents (time, peak RSS), batched reads
+             against megatron-core's __getitem__ loop and a raw copy, cache-hit load
+    builder  build_datasets of many-prefix blends, cold and warm (cache bundle)
+    blend    blend indices: Megatron's order and the balanced one, several weightings
+    loaders  Grain, torch and JAX adapter paths against the core's raw batched read
+    cloud    shuffled batches from local S3 / GCS servers, requests per batch
+
 The first positional argument names the suite; a suite is one function in
 ``SUITES`` that takes a :class:`Bench` and records rows. Every row is measured for
 ours and the peer (megatron-core) in the same process run, alternating which goes
@@ -34,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import tool_main
 from absl import app, flags
 from bench_blend import suite_blend
 from bench_builder import suite_builder
@@ -784,4 +796,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    tool_main.run(main)

@@ -24,7 +24,8 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     ).strip()
 
 import numpy as np
-from absl import app, flags
+import tool_main
+from absl import flags
 from make_demo_corpus import build_demo_corpus
 
 import megadata_core as mdc
@@ -48,11 +49,14 @@ def _decode(tokens: np.ndarray, eod_id: int) -> str:
 
 
 def _tokenize(name: str, kind: str) -> str:
-    """Build one stdlib corpus (module sources or their docstrings) and tokenize it."""
+    """Build one stdlib corpus (module sources or their docstrings) and tokenize it; each
+    phase is timed on its own (reading and parsing the standard library is not tokenizing)."""
     jsonl = os.path.join(FLAGS.workdir, f"{name}.jsonl")
     start = time.perf_counter()
     documents = build_demo_corpus(jsonl, max_documents=FLAGS.max_documents, kind=kind)
+    built = time.perf_counter() - start
     size_mb = os.path.getsize(jsonl) / 1e6
+    start = time.perf_counter()
     summary = preprocess_jsonl(
         [jsonl],
         os.path.join(FLAGS.workdir, name),
@@ -60,18 +64,23 @@ def _tokenize(name: str, kind: str) -> str:
         append_eod=True,
         workers=FLAGS.workers,
     )
+    tokenized = time.perf_counter() - start
     prefix = summary.output_prefixes["text"]
     print(
-        f"      {name}: {documents} documents ({size_mb:.1f} MB of standard-library {kind}) "
-        f"-> {summary.tokens:,} tokens in {time.perf_counter() - start:.2f} s "
-        f"({summary.megabytes_per_second:.1f} MB/s tokenizing, {FLAGS.workers} workers) "
-        f"-> {prefix}.bin/.idx"
+        f"      {name}: {documents} documents of standard-library {kind}, {size_mb:.1f} MB of "
+        f"JSON lines, written in {built:.2f} s"
+    )
+    print(
+        f"      {'':{len(name)}}  tokenized in {tokenized:.2f} s "
+        f"({summary.bytes / 1e6 / tokenized:.1f} MB/s, {FLAGS.workers} workers) -> "
+        f"{summary.tokens:,} tokens in {prefix}.bin/.idx"
     )
     return prefix
 
 
 def main(argv: list[str]) -> None:
     del argv
+    started = time.perf_counter()
     os.makedirs(FLAGS.workdir, exist_ok=True)
     eod = ByteTokenizer.eod_id
     print("[1/4] corpora: real text from this Python's standard library, no download")
@@ -93,13 +102,16 @@ def main(argv: list[str]) -> None:
         eod_id=eod,
         create_attention_mask=False,
     )
+    cached = bool(os.path.isdir(config.path_to_cache) and os.listdir(config.path_to_cache))
     start = time.perf_counter()
     train, valid, _ = mdc.build_datasets(config, [FLAGS.train_samples, FLAGS.valid_samples, None])
+    elapsed = time.perf_counter() - start
     counts = np.bincount(np.asarray(train.dataset_index), minlength=2) / len(train)
     print(
         f"[3/4] blended train split: {len(train):,} samples of {FLAGS.sequence_length} tokens, "
         f"weights 0.7/0.3 requested, {counts[0]:.4f}/{counts[1]:.4f} realized; valid "
-        f"{len(valid):,} samples; indices built or loaded in {time.perf_counter() - start:.3f} s"
+        f"{len(valid):,} samples; indices {'loaded from' if cached else 'built into'} "
+        f"{config.path_to_cache} in {elapsed:.3f} s"
     )
     sample = train[0]
     text = _decode(sample["tokens"], eod)
@@ -116,8 +128,10 @@ def main(argv: list[str]) -> None:
     pipeline = grain_source.batched_dataset(
         train, micro_batch_size=FLAGS.batch_size, worker_count=FLAGS.grain_workers
     )
+    start = time.perf_counter()
     batches = iter(pipeline)
     first = next(batches)  # starts the worker processes
+    startup = time.perf_counter() - start
     half = FLAGS.batches // 2
     start = time.perf_counter()
     tokens = 0
@@ -131,27 +145,35 @@ def main(argv: list[str]) -> None:
     after = [next(batches)["tokens"] for _ in range(3)]
     print(
         f"[4/4] Grain ({FLAGS.grain_workers} workers, one core read per micro-batch) -> "
-        f"{jax.device_count()}-device mesh: {tokens / elapsed / 1e6:,.1f} M tokens/s "
-        f"({half * FLAGS.batch_size / elapsed:,.0f} samples/s); tokens {arrays['tokens'].shape} "
-        f"{arrays['tokens'].dtype} sharded {arrays['tokens'].sharding.spec}"
+        f"{jax.device_count()}-device mesh: first batch after {startup:.2f} s (starting the "
+        f"workers); then {half} batches in {elapsed:.2f} s: {tokens / elapsed / 1e6:,.1f} M "
+        f"tokens/s ({half * FLAGS.batch_size / elapsed:,.0f} samples/s); tokens "
+        f"{arrays['tokens'].shape} {arrays['tokens'].dtype} sharded "
+        f"{arrays['tokens'].sharding.spec}"
     )
     share = counts / counts.sum()
     print(f"      realized blend in the batches read: {share[0]:.3f}/{share[1]:.3f} (0.7/0.3)")
     print(f"      first batch, sample 0: {' '.join(_decode(first['tokens'][0], eod).split())[:90]}")
+    start = time.perf_counter()
     restored = iter(
         grain_source.batched_dataset(train, micro_batch_size=FLAGS.batch_size, worker_count=1)
     )
     restored.set_state(state)
     same = all(np.array_equal(next(restored)["tokens"], want) for want in after)
+    restoring = time.perf_counter() - start
+    start = time.perf_counter()
     for iterator in (batches, restored):  # stop the workers, free their shared memory
         iterator.close()
+    stopping = time.perf_counter() - start
     print(
         f"      checkpoint at {state['consumed_samples']:,} consumed samples, restored with "
-        f"1 worker instead of {FLAGS.grain_workers}: next 3 batches identical: {same}"
+        f"1 worker instead of {FLAGS.grain_workers}: next 3 batches identical: {same} "
+        f"(restore and 3 batches: {restoring:.2f} s; stopping the workers: {stopping:.2f} s)"
     )
+    print(f"done in {time.perf_counter() - started:.1f} s; outputs in {FLAGS.workdir}/")
     if not same:
         raise SystemExit("restored pipeline diverged")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    tool_main.run(main)

@@ -122,7 +122,7 @@ def _define_flags() -> None:
 
 
 if __name__ == "__main__":
-    from absl import app
+    import tool_main
 
     _define_flags()  # defined here only, so importing this module defines no flags
-    app.run(main)
+    tool_main.run(main)

@@ -14,6 +14,7 @@ import os
 import re
 import sys
 
+import tool_main
 from absl import app, flags
 
 from megadata_core import DataError, IndexedDataset, merge_datasets
@@ -75,4 +76,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    tool_main.run(main)

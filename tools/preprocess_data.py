@@ -18,6 +18,7 @@ import os
 import sys
 import time
 
+import tool_main
 from absl import app, flags
 
 from adapters.text_tokenizers import load_tokenizer
@@ -248,4 +249,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    tool_main.run(main)

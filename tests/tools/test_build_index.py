@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,16 +47,62 @@ def corpora(tmp_path):
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     command = [sys.executable, str(ROOT / "tools" / "build_index.py"), "--noprogress", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's megadata_core
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
 
 
 def test_dry_run_prints_the_plan_and_builds_nothing(corpora):
     root, config = corpora
     result = _run(f"--config={config}", "--dry_run")
     assert result.returncode == 0, result.stderr
-    assert "train: blend, 2,000 samples" in result.stdout
-    assert "weight 0.7000, 1,407 samples" in result.stdout  # ceil(ceil(2000*0.7)*1.005)
+    assert "train: 2,000 samples requested, 2,000 built, a blend of 2" in result.stdout
+    assert " 0.7000       1,407 " in result.stdout  # ceil(ceil(2000*0.7)*1.005) requested
+    assert "requested: samples asked of a dataset" in result.stdout
     assert not (root / "cache").exists()
+
+
+def _table(stdout: str) -> list[str]:
+    """The tables of a run: everything after the first line, without the blend shares
+    that only a build knows."""
+    lines = stdout.splitlines()[1:]
+    return [line for line in lines if not line.startswith("  realized shares")]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],  # weighted blend with split
+        ["--config.sequence_length=32", "--split=60,30,10"],
+        ["--data_path={root}/a {root}/b", "--split=90,8,2"],  # unweighted: one epoch each
+        ["--data_path={root}/a", "--split=90,8,2"],  # single prefix: whole epochs
+        ["--config.drop_last_partial_validation_sequence=False",
+         "--config.add_extra_token_to_sequence=False"],
+        ["--train_data_path=0.6 {root}/a 0.4 {root}/b",
+         "--valid_data_path={root}/a {root}/b", "--config.multiple_validation_sets=True"],
+    ],
+)
+def test_dry_run_prints_the_real_runs_tables(corpora, flags):
+    root, config = corpora
+    flags = [flag.format(root=root) for flag in flags]
+    dry = _run(f"--config={config}", "--dry_run", *flags)
+    assert dry.returncode == 0, dry.stderr
+    real = _run(f"--config={config}", *flags)
+    assert real.returncode == 0, real.stderr
+    assert _table(dry.stdout) == _table(real.stdout)
+    assert ("realized shares" in real.stdout) == ("a blend of" in real.stdout)
+
+
+def test_table_labels_requested_and_built(corpora):
+    root, config = corpora
+    result = _run(f"--config={config}", f"--data_path={root / 'a'}", "--split=90,8,2")
+    assert result.returncode == 0, result.stderr
+    header = next(line for line in result.stdout.splitlines() if line.startswith("train:"))
+    assert header.startswith("train: 2,000 samples requested, ")
+    built = int(header.split(", ")[1].split()[0].replace(",", ""))
+    assert built > 2000  # whole epochs
+    columns = result.stdout.splitlines()[3].split()
+    assert columns == ["prefix", "documents", "weight", "requested", "built", "epochs", "tokens"]
+    assert "built: a dataset holds whole epochs" in result.stdout
 
 
 def test_build_fills_the_cache_and_prints_tables(corpora):
@@ -64,7 +111,7 @@ def test_build_fills_the_cache_and_prints_tables(corpora):
     assert result.returncode == 0, result.stderr
     for split in ("train: 2,000 samples", "valid: 100 samples", "test: 50 samples"):
         assert split in result.stdout
-    assert "realized" in result.stdout and "0.7000" in result.stdout
+    assert "realized shares" in result.stdout and "0.7000" in result.stdout
     assert any(name.endswith(".npy") for name in (p.name for p in (root / "cache").iterdir()))
     again = _run(f"--config={config}", "--config.sequence_length=32")
     assert again.stdout.split("\n", 1)[1] == result.stdout.split("\n", 1)[1]
@@ -74,7 +121,8 @@ def test_megatron_flags_override_the_blend(corpora):
     root, config = corpora
     result = _run(f"--config={config}", f"--data_path={root / 'b'}", "--split=1", "--dry_run")
     assert result.returncode == 0, result.stderr
-    assert "train: single" in result.stdout and str(root / "a") not in result.stdout
+    assert "train: 2,000 samples requested" in result.stdout and "from 1 dataset" in result.stdout
+    assert str(root / "a") not in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -104,3 +152,17 @@ def test_shipped_configs_convert(name):
     assert isinstance(config, mdc.GPTDataConfig) and len(sizes) == 3
     assert (config.blend is None) != (config.blend_per_split is None)
     assert extras["mock"] is False
+
+
+def test_split_alone_splits_the_configs_own_blend(corpora):
+    root, config = corpora
+    result = _run(f"--config={config}", "--split=60,40,0", "--dry_run")
+    assert result.returncode == 0, result.stderr
+    assert str(root / "a")[-40:] in result.stdout and "test: not built" in result.stdout
+
+
+def test_a_config_without_data_is_one_line(corpora):
+    root, config = corpora
+    result = _run(f"--config={config}", "--config.data_path=", "--dry_run")
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
