@@ -328,3 +328,26 @@ def test_input_errors_on_a_hit_are_not_taken_for_damage(corpora, tmp_path):
         warnings.simplefilter("error")
         with pytest.raises(mdc.DataError, match="eod_id"):
             build_datasets(bad, [300, 30, 10])
+
+
+def test_an_index_out_of_range_in_a_bundle_names_the_bundle(corpora, tmp_path):
+    """A bundle written with a bad blend index (its checksums match: not damage on disk)
+    is a DataError naming the array and the bundle at read time, not an IndexError."""
+    import json
+
+    from megadata_core.indices import cache as index_cache
+
+    cache = str(tmp_path / "cache")
+    config = _config(corpora, cache)
+    build_datasets(config, [300, 30, 10])
+    (record,) = glob.glob(os.path.join(cache, "*-bundle-description.json"))
+    bundle = {name: np.array(np.load(glob.glob(os.path.join(cache, f"*-bundle-{name}.npy"))[0]))
+              for name in builder.BUNDLE_ARRAYS}
+    arrays = index_cache.unpack_arrays(bundle["table"], bundle["blob"])  # views of the copy
+    arrays[int(bundle["blends"][0])][3] = 99  # the train blend's dataset_index
+    description = json.load(open(record))["description"]
+    index_cache.save_cached(cache, description, builder.BUNDLE_SPLIT, bundle)
+    train = build_datasets(config, [300, 30, 10])[0]
+    with pytest.raises(mdc.DataError, match=r"dataset_index: .*99.*build bundle .*bundle-blob"):
+        train.__getitems__([0, 3])
+    train.__getitems__([0, 4])

@@ -54,8 +54,9 @@ def test_bytes_flipped_in_the_middle_of_a_cached_array_are_found(corpus, tmp_pat
         _assert_same_samples(dataset(corpus, cache_dir), dataset(corpus, None))
 
 
+@pytest.mark.parametrize("how", ["read_only", "writes_fail"])
 def test_damage_in_a_read_only_cache_is_a_data_error_naming_the_file(
-    corpus, tmp_path, monkeypatch
+    corpus, tmp_path, monkeypatch, how
 ):
     cache_dir = str(tmp_path / "cache")
     dataset(corpus, cache_dir)
@@ -65,6 +66,18 @@ def test_damage_in_a_read_only_cache_is_a_data_error_naming_the_file(
     def refuse(target, write):
         raise PermissionError(13, "Permission denied", target)
 
-    monkeypatch.setattr(cache, "_write_atomically", refuse)
-    with pytest.raises(mdc.DataError, match=os.path.basename(path)):
-        dataset(corpus, cache_dir)
+    if how == "read_only":  # seen before building: no warning, no build
+        real_access = os.access
+        monkeypatch.setattr(
+            os, "access", lambda p, mode: mode != os.W_OK and real_access(p, mode)
+        )
+        monkeypatch.setattr(mdc.GPTDataset, "_build", pytest.fail)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(mdc.DataError, match=os.path.basename(path)):
+                dataset(corpus, cache_dir)
+    else:  # a directory that looks writable (e.g. to root) but refuses the rebuild
+        monkeypatch.setattr(cache, "_write_atomically", refuse)
+        with pytest.warns(UserWarning, match="rebuilding"):
+            with pytest.raises(mdc.DataError, match=os.path.basename(path)):
+                dataset(corpus, cache_dir)
