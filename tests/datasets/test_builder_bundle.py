@@ -351,3 +351,28 @@ def test_an_index_out_of_range_in_a_bundle_names_the_bundle(corpora, tmp_path):
     with pytest.raises(mdc.DataError, match=r"dataset_index: .*99.*build bundle .*bundle-blob"):
         train.__getitems__([0, 3])
     train.__getitems__([0, 4])
+
+
+def test_bytes_flipped_in_the_middle_of_a_large_bundle_blob_are_found(tmp_path):
+    """A bundle blob over 256 KiB (where only sampled bytes used to be checked) with 16
+    bytes inverted in its middle: warned, rebuilt, the same datasets as a fresh build."""
+    rng = np.random.default_rng(11)
+    prefixes = [
+        write_corpus(str(tmp_path / f"big{number}"), rng.integers(1, 12, 8000), rng)
+        for number in range(2)
+    ]
+    cache = str(tmp_path / "cache")
+    config = _config(prefixes, cache, weights=(1.0, 3.0))
+    sizes = [60_000, 600, 60]
+    build_datasets(config, sizes, in_memory_below=1 << 30)
+    (blob,) = glob.glob(os.path.join(cache, "*-bundle-blob.npy"))
+    assert os.path.getsize(blob) > 1 << 20
+    middle = os.path.getsize(blob) // 2
+    with open(blob, "r+b") as stream:
+        stream.seek(middle)
+        data = stream.read(16)
+        stream.seek(middle)
+        stream.write(bytes(value ^ 0xFF for value in data))
+    with pytest.warns(UserWarning, match="bundle-blob.npy.*rebuilding"):
+        again = build_datasets(config, sizes, in_memory_below=1 << 30)
+    _assert_same(build_datasets(_config(prefixes, None, weights=(1.0, 3.0)), sizes), again)
