@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from megadata_core.datasets import index_checks
 from megadata_core.datasets.buffers import BufferPool
 from megadata_core.datasets.config import BLEND_ORDERS, SPLIT_NAMES
 from megadata_core.datasets.positions import sample_positions
@@ -122,6 +123,7 @@ class BlendedDataset:
         self.datasets = datasets
         self.config = config
         self._buffers = BufferPool()
+        self._entry: str | None = None  # where arrays that are not cache files came from
         self.blend_order = order
         self.split = _split_of(datasets)
         if size is None:
@@ -202,6 +204,7 @@ class BlendedDataset:
         self._arrays = arrays  # memory maps stay here (pickled as file names)
         self.dataset_index = np.asarray(arrays["dataset_index"])
         self.dataset_sample_index = np.asarray(arrays["dataset_sample_index"])
+        self._sizes = np.array([len(dataset) for dataset in self.datasets], dtype=np.uint64)
         counts = np.asarray(arrays["dataset_counts"])
         for j, (count, dataset) in enumerate(zip(counts.tolist(), self.datasets)):
             if count > len(dataset):
@@ -225,18 +228,39 @@ class BlendedDataset:
         """``{"dataset_id": j, **datasets[j][k]}`` (Megatron's keys and order)."""
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
             raise TypeError(f"sample index must be an int, got {type(index).__name__}")
-        position = int(self._positions([index])[0])
-        dataset_id = self.dataset_index[position]
-        sample_id = int(self.dataset_sample_index[position])
+        ids, samples = self._members(self._positions([index]))
+        dataset_id, sample_id = ids[0], int(samples[0])
         return {"dataset_id": dataset_id, **self.datasets[int(dataset_id)][sample_id]}
+
+    def _members(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(dataset_index, dataset_sample_index)`` at ``positions``, range-checked:
+        DataError naming the array and its source for a value out of range (unsigned
+        views: a negative value fails as one too large does)."""
+        ids = self.dataset_index[positions]
+        samples = self.dataset_sample_index[positions]
+        try:
+            sizes = self._sizes[index_checks.unsigned(ids)]
+        except IndexError:
+            count = len(self.datasets)
+            raise index_checks.out_of_range(
+                "dataset_index", "dataset", index_checks.first_outside(ids, count), count,
+                index_checks.origin(self._arrays, "dataset_index", self._entry),
+            ) from None
+        if (index_checks.unsigned(samples) >= sizes).any():
+            signed = sizes.astype(np.int64)
+            bad = int(np.argmax((samples < 0) | (samples >= signed)))
+            raise index_checks.out_of_range(
+                "dataset_sample_index", f"sample of dataset {int(ids[bad])}",
+                int(samples[bad]), int(signed[bad]),
+                index_checks.origin(self._arrays, "dataset_sample_index", self._entry),
+            )
+        return ids, samples
 
     def __getitems__(self, indices) -> dict[str, np.ndarray]:
         """The samples at ``indices`` (B positions), stacked: ``dataset_id`` int16 [B] and
         every member key with a leading batch axis. One ``__getitems__`` call per member
         read (members without one are read sample by sample and stacked)."""
-        positions = self._positions(indices)
-        ids = self.dataset_index[positions]
-        samples = self.dataset_sample_index[positions]
+        ids, samples = self._members(self._positions(indices))
         order = np.argsort(ids, kind="stable")  # grouped by member, batch order inside
         counts = np.bincount(ids, minlength=len(self.datasets))
         ends = np.cumsum(counts).tolist()
@@ -290,10 +314,13 @@ class BlendedDataset:
             name: np.load(value[1], mmap_mode="r") if isinstance(value, tuple) else value
             for name, value in state.pop("_arrays").items()
         }
+        state.setdefault("_entry", None)
         self.__dict__.update(state)
         self._arrays = arrays
         self.dataset_index = np.asarray(arrays["dataset_index"])
         self.dataset_sample_index = np.asarray(arrays["dataset_sample_index"])
+        if "_sizes" not in state:  # pickled by an older version
+            self._sizes = np.array([len(dataset) for dataset in self.datasets], dtype=np.uint64)
 
     def __repr__(self) -> str:
         weights = [round(w, 6) if isinstance(w, float) else w for w in self.weights]

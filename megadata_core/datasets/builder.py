@@ -153,6 +153,7 @@ class _Builder:
         self.progress: Callable[[int], object] | None = None
         self.corpora: dict[str, object] = {}
         self.fields: dict[str, str] = {}
+        self.bundle_entry = "build bundle"  # with its blob's path once one is loaded
 
     def _open(self, prefix: str):
         try:
@@ -343,6 +344,8 @@ class _Builder:
         on its own; a split that is no blend), and every array. DataError when the
         bundle does not fit these jobs (a damaged entry)."""
         where = f"{self.config.path_to_cache}: build bundle"
+        blob = getattr(bundle["blob"], "filename", None)
+        self.bundle_entry = f"build bundle {blob}" if blob else "build bundle"
         arrays = unpack_arrays(bundle["table"], bundle["blob"], where)
         starts = []
         for name, count in (("jobs", len(jobs)), ("blends", len(recipes))):
@@ -389,6 +392,7 @@ class _Builder:
                 indexed = self.corpora[job.prefix]
                 documents = splits.document_ranges([job.bookend], len(indexed))[0]
                 built[job] = template._sibling(indexed, documents, job.num_samples, given)
+            built[job]._entry = self.bundle_entry  # named by read-time range checks
             if self.progress is not None:
                 self.progress(1)
         cached = _run(lambda job: self._built_one(job, self.config), large, self.max_workers)
@@ -399,6 +403,8 @@ class _Builder:
             if position >= 0:
                 given = dict(zip(BLEND_NAMES, arrays[position : position + len(BLEND_NAMES)]))
             result.append(_assemble(recipe, built, self.config, arrays=given))
+            if given is not None:
+                result[-1]._entry = self.bundle_entry
         return result
 
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from megadata_core.datasets import masks, reading
+from megadata_core.datasets import index_checks, masks, reading
 from megadata_core.datasets.buffers import BufferPool
 from megadata_core.datasets.cache_keys import data_identity, document_ids
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
@@ -158,6 +158,7 @@ class GPTDataset:
         self._flat = None
         self._pool: BufferPool | None = None
         self._constants: dict[tuple[str, int], np.ndarray] = {}
+        self._entry: str | None = None  # where arrays that are not cache files came from
         if arrays is None:
             self._load_indices()
         else:
@@ -383,28 +384,34 @@ class GPTDataset:
         """[B, S + extra] tokens of the samples at ``positions`` (corpus dtype, or
         token_dtype padded with pad_id), and whether any sample was padded."""
         rows = self.shuffle_index[positions]  # int [B]; locate_pieces widens it
-        pieces = reading.locate_pieces(
-            self.sample_index,
-            self.document_index,
-            self.indexed.sequence_lengths,
-            rows,
-            self._extra,
-        )
+        try:  # index values out of range: DataErrors naming the array and its source
+            pieces = reading.locate_pieces(
+                self.sample_index,
+                self.document_index,
+                self.indexed.sequence_lengths,
+                rows,
+                self._extra,
+            )
+        except DataError as error:
+            raise index_checks.with_origin(error, self._arrays, self._entry) from None
         if self._flat is None:
             self._flat = reading.flat_tokens(self.indexed)
         check_bin = getattr(self.indexed, "check_bin", None)  # mock data has no file
         if check_bin is not None:
             check_bin()  # a .bin truncated under us: DataError, not SIGBUS
         width = self.config.sequence_length + self._extra
-        return reading.gather_tokens(
-            self.indexed,
-            pieces,
-            width,
-            self.pad_id,
-            self.token_dtype,
-            self._flat,
-            self._buffers.empty,
-        )
+        try:
+            return reading.gather_tokens(
+                self.indexed,
+                pieces,
+                width,
+                self.pad_id,
+                self.token_dtype,
+                self._flat,
+                self._buffers.empty,
+            )
+        except DataError as error:
+            raise index_checks.with_origin(error, self._arrays, self._entry) from None
 
     def __getitems__(self, indices) -> dict[str, np.ndarray]:
         """The samples at ``indices`` (a list or int array of B positions), stacked:
@@ -522,6 +529,7 @@ class GPTDataset:
             state["indices"] = np.arange(low, high, dtype=dtype)
         state.pop("_buffers", None)  # pickled by an older version
         state.setdefault("_pool", None)
+        state.setdefault("_entry", None)
         self.__dict__.update(state)
         self._set_arrays(arrays)
 

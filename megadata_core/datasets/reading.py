@@ -35,6 +35,8 @@ import numpy as np
 from megadata_core.errors import DataError
 
 _BEGIN_END = np.array([0, 1], dtype=np.int64)
+_BEGIN_END_U64 = np.array([0, 1], dtype=np.uint64)  # uint64 + int64 would be float64
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _multiples: dict[int, np.ndarray] = {}  # step -> read-only int64 0, step, 2 * step, ...
 
 
@@ -95,10 +97,24 @@ def locate_pieces(
         sample_index: int [n + 1, 2].
         document_index: int [m].
         sequence_lengths: int [N].
-        rows: int [B] sample positions (already shuffled), each in ``[0, n)``.
+        rows: int [B] sample positions (already shuffled: the shuffle index's values),
+            each in ``[0, n)``.
         extra: 1 with ``add_extra_token_to_sequence``, else 0.
+
+    Raises:
+        DataError: naming the array (``shuffle_index`` for a row outside ``[0, n)``,
+            ``sample_index`` for rows that decrease, a position outside the document
+            index or a first offset past its document's end, ``document_index`` for a
+            document id outside ``sequence_lengths``). Free when nothing is wrong: the
+            gathers index with unsigned views, so a negative value raises as one too
+            large does instead of counting from the end.
     """
-    bounds = sample_index[rows[:, None] + _BEGIN_END]  # [B, 2, 2]: (b, o), (e, f)
+    unsigned = _unsigned(rows)
+    step = _BEGIN_END_U64 if unsigned.dtype == np.uint64 else _BEGIN_END
+    try:
+        bounds = sample_index[unsigned[:, None] + step]  # [B, 2, 2]: (b, o), (e, f)
+    except IndexError:
+        raise _outside("shuffle_index", "sample row", rows, len(sample_index) - 1) from None
     begin = bounds[:, 0, 0]
     counts = bounds[:, 1, 0] - begin  # pieces per sample, minus one
     if counts.size and counts.min() < 0:
@@ -110,13 +126,39 @@ def locate_pieces(
     last -= 1
     position = (begin - first).repeat(counts)  # document_index position of every piece
     position += _counting(total)
-    document = document_index[position]
-    length = sequence_lengths[document].astype(np.int64)
+    try:  # a computed document index (Feistel) checks its own positions
+        document = document_index[
+            _unsigned(position) if isinstance(document_index, np.ndarray) else position
+        ]
+    except IndexError:
+        positions = bounds[:, :, 0].reshape(-1)
+        raise _outside("sample_index", "document_index position", positions,
+                       len(document_index)) from None
+    try:
+        length = sequence_lengths[_unsigned(document)].astype(np.int64)
+    except IndexError:
+        raise _outside("document_index", "document id", document,
+                       len(sequence_lengths)) from None
     length[last] = bounds[:, 1, 1] + extra if extra else bounds[:, 1, 1]
     offset = bounds[:, 0, 1]
     length[first] -= offset
-    np.maximum(length, 0, out=length)
+    if length.size and length.min() < 0:
+        raise DataError("sample_index: an offset lies past the end of its document")
     return Pieces(document, length, first, offset)
+
+
+def _unsigned(values: np.ndarray) -> np.ndarray:
+    """A signed integer array as the unsigned view of its bytes (negative values become
+    huge: indexing with them raises instead of counting from the end)."""
+    if values.dtype.kind != "i":
+        return values
+    return values.view(_UNSIGNED[values.dtype.itemsize])
+
+
+def _outside(name: str, what: str, values: np.ndarray, high: int) -> DataError:
+    values = np.asarray(values).astype(np.int64)
+    bad = int(values[np.argmax((values < 0) | (values >= high))])
+    return DataError(f"{name}: {what} {bad} is out of range [0, {high})")
 
 
 def flat_tokens(indexed) -> np.ndarray | None:

@@ -9,8 +9,9 @@ Megatron's own key (an md5 of ``unique_description``) misses
 Files, for key K and split name P, in the cache directory::
 
     K-P-description.json     the description, the key, and per array: file name, shape,
-                             dtype, file size, full crc32 and sampled sha256
+                             dtype, file size and the CRC-32 of the whole file
     K-P-{name}.npy           one per array (document_index, sample_index, shuffle_index)
+    K-P-verified.json        which files were verified whole, by file identity (below)
     K-P.lock                 an flock(2) lock file (empty; left in place on purpose:
                              unlinking a lock file others may wait on is racy)
 
@@ -21,26 +22,34 @@ processes writing the same entry write identical bytes and either rename is harm
 top of that an exclusive ``flock`` on ``K-P.lock`` lets one process build while the
 others wait and then load (skipped, with the same safety, where locking is unsupported).
 Nothing is fsync'ed (Megatron does not either): an entry can always be rebuilt, the
-renames are atomic for every running process, and what a power loss before writeback
-can leave (a missing or short file, zero-filled pages) fails the existence and size
-checks or, where it touches sampled bytes, the sampled digest, and is rebuilt with a
-warning; ``verify="full"`` catches the rest.
+renames are atomic for every running process, and whatever a crash or a disk leaves
+(a short file, zero-filled pages, flipped bits) fails the checks below and is rebuilt.
 
-Loading: the description is read and compared with the expected one (and its key); each
-array file must have the recorded size, shape and dtype and is memory-mapped
-(``np.load(mmap_mode="r")``). Checksums, the trade-off: a full CRC-32 of each array is
-computed once, when it is written (on a second thread, while the files are written;
-~2.4 GB/s, twice sha256's speed; a CRC catches accidental damage, torn writes and bit
-flips, which is all a cache needs: anyone who can write the directory can rewrite the
-description too). Every load checks a *sampled* sha256 (the whole array when it is at
-most 256 KiB, else 64 chunks of 4 KiB spread evenly, first and last included), so a
-cache hit reads a fixed ~768 KiB whatever the index size and takes milliseconds.
-Truncation is caught by the size check; corruption inside unsampled bytes is caught only
-by ``verify="full"`` (:func:`load_cached`), which reads everything.
+Loading checks every byte before any array is handed out (``verify="full"``, the
+default): the description must be the expected one (and its key); each array file must
+have the recorded size, and its CRC-32 (of the whole file, .npy header included: written
+when the file is, computed on a second thread while the files are written; zlib's crc32
+runs at ~3 GB/s here, sha256 at ~1.8) must match the recorded one; the header must give
+the recorded shape and dtype. The array is then memory-mapped from the very file
+descriptor that was checked. A CRC catches accidental damage, torn writes and bit
+flips, which is all a cache needs (anyone who can write the directory can rewrite the
+description too).
 
-A mismatch raises :class:`~megadata_core.DataError` from :func:`load_cached`;
-:func:`load_or_build` turns it into a ``warnings.warn`` and rebuilds. A directory that
-cannot be written (read-only, full) gives a warning and the arrays built in memory.
+Reading a multi-GB index at every start would cost seconds, so a file is verified once
+per *identity*, ``(device, inode, size, mtime_ns, ctime_ns)``: the result is remembered
+in this process and in ``K-P-verified.json`` (written atomically; where the directory is
+read-only, every new process verifies again). Writing to a file in place changes its
+mtime and ctime, replacing it changes its inode: either way it is read and checked again.
+A file is remembered only when it was last changed at least ``RACY_NS`` (2 s) before it
+was checked, so a write in the same timestamp tick as an earlier one cannot leave the
+identity unchanged (git's "racily clean" rule): the first start within 2 s of a build
+reads the files again.
+
+A mismatch raises :class:`~megadata_core.DataError` naming the file from
+:func:`load_cached`; :func:`load_or_build` turns it into a ``warnings.warn`` and
+rebuilds, or, when the directory cannot be written, raises the DataError (a damaged
+entry that cannot be repaired is never served). A directory that cannot be written
+with no entry yet gives a warning and the arrays built in memory.
 """
 
 from __future__ import annotations
@@ -51,7 +60,6 @@ import json
 import os
 import re
 import warnings
-import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -60,6 +68,14 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.format import temp_files
+from megadata_core.indices import cache_files
+from megadata_core.indices.cache_files import (
+    array_crc,
+    byte_view,
+    crc_hex,
+    npy_header,
+    open_checked,
+)
 
 try:  # POSIX only; elsewhere the cache is still safe, just without the wait-and-load.
     import fcntl
@@ -67,12 +83,14 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
 CACHE_FORMAT = "megadata-index-cache"
-#: 2: the full checksum is a CRC-32 written with the file (1 had a sha256), no fsync.
-CACHE_VERSION = 2
+#: 3: a CRC-32 of each whole file, checked before use (2 checked sampled bytes only: an
+#: entry of version 2 is rebuilt rather than served unverified).
+CACHE_VERSION = 3
 SAMPLE_CHUNKS = 64
 SAMPLE_CHUNK_BYTES = 4096
-CHECKSUM_CHUNK_BYTES = 1 << 22  # zlib.crc32 is fed 4 MiB at a time
-VERIFY_MODES = ("none", "sampled", "full")
+#: "full": every byte checked (once per file identity); "none": sizes, shapes, dtypes.
+VERIFY_MODES = ("none", "full")
+VERIFIED_FORMAT = "megadata-verified-files"
 GPT_ARRAYS = ("document_index", "sample_index", "shuffle_index")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.]+$")
 INDENT_BELOW = 1 << 16  # description records with larger descriptions are not indented
@@ -95,9 +113,7 @@ def description_key(description: Mapping) -> str:
     return hashlib.sha256(canonical_json(description).encode("utf-8")).hexdigest()
 
 
-def _byte_view(array: np.ndarray) -> np.ndarray:
-    """uint8 [nbytes] view of a C-contiguous array (a copy otherwise)."""
-    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+_byte_view = byte_view
 
 
 def sampled_digest(array: np.ndarray) -> str:
@@ -124,30 +140,32 @@ def full_digest(array: np.ndarray) -> str:
     return hashlib.sha256(_byte_view(array)).hexdigest()
 
 
-def _crc_hex(crc: int) -> str:
-    return f"{crc & 0xFFFFFFFF:08x}"
-
-
 def full_checksum(array: np.ndarray) -> str:
     """CRC-32 (zlib, 8 hex digits) of all the bytes of an array (C order), fed
-    ``CHECKSUM_CHUNK_BYTES`` at a time: the checksum recorded when a cache file is
-    written, and checked by ``verify="full"``."""
-    raw = _byte_view(array)
-    crc = 0
-    for start in range(0, raw.size, CHECKSUM_CHUNK_BYTES):
-        crc = zlib.crc32(raw[start : start + CHECKSUM_CHUNK_BYTES], crc)
-    return _crc_hex(crc)
+    ``CHECKSUM_CHUNK_BYTES`` at a time."""
+    return crc_hex(array_crc(array))
+
+
+def file_checksum(array: np.ndarray) -> str:
+    """CRC-32 (8 hex digits) of the whole .npy file of ``array`` (header included): the
+    checksum a cache entry records for each file and checks on load."""
+    return cache_files.file_crc(npy_header(array), array)
 
 
 # -- paths ----------------------------------------------------------------------
 
 
 def entry_paths(directory: str, key: str, split: str, names: tuple[str, ...]) -> dict[str, str]:
-    """``{"description": ..., "lock": ..., name: ...}`` file paths of one cache entry."""
+    """``{"description": ..., "lock": ..., "verified": ..., name: ...}`` file paths of
+    one cache entry."""
     if not _SAFE_NAME.match(split):
         raise DataError(f"split: {split!r} is not a valid cache file name part")
     base = os.path.join(directory, f"{key}-{split}")
-    paths = {"description": f"{base}-description.json", "lock": f"{base}.lock"}
+    paths = {
+        "description": f"{base}-description.json",
+        "lock": f"{base}.lock",
+        "verified": f"{base}-verified.json",
+    }
     for name in names:
         if not _SAFE_NAME.match(name) or name in paths:
             raise DataError(f"array name: {name!r} is not a valid cache array name")
@@ -171,31 +189,27 @@ def _read_record(path: str) -> dict | None:
     return record
 
 
-def _load_array(path: str, meta: Mapping, verify: str) -> np.ndarray:
-    """One array file checked against its recorded metadata, memory-mapped."""
+def _read_verified(path: str) -> dict:
+    """``{name: [*identity, crc]}`` of an entry's verified-files list; ``{}`` when it is
+    missing or unreadable (it only saves work: every file it does not vouch for is
+    checked whole)."""
     try:
-        size = os.path.getsize(path)
-    except OSError:
-        raise DataError(f"{path}: cache file missing") from None
-    if size != meta.get("file_size"):
-        raise DataError(f"{path}: size {size} != recorded {meta.get('file_size')} (truncated?)")
-    try:
-        if meta.get("shape") and 0 in meta["shape"]:
-            array = np.load(path, allow_pickle=False)  # empty arrays cannot be mapped
-        else:
-            array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise DataError(f"{path}: unreadable cache file ({error})") from None
-    if list(array.shape) != meta.get("shape") or array.dtype.str != meta.get("dtype"):
-        raise DataError(
-            f"{path}: shape {list(array.shape)} dtype {array.dtype.str} != recorded "
-            f"{meta.get('shape')} {meta.get('dtype')}"
-        )
-    if verify == "full" and full_checksum(array) != meta.get("crc32"):
-        raise DataError(f"{path}: checksum does not match its description")
-    if verify == "sampled" and sampled_digest(array) != meta.get("sampled_sha256"):
-        raise DataError(f"{path}: sampled checksum does not match its description")
-    return array
+        with open(path, encoding="utf-8") as stream:
+            record = json.load(stream)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(record, dict) or record.get("format") != VERIFIED_FORMAT:
+        return {}
+    files = record.get("files")
+    return files if isinstance(files, dict) else {}
+
+
+def _write_verified(path: str, files: dict) -> None:
+    """Replace an entry's verified-files list (atomically; skipped where the directory
+    cannot be written: the next process then checks the files again)."""
+    text = json.dumps({"format": VERIFIED_FORMAT, "files": files}, sort_keys=True)
+    with contextlib.suppress(OSError):
+        _write_atomically(path, lambda stream: stream.write(text.encode("utf-8")))
 
 
 def load_cached(
@@ -204,7 +218,7 @@ def load_cached(
     split: str,
     names: tuple[str, ...],
     *,
-    verify: str = "sampled",
+    verify: str = "full",
 ) -> dict[str, np.ndarray] | None:
     """The cached arrays for ``description``, memory-mapped; None when not cached.
 
@@ -213,8 +227,9 @@ def load_cached(
         description: JSON-serializable dict of every input of the arrays.
         split: split name (part of the file names).
         names: the array names expected in the entry.
-        verify: ``"sampled"`` (default, see module docstring), ``"full"`` (CRC-32 of
-            every byte) or ``"none"`` (size, shape and dtype only).
+        verify: ``"full"`` (default: the CRC-32 of every byte, once per file
+            identity, see the module docstring) or ``"none"`` (size, shape and dtype
+            only).
 
     Raises:
         DataError: naming the file, when an entry exists but does not match its
@@ -263,7 +278,17 @@ def _load_entry(
         raise DataError(
             f"{paths['description']}: arrays {sorted(record['arrays'])} != {sorted(names)}"
         )
-    return {name: _load_array(paths[name], record["arrays"][name], verify) for name in names}
+    known = _read_verified(paths["verified"]) if verify == "full" else {}
+    arrays, verified = {}, {}
+    for name in names:
+        meta = record["arrays"][name]
+        if not isinstance(meta, dict) or meta.get("file") != os.path.basename(paths[name]):
+            raise DataError(f"{paths['description']}: array {name!r} names another file")
+        arrays[name], verified[name] = open_checked(paths[name], meta, verify, known.get(name))
+    remembered = {name: entry for name, entry in verified.items() if entry is not None}
+    if remembered and remembered != known:
+        _write_verified(paths["verified"], remembered)
+    return arrays
 
 
 def _same_json(stored: object, expected: object, canonical: str) -> bool:
@@ -300,9 +325,10 @@ def save_cached(
     directory: str, description: Mapping, split: str, arrays: Mapping[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
     """Write ``arrays`` as the cache entry of ``description`` and return them reloaded
-    memory-mapped (checked with ``verify="none"``: they were just written). The CRC-32s
-    are computed on a second thread while the files are written (zlib and file writes
-    both release the GIL), so they cost about nothing on two cores.
+    memory-mapped (checked with ``verify="none"``: they were just written). The files'
+    CRC-32s are computed from memory on a second thread while the files are written
+    (zlib and file writes both release the GIL), so they cost about nothing on two
+    cores. No file is remembered as verified yet (see ``RACY_NS``).
 
     Raises:
         OSError: when the directory cannot be written.
@@ -313,22 +339,26 @@ def save_cached(
     paths = entry_paths(directory, key, split, names)
     os.makedirs(directory, exist_ok=True)
     arrays = {name: np.ascontiguousarray(value) for name, value in arrays.items()}
+    headers = {name: npy_header(array) for name, array in arrays.items()}
     metas = {}
     with ThreadPoolExecutor(1) as pool:
-        checksums = {name: pool.submit(full_checksum, array) for name, array in arrays.items()}
+        checksums = {
+            name: pool.submit(cache_files.file_crc, headers[name], array)
+            for name, array in arrays.items()
+        }
         for name, array in arrays.items():
             _write_atomically(
-                paths[name], lambda stream, a=array: np.save(stream, a, allow_pickle=False)
+                paths[name],
+                lambda stream, h=headers[name], a=array: cache_files.write_npy(stream, h, a),
             )
             metas[name] = {
                 "file": os.path.basename(paths[name]),
                 "shape": list(array.shape),
                 "dtype": array.dtype.str,
                 "file_size": os.path.getsize(paths[name]),
-                "sampled_sha256": sampled_digest(array),
             }
         for name, checksum in checksums.items():
-            metas[name]["crc32"] = checksum.result()
+            metas[name]["file_crc32"] = checksum.result()
     record = {
         "format": CACHE_FORMAT,
         "version": CACHE_VERSION,
@@ -342,7 +372,7 @@ def save_cached(
     indent = 2 if len(canonical) < INDENT_BELOW else None
     text = json.dumps(record, indent=indent, sort_keys=True).encode("utf-8")
     _write_atomically(paths["description"], lambda stream: stream.write(text))
-    return {name: _load_array(paths[name], metas[name], "none") for name in names}
+    return {name: open_checked(paths[name], metas[name], "none")[0] for name in names}
 
 
 @contextlib.contextmanager
@@ -377,7 +407,7 @@ def load_or_build(
     *,
     names: tuple[str, ...] = GPT_ARRAYS,
     lock: bool = True,
-    verify: str = "sampled",
+    verify: str = "full",
 ) -> dict[str, np.ndarray]:
     """The arrays of ``description``: loaded from the cache, else built once and saved.
 
@@ -503,7 +533,7 @@ def cached_result(
     use: Callable[[dict[str, np.ndarray]], Result],
     build: Callable[[], tuple[Result, Mapping[str, np.ndarray]]],
     lock: bool = True,
-    verify: str = "sampled",
+    verify: str = "full",
     stacklevel: int = 2,
     reload: bool = False,
 ) -> Result:
@@ -520,20 +550,22 @@ def cached_result(
     directory = os.fspath(directory)
     canonical = canonical_json(description)  # once: a bundle's description is large
     key = hashlib.sha256(canonical.encode("utf-8")).hexdigest()  # description_key
-    warned = False
+    damage: DataError | None = None
 
     def try_use() -> tuple[bool, Result | None]:
-        nonlocal warned
+        nonlocal damage
         try:
             found = _load_entry(directory, description, canonical, split, names, verify)
             if found is not None:
                 return True, use(found)
         except DataError as error:
-            if not warned:
+            if damage is None:
+                damage = error
+                if not os.access(directory, os.W_OK):
+                    raise _unrepairable(error, directory, "read-only") from None
                 warnings.warn(
                     f"{error}; rebuilding the index cache entry", stacklevel=stacklevel + 2
                 )
-                warned = True
         return False, None
 
     hit, result = try_use()
@@ -552,6 +584,8 @@ def cached_result(
         try:
             saved = save_cached(directory, description, split, arrays)
         except OSError as error:
+            if damage is not None:
+                raise _unrepairable(damage, directory, str(error)) from None
             warnings.warn(
                 f"path_to_cache: cannot write the index cache in {directory} ({error}); "
                 "using indices built in memory",
@@ -559,3 +593,12 @@ def cached_result(
             )
             saved = arrays
         return use(saved) if reload else result
+
+
+def _unrepairable(damage: DataError, directory: str, why: str) -> DataError:
+    """A damaged entry that cannot be rebuilt in place (never served, never quietly
+    rebuilt in memory at every start)."""
+    return DataError(
+        f"{damage}; the index cache in {directory} cannot be rewritten ({why}): remove "
+        "the damaged entry's files or use a writable path_to_cache"
+    )

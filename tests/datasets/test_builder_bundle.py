@@ -25,7 +25,13 @@ from megadata_core.format import reader
 
 
 def _bundle_files(cache: str) -> list[str]:
-    return sorted(glob.glob(os.path.join(cache, "*-bundle-*")))
+    return [name for name in _cache_files(cache) if "-bundle-" in name]
+
+
+def _cache_files(cache: str) -> list[str]:
+    """The entries' files (not the verified-files lists a later hit may write)."""
+    return sorted(name for name in glob.glob(os.path.join(cache, "*"))
+                  if not name.endswith("-verified.json"))
 
 
 def _corpora(directory, rng, count=4) -> list[str]:
@@ -78,7 +84,7 @@ def test_warm_build_loads_the_bundle_and_builds_nothing(corpora, tmp_path, monke
     cache = str(tmp_path / "cache")
     config = _config(corpora, cache)
     cold = build_datasets(config, [400, 40, 10])
-    files = {name: os.stat(name).st_mtime_ns for name in glob.glob(os.path.join(cache, "*"))}
+    files = {name: os.stat(name).st_mtime_ns for name in _cache_files(cache)}
     assert _bundle_files(cache)
     in_memory = build_datasets(_config(corpora, None), [400, 40, 10])
 
@@ -91,7 +97,7 @@ def test_warm_build_loads_the_bundle_and_builds_nothing(corpora, tmp_path, monke
     calls = []
     warm = build_datasets(config, [400, 40, 10], progress=calls.append)
     assert len(calls) == sum(len(split.datasets) for split in warm if split is not None)
-    assert {name: os.stat(name).st_mtime_ns for name in glob.glob(os.path.join(cache, "*"))} \
+    assert {name: os.stat(name).st_mtime_ns for name in _cache_files(cache)} \
         == files  # nothing rewritten
     _assert_same(cold, warm)
     _assert_same(in_memory, warm)
@@ -328,3 +334,51 @@ def test_input_errors_on_a_hit_are_not_taken_for_damage(corpora, tmp_path):
         warnings.simplefilter("error")
         with pytest.raises(mdc.DataError, match="eod_id"):
             build_datasets(bad, [300, 30, 10])
+
+
+def test_an_index_out_of_range_in_a_bundle_names_the_bundle(corpora, tmp_path):
+    """A bundle written with a bad blend index (its checksums match: not damage on disk)
+    is a DataError naming the array and the bundle at read time, not an IndexError."""
+    import json
+
+    from megadata_core.indices import cache as index_cache
+
+    cache = str(tmp_path / "cache")
+    config = _config(corpora, cache)
+    build_datasets(config, [300, 30, 10])
+    (record,) = glob.glob(os.path.join(cache, "*-bundle-description.json"))
+    bundle = {name: np.array(np.load(glob.glob(os.path.join(cache, f"*-bundle-{name}.npy"))[0]))
+              for name in builder.BUNDLE_ARRAYS}
+    arrays = index_cache.unpack_arrays(bundle["table"], bundle["blob"])  # views of the copy
+    arrays[int(bundle["blends"][0])][3] = 99  # the train blend's dataset_index
+    description = json.load(open(record))["description"]
+    index_cache.save_cached(cache, description, builder.BUNDLE_SPLIT, bundle)
+    train = build_datasets(config, [300, 30, 10])[0]
+    with pytest.raises(mdc.DataError, match=r"dataset_index: .*99.*build bundle .*bundle-blob"):
+        train.__getitems__([0, 3])
+    train.__getitems__([0, 4])
+
+
+def test_bytes_flipped_in_the_middle_of_a_large_bundle_blob_are_found(tmp_path):
+    """A bundle blob over 256 KiB (where only sampled bytes used to be checked) with 16
+    bytes inverted in its middle: warned, rebuilt, the same datasets as a fresh build."""
+    rng = np.random.default_rng(11)
+    prefixes = [
+        write_corpus(str(tmp_path / f"big{number}"), rng.integers(1, 12, 8000), rng)
+        for number in range(2)
+    ]
+    cache = str(tmp_path / "cache")
+    config = _config(prefixes, cache, weights=(1.0, 3.0))
+    sizes = [60_000, 600, 60]
+    build_datasets(config, sizes, in_memory_below=1 << 30)
+    (blob,) = glob.glob(os.path.join(cache, "*-bundle-blob.npy"))
+    assert os.path.getsize(blob) > 1 << 20
+    middle = os.path.getsize(blob) // 2
+    with open(blob, "r+b") as stream:
+        stream.seek(middle)
+        data = stream.read(16)
+        stream.seek(middle)
+        stream.write(bytes(value ^ 0xFF for value in data))
+    with pytest.warns(UserWarning, match="bundle-blob.npy.*rebuilding"):
+        again = build_datasets(config, sizes, in_memory_below=1 << 30)
+    _assert_same(build_datasets(_config(prefixes, None, weights=(1.0, 3.0)), sizes), again)
