@@ -40,3 +40,9 @@ def flip_middle(path: str, count: int = 16) -> None:
         data = stream.read(count)
         stream.seek(middle)
         stream.write(bytes(value ^ 0xFF for value in data))
+
+
+def entry_files(cache_dir) -> list[str]:
+    """Sorted names of a cache directory's entry files, without the verified-files lists
+    (``*-verified.json``) that a later cache hit may add."""
+    return sorted(name for name in os.listdir(cache_dir) if not name.endswith("-verified.json"))

@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
+from cache_helpers import entry_files
 from gpt_oracle import OracleTokenizer, megatron_sample, ours_dataset, write_corpus
 
 import megadata_core as mdc
@@ -267,11 +268,11 @@ def test_cache_hit_and_key(workdir):
     cache = os.path.join(workdir, "cache")
     members = [Stub(500, 0), Stub(500, 1)]
     first = BlendedDataset(members, [0.7, 0.3], 600, config("balanced", cache))
-    files = sorted(os.listdir(cache))
+    files = entry_files(cache)
     assert any(name.endswith("-dataset_index.npy") for name in files)
     second = BlendedDataset(members, [0.7, 0.3], 600, config("balanced", cache))
     assert isinstance(second._arrays["dataset_index"], np.memmap)  # loaded, not rebuilt
-    assert sorted(os.listdir(cache)) == files
+    assert entry_files(cache) == files
     np.testing.assert_array_equal(first.dataset_index, second.dataset_index)
     np.testing.assert_array_equal(first.dataset_sample_index, second.dataset_sample_index)
     # every input is in the key: order, weights, size, members
@@ -282,7 +283,7 @@ def test_cache_hit_and_key(workdir):
         BlendedDataset([Stub(500, 0), Stub(501, 1)], [0.7, 0.3], 600, config("balanced", cache)),
     ):
         assert other.description() != first.description()
-    assert len(os.listdir(cache)) > len(files)
+    assert len(entry_files(cache)) > len(files)
     description = first.description()
     assert description["datasets"] == [m.description() for m in members]
     assert description["blend_order"] == "balanced" and description["size"] == 600

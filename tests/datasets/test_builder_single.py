@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 from builder_oracle import assert_same_split, megatron_build, ours_build, ours_config
+from cache_helpers import entry_files
 from gpt_oracle import write_corpus
 
 import megadata_core as mdc
@@ -103,9 +104,9 @@ def test_cache_round_trip(tmp_path):
     assert not os.path.exists(cache)  # small indices are rebuilt in memory, never cached
     first = build_datasets(config, [100, None, None], in_memory_below=0)
     assert os.listdir(cache)
-    files = sorted(os.listdir(cache))
+    files = entry_files(cache)
     second = build_datasets(config, [100, None, None], in_memory_below=0)
-    assert sorted(os.listdir(cache)) == files  # nothing rebuilt
+    assert entry_files(cache) == files  # nothing rebuilt
     assert second[2] is None
     in_memory = build_datasets(config, [100, None, None])
     for mine, reference, fresh in zip(second[:2], first[:2], in_memory):
