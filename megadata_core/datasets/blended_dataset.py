@@ -27,6 +27,7 @@ from megadata_core.datasets.buffers import BufferPool
 from megadata_core.datasets.config import BLEND_ORDERS, SPLIT_NAMES
 from megadata_core.datasets.positions import sample_positions
 from megadata_core.errors import DataError
+from megadata_core.indices import cache_files
 from megadata_core.indices.blending import (
     balanced_blending_indices,
     blend_counts,
@@ -302,8 +303,7 @@ class BlendedDataset:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_arrays"] = {
-            name: ("mmap", array.filename) if isinstance(array, np.memmap) else array
-            for name, array in self._arrays.items()
+            name: cache_files.pickled_map(array) for name, array in self._arrays.items()
         }
         state.pop("dataset_index", None)
         state.pop("dataset_sample_index", None)
@@ -311,8 +311,7 @@ class BlendedDataset:
 
     def __setstate__(self, state: dict) -> None:
         arrays = {
-            name: np.load(value[1], mmap_mode="r") if isinstance(value, tuple) else value
-            for name, value in state.pop("_arrays").items()
+            name: cache_files.reopened_map(value) for name, value in state.pop("_arrays").items()
         }
         state.setdefault("_entry", None)
         self.__dict__.update(state)

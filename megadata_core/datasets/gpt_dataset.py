@@ -29,6 +29,7 @@ from megadata_core.datasets.positions import sample_positions
 from megadata_core.errors import DataError
 from megadata_core.indices import (
     FeistelShuffle,
+    cache_files,
     feistel_document_index,
     gpt_indices,
     num_epochs,
@@ -509,8 +510,7 @@ class GPTDataset:
         state["_pool"] = None
         state["_constants"] = {}
         state["_arrays"] = {
-            name: ("mmap", array.filename) if isinstance(array, np.memmap) else array
-            for name, array in self._arrays.items()
+            name: cache_files.pickled_map(array) for name, array in self._arrays.items()
         }
         for name in ("document_index", "sample_index", "shuffle_index"):
             state.pop(name, None)
@@ -521,8 +521,7 @@ class GPTDataset:
 
     def __setstate__(self, state: dict) -> None:
         arrays = {
-            name: np.load(value[1], mmap_mode="r") if isinstance(value, tuple) else value
-            for name, value in state.pop("_arrays").items()
+            name: cache_files.reopened_map(value) for name, value in state.pop("_arrays").items()
         }
         if isinstance(state["indices"], tuple):
             _, dtype, low, high = state["indices"]

@@ -164,3 +164,42 @@ def _check_whole(stream, path: str, status, expected: object, known: object) -> 
         return None
     _CHECKED[key] = expected
     return record
+
+
+def pickled_map(array: np.ndarray) -> object:
+    """How a cache array travels to a worker: a whole-file memory map as
+    ``("mmap", path, identity)`` (reopened by :func:`reopened_map`), anything else as
+    itself."""
+    if not isinstance(array, np.memmap) or not array.filename:
+        return array
+    return ("mmap", array.filename, identity(os.stat(array.filename)))
+
+
+def reopened_map(value: object) -> np.ndarray:
+    """The array :func:`pickled_map` packed. A file is mapped only if it is still the
+    file the sending process had checked (same identity: not replaced, not written
+    since), so a worker never maps a cache file that changed after its check.
+
+    Raises:
+        DataError: naming the file, when it is missing or changed.
+    """
+    if not isinstance(value, tuple):
+        return value
+    path, expected = value[1], (tuple(value[2]) if len(value) > 2 else None)
+    try:
+        stream = open(path, "rb")
+    except OSError as error:
+        raise DataError(f"{path}: cache file unreadable in a worker ({error})") from None
+    with stream:
+        if expected is not None and identity(os.fstat(stream.fileno())) != expected:
+            raise DataError(
+                f"{path}: cache file changed after the sending process checked it; "
+                "rebuild the dataset"
+            )
+        shape, fortran, dtype = _read_npy_header(stream, path)
+        if 0 in shape:
+            return np.empty(shape, dtype)
+        return np.memmap(
+            stream, dtype=dtype, mode="r", offset=stream.tell(), shape=shape,
+            order="F" if fortran else "C",
+        )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import os
+import pickle
 import warnings
 
 import numpy as np
@@ -81,3 +82,18 @@ def test_damage_in_a_read_only_cache_is_a_data_error_naming_the_file(
         with pytest.warns(UserWarning, match="rebuilding"):
             with pytest.raises(mdc.DataError, match=os.path.basename(path)):
                 dataset(corpus, cache_dir)
+
+
+def test_a_worker_never_maps_a_cache_file_changed_after_the_check(tmp_path):
+    """Pickled to a worker, a dataset reopens its cache files by name: one written since
+    the sending process checked it is refused, not served."""
+    prefix = make_corpus(tmp_path)
+    cache = str(tmp_path / "cache")
+    dataset(prefix, cache)
+    checked = dataset(prefix, cache)  # a cache hit: memory-mapped, every byte checked
+    shipped = pickle.dumps(checked)
+    np.testing.assert_array_equal(pickle.loads(shipped)[5]["tokens"], checked[5]["tokens"])
+    shuffle = next(name for name in os.listdir(cache) if name.endswith("shuffle_index.npy"))
+    flip_middle(os.path.join(cache, shuffle))
+    with pytest.raises(mdc.DataError, match="shuffle_index.npy: cache file changed after"):
+        pickle.loads(shipped)
