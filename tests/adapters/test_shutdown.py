@@ -1,0 +1,80 @@
+"""Closing a loader stops its workers at once: close(), dropping the last reference, and
+leaving a ``with`` block, for the Grain batched pipeline, the torch loaders and the JAX
+device prefetcher. A watchdog fails a close that hangs (no timing is asserted)."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+
+import pytest
+from adapter_helpers import deadline, finishes_within, gpt_dataset, write_corpus
+
+#: Far above a prompt close (well under a second) and far below the 25 s that Grain's
+#: join waits before it kills a worker that does not exit.
+WATCHDOG_S = 10
+
+#: Micro-batches of 64 x 1025 uint16 tokens: 131 KB, twice a Linux pipe's buffer.
+SEQ, MBS = 1024, 64
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    """Samples of 1024 tokens: a micro-batch larger than an OS pipe holds."""
+    root = tmp_path_factory.mktemp("shutdown")
+    prefix = write_corpus(str(root / "corpus"), seed=0, documents=40_000)
+    return gpt_dataset(prefix, str(root / "cache"), random_seed=1, sequence_length=SEQ)
+
+
+def _new_children(before: set) -> list:
+    return [p for p in multiprocessing.active_children() if p.pid not in before]
+
+
+def _end(kind: str, holder: list) -> None:
+    """End the iterator in ``holder[0]`` the way ``kind`` says."""
+    if kind == "close":
+        holder[0].close()
+    elif kind == "del":
+        holder.clear()  # the last reference
+        gc.collect()
+    else:  # "with": the block was entered by the caller; leave it
+        holder[0].__exit__(None, None, None)
+
+
+ENDINGS = ["close", "del", "with"]
+
+
+# -- Grain ---------------------------------------------------------------------------------
+
+
+@deadline(120)
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_grain_batched_iterator_stops_its_workers(big, workers, ending):
+    grain_source = pytest.importorskip("adapters.grain_source")
+    before = {p.pid for p in multiprocessing.active_children()}
+    iterator = iter(grain_source.batched_dataset(big, micro_batch_size=MBS, worker_count=workers))
+    if ending == "with":
+        assert iterator.__enter__() is iterator
+    first = next(iterator)
+    assert first["tokens"].shape == (MBS, SEQ)
+    started = _new_children(before)
+    assert len(started) == workers
+    del first
+    holder = [iterator]
+    del iterator
+    finishes_within(WATCHDOG_S, lambda: _end(ending, holder), f"Grain {ending} ({workers} workers)")
+    finishes_within(
+        WATCHDOG_S, lambda: [p.join() for p in started], f"Grain workers after {ending}"
+    )
+    assert not any(p.is_alive() for p in started)
+
+
+def test_grain_iterator_in_a_with_block(big):
+    grain_source = pytest.importorskip("adapters.grain_source")
+    pipeline = grain_source.batched_dataset(big, micro_batch_size=4)
+    with iter(pipeline) as iterator:
+        batch = next(iterator)
+        state = iterator.get_state()
+    assert batch["tokens"].shape == (4, SEQ)
+    assert state["consumed_samples"] == 4
