@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 
+import numpy as np
 import pytest
 from adapter_helpers import deadline, finishes_within, gpt_dataset, write_corpus
 
@@ -78,3 +79,36 @@ def test_grain_iterator_in_a_with_block(big):
         state = iterator.get_state()
     assert batch["tokens"].shape == (4, SEQ)
     assert state["consumed_samples"] == 4
+
+
+# -- JAX device prefetcher --------------------------------------------------------------------
+
+
+def _endless(closed: list):
+    """Numpy batches for an 8-device mesh, forever; records in ``closed`` that it was closed
+    (what a Grain or torch iterator given as the source would do: stop its workers)."""
+
+    step = 0
+    try:
+        while True:
+            yield {"tokens": np.full((8, 4), step, np.int32)}
+            step += 1
+    finally:
+        closed.append(True)
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_prefetch_to_device_stops_its_thread_and_closes_its_source(ending):
+    jax_sharding = pytest.importorskip("adapters.jax_sharding")
+    closed: list = []
+    prefetched = jax_sharding.prefetch_to_device(_endless(closed), jax_sharding.data_mesh())
+    if ending == "with":
+        assert prefetched.__enter__() is prefetched
+    assert int(np.asarray(next(prefetched)["tokens"])[0, 0]) == 0
+    thread = prefetched._thread
+    holder = [prefetched]
+    del prefetched
+    finishes_within(WATCHDOG_S, lambda: _end(ending, holder), f"prefetch_to_device {ending}")
+    finishes_within(WATCHDOG_S, thread.join, f"prefetch_to_device thread after {ending}")
+    assert not thread.is_alive()
+    assert closed == [True]  # the source iterator was closed too
