@@ -33,6 +33,12 @@ tensors through fresh shared memory (each one a file-descriptor hand-over); this
 unpacks it, reading the text in place, into the same tensors as above. With
 ``pin_memory=True`` torch's pin-memory thread does the unpacking.
 
+Shutdown. :func:`loader` returns a :class:`Loader` (a DataLoader):
+``loader.close()`` or leaving ``with torch_data.loader(...) as data:`` stops the workers
+of every iterator it handed out, persistent workers included, and lets go of their
+shared-memory rings; an iterator's own ``close()``/``with`` stops its workers; dropping
+either does the same. :class:`StatefulLoader` has ``close()`` and ``with`` too.
+
 Resume. The sampler's ``state_dict()`` / ``load_state_dict()`` (``consumed_samples``) is
 the resume state, as in torchdata's ``StatefulDataLoader``. A loader with workers pulls
 batches from the sampler ahead of the training loop, so the sampler's own count runs
@@ -50,6 +56,7 @@ actually received and gives a state that resumes right after them::
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -63,6 +70,7 @@ from megadata_core.datasets.shm_ring import ConsumerRings, ProducerRing, SlotRef
 from megadata_core.samplers import PretrainingSampler
 
 __all__ = [
+    "Loader",
     "PackedBatch",
     "UnpackingLoader",
     "StatefulLoader",
@@ -212,19 +220,32 @@ class _PackInWorker:
             self.then(worker_id)
 
 
+def _stop_workers(iterator: Any) -> None:
+    """Stop a DataLoader iterator's workers (joined: torch sends each one its stop and
+    waits for it) and let go of their shared-memory rings; no-op without workers."""
+    pids = [worker.pid for worker in getattr(iterator, "_workers", ())]
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+    _RINGS.forget(pids)
+
+
 class _Unpacking:
     """Iterator over a DataLoader iterator that unpacks :class:`PackedBatch` es into
-    pooled buffers (batches that are not packed pass through); other attributes are the
-    wrapped iterator's."""
+    pooled buffers (batches that are not packed pass through); :meth:`close` (or leaving
+    a ``with`` block) stops its workers; other attributes are the wrapped iterator's."""
 
     def __init__(self, inner: Iterator, pool: BufferPool) -> None:
         self._inner = inner
         self._pool = pool
+        self._closed = False
 
     def __iter__(self) -> _Unpacking:
         return self
 
     def __next__(self) -> dict[str, torch.Tensor]:
+        if self._closed:
+            raise StopIteration
         batch = next(self._inner)
         if isinstance(batch, PackedBatch):
             return batch.unpack(self._pool.empty)
@@ -233,26 +254,65 @@ class _Unpacking:
     def __len__(self) -> int:
         return len(self._inner)
 
+    def close(self) -> None:
+        """Stop the workers now (persistent ones too: the loader starts new ones when
+        iterated again); idempotent."""
+        self._closed = True
+        _stop_workers(self._inner)
+
+    def __enter__(self) -> _Unpacking:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
-class UnpackingLoader(DataLoader):
-    """The DataLoader :func:`loader` builds when workers run: they ship each batch as a
-    :class:`PackedBatch` (the [B, S + 1] text once, in the core's token dtype; the core's
-    shared constants as recipes) instead of four tensors through shared memory, and
-    iterating unpacks it here into Megatron's tensors (pooled buffers). With
-    ``pin_memory=True`` torch's pin-memory thread unpacks straight into pinned memory."""
+class Loader(DataLoader):
+    """The DataLoader :func:`loader` builds: a ``torch.utils.data.DataLoader`` that can be
+    closed. ``close()`` (or leaving a ``with`` block) stops the workers of every iterator
+    it handed out, persistent ones included, within about a second; its iterators have
+    ``close()`` and ``with`` too. Dropping a loader or iterator stops them as well."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._unpack_pool = BufferPool()
+        self._handed_out: weakref.WeakSet = weakref.WeakSet()
 
     def __iter__(self) -> _Unpacking:
-        return _Unpacking(super().__iter__(), self._unpack_pool)
+        inner = super().__iter__()
+        if getattr(inner, "_workers", None) and inner not in self._handed_out:
+            self._handed_out.add(inner)
+            # after torch's own __del__ has stopped the workers: let go of their rings
+            weakref.finalize(inner, _RINGS.forget, [w.pid for w in inner._workers])
+        return _Unpacking(inner, self._unpack_pool)
+
+    def close(self) -> None:
+        """Stop the workers of every iterator of this loader; idempotent. Iterating the
+        loader again starts new ones."""
+        for inner in list(self._handed_out):
+            _stop_workers(inner)
+        self._handed_out.clear()
+        self._iterator = None  # torch's persistent-workers iterator
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def loader(dataset, batch_sampler, num_workers: int = 0, **kwargs) -> DataLoader:
+class UnpackingLoader(Loader):
+    """The :class:`Loader` :func:`loader` builds when workers run: they ship each batch as
+    a :class:`PackedBatch` (the [B, S + 1] text once, in the core's token dtype; the core's
+    shared constants as recipes) instead of four tensors through shared memory, and
+    iterating unpacks it here into Megatron's tensors (pooled buffers). With
+    ``pin_memory=True`` torch's pin-memory thread unpacks straight into pinned memory."""
+
+
+def loader(dataset, batch_sampler, num_workers: int = 0, **kwargs) -> Loader:
     """``DataLoader(TorchDataset(dataset), batch_sampler=batch_sampler,
     collate_fn=batch_collate, num_workers=num_workers, **kwargs)``.
 
@@ -279,7 +339,7 @@ def loader(dataset, batch_sampler, num_workers: int = 0, **kwargs) -> DataLoader
         return UnpackingLoader(
             dataset, batch_sampler=batch_sampler, num_workers=num_workers, **kwargs
         )
-    return DataLoader(dataset, batch_sampler=batch_sampler, num_workers=num_workers, **kwargs)
+    return Loader(dataset, batch_sampler=batch_sampler, num_workers=num_workers, **kwargs)
 
 
 class StatefulLoader:
@@ -326,3 +386,13 @@ class StatefulLoader:
         self.batch_sampler.load_state_dict(state)
         self._start = int(self.batch_sampler.consumed_samples)
         self._yielded = 0
+
+    def close(self) -> None:
+        """Stop the loader's workers (:meth:`Loader.close`); idempotent."""
+        self.loader.close()
+
+    def __enter__(self) -> StatefulLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

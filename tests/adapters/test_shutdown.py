@@ -87,7 +87,6 @@ def test_grain_iterator_in_a_with_block(big):
 def _endless(closed: list):
     """Numpy batches for an 8-device mesh, forever; records in ``closed`` that it was closed
     (what a Grain or torch iterator given as the source would do: stop its workers)."""
-
     step = 0
     try:
         while True:
@@ -112,3 +111,62 @@ def test_prefetch_to_device_stops_its_thread_and_closes_its_source(ending):
     finishes_within(WATCHDOG_S, thread.join, f"prefetch_to_device thread after {ending}")
     assert not thread.is_alive()
     assert closed == [True]  # the source iterator was closed too
+
+
+# -- torch ------------------------------------------------------------------------------------
+
+
+def _torch_loader(big, kind: str, persistent: bool):
+    torch_data = pytest.importorskip("adapters.torch_data")
+    from megadata_core.samplers import PretrainingSampler
+
+    sampler = PretrainingSampler(len(big), 0, 8, 0, 1)
+    make = torch_data.StatefulLoader if kind == "stateful" else torch_data.loader
+    # a fork server: forking this process (JAX's threads may run) could deadlock
+    return make(big, sampler, num_workers=2, persistent_workers=persistent,
+                multiprocessing_context="forkserver")
+
+
+@deadline(120)
+@pytest.mark.parametrize(
+    "kind,persistent", [("loader", False), ("loader", True), ("stateful", True)]
+)
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_torch_loader_stops_its_workers(big, kind, persistent, ending):
+    torch_data = pytest.importorskip("adapters.torch_data")
+    before = {p.pid for p in multiprocessing.active_children()}
+    rings = len(torch_data._RINGS)
+    data = _torch_loader(big, kind, persistent)
+    if ending == "with":
+        assert data.__enter__() is data
+    batches = iter(data)
+    assert tuple(next(batches)["tokens"].shape) == (8, SEQ)
+    workers = [p for p in _new_children(before) if "forkserver" not in repr(p)]
+    assert len(workers) == 2
+    holder = [data]
+    if ending == "del":  # the loader and its iterator: the last references
+        del data, batches
+    finishes_within(WATCHDOG_S, lambda: _end(ending, holder), f"torch {kind} {ending}")
+    finishes_within(
+        WATCHDOG_S, lambda: [p.join() for p in workers], f"torch workers after {ending}"
+    )
+    assert not any(p.is_alive() for p in workers)
+    assert len(torch_data._RINGS) <= rings  # the workers' shared-memory rings are let go
+
+
+@deadline(60)
+def test_torch_iterator_close_and_with(big):
+    torch_data = pytest.importorskip("adapters.torch_data")
+    data = _torch_loader(big, "loader", persistent=False)
+    before = {p.pid for p in multiprocessing.active_children()}
+    with iter(data) as batches:
+        next(batches)
+        workers = [p for p in _new_children(before) if "forkserver" not in repr(p)]
+        assert len(workers) == 2
+    finishes_within(WATCHDOG_S, lambda: [p.join() for p in workers], "torch iterator with-exit")
+    batches = iter(data)
+    next(batches)
+    finishes_within(WATCHDOG_S, batches.close, "torch iterator close")
+    with pytest.raises(StopIteration):
+        next(batches)
+    assert isinstance(data, torch_data.Loader)
