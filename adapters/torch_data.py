@@ -10,16 +10,23 @@ core hands out read-only views and shared constants; they are never written or a
 Batches. ``torch.utils.data.DataLoader`` calls ``dataset.__getitems__(batch_indices)``
 when the dataset has one and passes the result to ``collate_fn``.
 ``TorchDataset.__getitems__`` reads the whole micro-batch in one core call and returns a
-dict of already stacked tensors, so the loader needs ``collate_fn=batch_collate`` (which
-returns that dict as is; torch's default collate expects a list of samples)::
+:class:`Samples`: a sequence of samples, as torch's convention wants, that holds the
+stacked tensors. torch's default collate gives those tensors as they are (a collate
+function for :class:`Sample` is registered in its ``default_collate_fn_map``; ~10 us a
+batch), so every spelling a torch user writes works and gives the same batches::
 
+    from torch.utils.data import DataLoader
     from adapters import torch_data
     from megadata_core.samplers import PretrainingSampler
 
     sampler = PretrainingSampler(len(train), consumed, mbs, dp_rank, dp_size)
+    DataLoader(torch_data.TorchDataset(train), batch_sampler=sampler, num_workers=2)
+    DataLoader(torch_data.TorchDataset(train), sampler=sampler, batch_size=None)
+    DataLoader(torch_data.TorchDataset(train), batch_size=4, shuffle=True)
     loader = torch_data.loader(train, sampler, num_workers=2, persistent_workers=True)
-    # == DataLoader(TorchDataset(train), batch_sampler=sampler,
-    #               collate_fn=torch_data.batch_collate, num_workers=2, ...)
+
+:func:`loader` is the fast one: it passes ``collate_fn=batch_collate`` (no call into
+torch's collate) and ships packed batches from its workers (below).
 
 Workers. The dataset pickles cheaply (memory-mapped indices travel as file names when a
 ``path_to_cache`` is set; the ``.bin`` files are reopened in the worker), so any
@@ -57,21 +64,25 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
+from torch.utils.data._utils.collate import default_collate_fn_map
 
 from megadata_core.datasets import packing
 from megadata_core.datasets.buffers import BufferPool
 from megadata_core.datasets.shm_ring import ConsumerRings, ProducerRing, SlotRef
+from megadata_core.errors import DataError
 from megadata_core.samplers import PretrainingSampler
 
 __all__ = [
     "Loader",
     "PackedBatch",
+    "Sample",
+    "Samples",
     "UnpackingLoader",
     "StatefulLoader",
     "TorchDataset",
@@ -105,9 +116,56 @@ def to_torch(sample: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     return out
 
 
-def batch_collate(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The ``collate_fn`` for :class:`TorchDataset`: its ``__getitems__`` already returns
-    the stacked batch, so this returns it unchanged (a module-level function: picklable)."""
+class Sample(dict):
+    """One sample of a :class:`Samples` batch: key -> its row of each batch tensor."""
+
+
+class Samples(Sequence):
+    """What ``TorchDataset.__getitems__`` returns: the batch as a sequence of samples
+    (torch's convention, what its fetcher hands ``collate_fn``), holding the stacked
+    tensors it was read as (``.batch``, one core read).
+
+    torch's ``default_collate`` turns it into ``.batch`` as it is (a collate function
+    for :class:`Sample` is registered in ``default_collate_fn_map``, torch's documented
+    extension point): no per-sample stacking. Any other collate sees a sequence of
+    :class:`Sample` dicts; a list of some of them collates by stacking.
+    """
+
+    __slots__ = ("batch", "_rows")
+
+    def __init__(self, batch: dict[str, torch.Tensor], rows: int) -> None:
+        self.batch = batch
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._rows))]
+        if not -self._rows <= index < self._rows:
+            raise IndexError(f"sample {index} out of range for a batch of {self._rows}")
+        return Sample((key, tensor[index]) for key, tensor in self.batch.items())
+
+
+def _collate_samples(batch, *, collate_fn_map=None) -> dict[str, torch.Tensor]:
+    """``default_collate`` for :class:`Sample` s: a whole :class:`Samples` is its stacked
+    batch already; a list of samples is stacked key by key."""
+    if isinstance(batch, Samples):
+        return dict(batch.batch)
+    return {key: torch.stack([sample[key] for sample in batch]) for key in batch[0]}
+
+
+default_collate_fn_map[Sample] = _collate_samples
+
+
+def batch_collate(batch: Any) -> Any:
+    """The ``collate_fn`` of :func:`loader`: the stacked batch of a :class:`Samples`
+    (without a call into torch's collate), a worker's :class:`PackedBatch` as it is
+    (the loader unpacks it), anything else unchanged (a module-level function:
+    picklable)."""
+    if isinstance(batch, Samples):
+        return batch.batch
     return batch
 
 
@@ -140,9 +198,9 @@ class PackedBatch(packing.PackedBatch):
 class TorchDataset(Dataset):
     """A map-style ``torch.utils.data.Dataset`` over a megadata dataset.
 
-    ``ds[i]`` is one sample and ``ds.__getitems__(indices)`` a stacked batch, both dicts
-    of tensors (see the module docstring for dtypes). ``ds.dataset`` is the wrapped
-    dataset. Use with ``collate_fn=batch_collate`` (or :func:`loader`).
+    ``ds[i]`` is one sample, ``ds[list_of_ints]`` a stacked batch (dicts of tensors; see
+    the module docstring for dtypes), ``ds.__getitems__(indices)`` a :class:`Samples`
+    that any DataLoader collates. ``ds.dataset`` is the wrapped dataset.
     """
 
     #: set in the workers of a :func:`loader` DataLoader: ``__getitems__`` then returns
@@ -159,32 +217,49 @@ class TorchDataset(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+    def __getitem__(self, index) -> dict[str, torch.Tensor]:
+        """Sample ``index`` (an int); a 1-d sequence of ints gives the stacked batch
+        (``DataLoader(ds, sampler=<megadata sampler>, batch_size=None)`` asks so)."""
         if isinstance(index, torch.Tensor):
-            index = int(index)
-        return to_torch(self.dataset[index])
+            index = index.tolist()
+        if isinstance(index, (int, np.integer)):
+            return to_torch(self.dataset[index])
+        return self._stacked(index)
 
-    def __getitems__(self, indices) -> dict[str, torch.Tensor] | PackedBatch:
-        """The samples at ``indices`` (a list of ints) as stacked tensors, one core call.
-
-        The core's batch (its own token dtype, tokens and labels views of one text
-        buffer, shared constants) is packed and unpacked into pooled buffers: tokens and
-        labels are cast from the text once, constants are filled, not copied.
-        """
+    def __getitems__(self, indices) -> Samples | PackedBatch:
+        """The samples at ``indices`` (a list of ints), read in one core call, as a
+        :class:`Samples` (torch's default collate and :func:`batch_collate` give its
+        stacked tensors as they are); a :class:`PackedBatch` in a :func:`loader` worker."""
         if isinstance(indices, torch.Tensor):
             indices = indices.tolist()
-        getitems = getattr(self.dataset, "__getitems__", None)
-        if getitems is not None:
-            batch = getitems(list(indices))
-        else:
-            rows = [self.dataset[int(i)] for i in indices]
-            batch = {key: np.stack([np.asarray(r[key]) for r in rows]) for key in rows[0]}
-        packed = self._packer(batch)
+        indices = list(indices)
         if self._pack_in_worker:
+            packed = self._packer(self._read(indices))
             if self._ring is not None and packed.text is not None:
                 packed.text = self._ring.put(packed.text) or packed.text
             return packed
-        return packed.unpack(self._pool.empty)
+        return Samples(self._stacked(indices), len(indices))
+
+    def _read(self, indices: list) -> dict[str, np.ndarray]:
+        """The core's batch at ``indices`` (1-d ints), one ``__getitems__`` call."""
+        if any(np.ndim(i) != 0 for i in indices):
+            raise DataError(
+                f"indices: TorchDataset got a batch of index lists ({indices[:2]!r}...): a "
+                "megadata sampler yields whole micro-batches; pass it as "
+                "DataLoader(batch_sampler=...), or as sampler= with batch_size=None"
+            )
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if getitems is not None:
+            return getitems(indices)
+        rows = [self.dataset[int(i)] for i in indices]
+        return {key: np.stack([np.asarray(r[key]) for r in rows]) for key in rows[0]}
+
+    def _stacked(self, indices) -> dict[str, torch.Tensor]:
+        """The stacked tensors at ``indices``: the core's batch (its own token dtype,
+        tokens and labels views of one text buffer, shared constants) packed and
+        unpacked into pooled buffers -- tokens and labels cast from the text once,
+        constants filled, not copied."""
+        return self._packer(self._read(list(indices))).unpack(self._pool.empty)
 
     def __repr__(self) -> str:
         return f"TorchDataset({self.dataset!r})"
