@@ -37,8 +37,6 @@ its flags later (``app.run``) still does so normally.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,6 +46,7 @@ import numpy as np
 from megadata_core.checks import check_int
 from megadata_core.datasets import packing
 from megadata_core.datasets.buffers import BufferPool
+from megadata_core.datasets.fingerprint import fingerprint
 from megadata_core.errors import DataError
 
 __all__ = [
@@ -73,17 +72,6 @@ def ensure_absl_flags_parsed() -> None:
         return
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()
-
-
-def fingerprint(dataset: Any) -> str | None:
-    """First 12 hex digits of the sha256 of the dataset's ``description()``; None when the
-    dataset has no description (or returns None)."""
-    describe = getattr(dataset, "description", None)
-    description = describe() if callable(describe) else None
-    if description is None:
-        return None
-    text = json.dumps(description, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def _writable(sample: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -57,7 +57,13 @@ actually received and gives a state that resumes right after them::
         ...
         if step == k:
             save(loader.state_dict())        # a sampler state dict (plain ints)
-    # later: sampler.load_state_dict(state) (or build one with that consumed_samples)
+    # later, over the same data:
+    loader = torch_data.StatefulLoader(train, sampler, num_workers=2)
+    loader.load_state_dict(state)            # DataError if made for other data/config
+
+The state carries the data's ``fingerprint`` (as the Grain pipeline's does);
+``load_state_dict`` refuses a state made for other data or config, and one without a
+fingerprint (see :class:`StatefulLoader`).
 """
 
 from __future__ import annotations
@@ -74,6 +80,7 @@ from torch.utils.data._utils.collate import default_collate_fn_map
 
 from megadata_core.datasets import packing
 from megadata_core.datasets.buffers import BufferPool
+from megadata_core.datasets.fingerprint import fingerprint
 from megadata_core.datasets.shm_ring import ConsumerRings, ProducerRing, SlotRef
 from megadata_core.errors import DataError
 from megadata_core.samplers import PretrainingSampler
@@ -428,11 +435,19 @@ class StatefulLoader:
     to the sampler: the next iteration continues with the batch after the last one
     yielded. Any sampler with ``consumed_samples``, ``micro_batch_times_data_parallel_size``
     and ``state_dict``/``load_state_dict`` works (both megadata samplers do).
+
+    The state also carries ``fingerprint``: the data's fingerprint
+    (:func:`megadata_core.datasets.fingerprint.fingerprint`, as the Grain pipeline's
+    state does), and ``load_state_dict`` refuses a state made for other data or config
+    (same length, another seed, say) with a ``DataError``. A state without one (saved
+    before states carried it) is refused too; to restore it anyway, knowing the data is
+    the same, hand it to the sampler: ``loader.batch_sampler.load_state_dict(state)``.
     """
 
     def __init__(self, dataset, batch_sampler, num_workers: int = 0, **kwargs) -> None:
         self.batch_sampler = batch_sampler
         self.loader = loader(dataset, batch_sampler, num_workers=num_workers, **kwargs)
+        self.fingerprint = fingerprint(self.loader.dataset.dataset)
         self._start = int(batch_sampler.consumed_samples)
         self._yielded = 0
 
@@ -454,10 +469,26 @@ class StatefulLoader:
         if isinstance(self.batch_sampler, PretrainingSampler):  # last batch may be partial
             consumed = min(consumed, self.batch_sampler.total_samples)
         state["consumed_samples"] = consumed
+        state["fingerprint"] = self.fingerprint
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume the sampler from ``state`` on the next iteration."""
+        """Resume the sampler from ``state`` on the next iteration; ``DataError`` when
+        ``state`` was made for other data or config (its ``fingerprint``)."""
+        if isinstance(state, Mapping) and "fingerprint" not in state:
+            raise DataError(
+                f"fingerprint: the state has none (saved before loader states carried "
+                f"one), so it cannot be checked against this data ({self.fingerprint!r}, "
+                f"{self.loader.dataset.dataset!r}); if it is the same data, restore it "
+                "with loader.batch_sampler.load_state_dict(state)"
+            )
+        if isinstance(state, Mapping) and state["fingerprint"] != self.fingerprint:
+            raise DataError(
+                f"fingerprint: the state was made for data/config {state['fingerprint']!r}, "
+                f"this loader reads {self.fingerprint!r} ({self.loader.dataset.dataset!r}): "
+                "other data, or the same with another seed, sequence length, split or "
+                "blend; refusing to continue a different stream"
+            )
         self.batch_sampler.load_state_dict(state)
         self._start = int(self.batch_sampler.consumed_samples)
         self._yielded = 0

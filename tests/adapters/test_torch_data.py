@@ -165,7 +165,7 @@ def test_resume_gives_exactly_the_following_batches(train, num_workers, kind):
             break
     assert state["consumed_samples"] == steps * 4
     if num_workers == 0 and kind == "pretraining":  # no prefetch: the sampler's own count
-        assert loader.batch_sampler.state_dict() == state
+        assert {**loader.batch_sampler.state_dict(), "fingerprint": loader.fingerprint} == state
     del loader
     resumed = sampler()
     resumed.load_state_dict(state)
@@ -537,3 +537,41 @@ def test_micro_batch_sampler_given_as_a_sampler_says_how_to_pass_it(train):
     data = DataLoader(torch_data.TorchDataset(train), sampler=sampler)
     with pytest.raises(mdc.DataError, match="batch_sampler="):
         next(iter(data))
+
+
+# -- resume onto the same data only ---------------------------------------------------------
+
+
+def test_stateful_loader_state_refuses_other_data(tmp_path):
+    from adapter_helpers import gpt_dataset, write_corpus
+
+    from megadata_core.datasets.fingerprint import fingerprint
+
+    prefix = write_corpus(str(tmp_path / "corpus"), seed=3)
+    mine = gpt_dataset(prefix, str(tmp_path / "cache"), random_seed=1, sequence_length=SEQ)
+    other = gpt_dataset(prefix, str(tmp_path / "cache"), random_seed=2, sequence_length=SEQ)
+    assert len(mine) == len(other)  # same length: the sampler alone cannot tell them apart
+
+    def sampler():
+        return PretrainingSampler(len(mine), 0, 2, 0, 1)
+
+    full = [batch["tokens"] for batch in torch_data.loader(mine, sampler())]
+    loader = torch_data.StatefulLoader(mine, sampler())
+    for step, _ in enumerate(loader):
+        if step == 2:
+            state = loader.state_dict()
+            break
+    assert state["fingerprint"] == fingerprint(mine) != fingerprint(other)
+
+    onto_other = torch_data.StatefulLoader(other, sampler())
+    with pytest.raises(mdc.DataError, match=r"fingerprint: .*state was made for"):
+        onto_other.load_state_dict(state)
+    old = {key: value for key, value in state.items() if key != "fingerprint"}
+    with pytest.raises(mdc.DataError, match="fingerprint: the state has none"):
+        torch_data.StatefulLoader(mine, sampler()).load_state_dict(old)
+
+    resumed = torch_data.StatefulLoader(mine, sampler())  # the same data: exact resume
+    resumed.load_state_dict(state)
+    rest = [batch["tokens"] for batch in resumed]
+    assert len(rest) == len(full) - 3
+    assert all(torch.equal(got, want) for got, want in zip(rest, full[3:]))
