@@ -56,7 +56,7 @@ actually received and gives a state that resumes right after them::
     for step, batch in enumerate(loader):
         ...
         if step == k:
-            save(loader.state_dict())        # a sampler state dict (plain ints)
+            save(loader.state_dict())        # sampler fields + the data fingerprint
     # later, over the same data:
     loader = torch_data.StatefulLoader(train, sampler, num_workers=2)
     loader.load_state_dict(state)            # DataError if made for other data/config
