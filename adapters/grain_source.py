@@ -37,8 +37,6 @@ its flags later (``app.run``) still does so normally.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,6 +46,7 @@ import numpy as np
 from megadata_core.checks import check_int
 from megadata_core.datasets import packing
 from megadata_core.datasets.buffers import BufferPool
+from megadata_core.datasets.fingerprint import fingerprint
 from megadata_core.errors import DataError
 
 __all__ = [
@@ -73,17 +72,6 @@ def ensure_absl_flags_parsed() -> None:
         return
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()
-
-
-def fingerprint(dataset: Any) -> str | None:
-    """First 12 hex digits of the sha256 of the dataset's ``description()``; None when the
-    dataset has no description (or returns None)."""
-    describe = getattr(dataset, "description", None)
-    description = describe() if callable(describe) else None
-    if description is None:
-        return None
-    text = json.dumps(description, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def _writable(sample: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -112,6 +100,68 @@ def unpack(packed: PackedMicroBatch, pool: BufferPool | None = None) -> dict[str
     return packing.unpack_arrays(packed, np.empty if pool is None else pool.empty)
 
 
+class _Layout:
+    """The small, array-free part of a shipped micro-batch: its keys and its constants'
+    recipes (a leaf for Grain's tree functions: it pickles through the pipe as it is)."""
+
+    __slots__ = ("keys", "constants")
+
+    def __init__(self, keys: tuple[str, ...], constants: dict) -> None:
+        self.keys = keys
+        self.constants = constants
+
+    def __getstate__(self) -> tuple:
+        return (self.keys, self.constants)
+
+    def __setstate__(self, state: tuple) -> None:
+        self.keys, self.constants = state
+
+
+def _ship(packed: PackedMicroBatch) -> dict[str, Any]:
+    """A worker's element: ``packed`` as a dict whose arrays are leaves, so Grain moves
+    each through a shared-memory block of its own and pickles only its name.
+
+    Why it matters for shutdown: a worker hands its element to a ``multiprocessing``
+    queue whose feeder thread writes the pickle into a pipe, and a process joins that
+    thread when it exits. An element larger than the pipe's buffer (64 KiB on Linux; a
+    32 x 1025 uint16 micro-batch is 65.6 KB) that the consumer never reads -- it stopped
+    reading when it asked the workers to stop -- keeps the worker from exiting until
+    Grain's join gives up after 25 s and kills it, once per worker. Names of shared
+    memory blocks are a few hundred bytes: the pipe always takes them and the worker
+    exits at once (Grain unlinks the blocks of elements nobody read).
+    """
+    text = None if packed.text is None else np.ascontiguousarray(packed.text)
+    arrays = {key: np.ascontiguousarray(value) for key, value in packed.arrays.items()}
+    return {"text": text, "arrays": arrays, "layout": _Layout(packed.keys, packed.constants)}
+
+
+def _plain(array: Any) -> Any:
+    """A plain ndarray view of Grain's shared-memory array, its block's name removed now.
+
+    The mapping stays while a view of it lives (freed when the last one goes); without
+    a name nothing is left to clean up at exit. Grain would unlink the name only when
+    the array is collected, and names still registered when the process ends make
+    Python's resource tracker warn about "leaked shared_memory objects".
+    """
+    if not isinstance(array, np.ndarray):
+        return array
+    shm = getattr(array, "shm", None)
+    if shm is not None and getattr(array, "_unlink_on_del", False):
+        array._unlink_on_del = False  # Grain's flag: close the mapping only, later
+        try:
+            shm.unlink()
+        except FileNotFoundError:  # already gone
+            pass
+    return array.view(np.ndarray)
+
+
+def _received(element: Mapping[str, Any]) -> PackedMicroBatch:
+    """The :class:`PackedMicroBatch` a worker shipped with :func:`_ship`."""
+    layout = element["layout"]
+    arrays = {key: _plain(value) for key, value in element["arrays"].items()}
+    return PackedMicroBatch(layout.keys, _plain(element["text"]), arrays, layout.constants)
+
+
 class _Unpack:
     """Grain ``map`` in the consuming process: the core's read-only layout without copying
     (:func:`megadata_core.datasets.packing.view_arrays`), or with ``writable``
@@ -122,7 +172,8 @@ class _Unpack:
         self._pool = BufferPool()
         self._constants: dict = {}
 
-    def __call__(self, packed: PackedMicroBatch) -> dict[str, np.ndarray]:
+    def __call__(self, element: PackedMicroBatch | Mapping[str, Any]) -> dict[str, np.ndarray]:
+        packed = element if isinstance(element, PackedMicroBatch) else _received(element)
         if self.writable:
             return unpack(packed, self._pool)
         return packing.view_arrays(packed, self._constants)
@@ -330,8 +381,16 @@ class _ConsumedSamplesIterator(grain.DatasetIterator):
         self._start(consumed)
 
     def close(self) -> None:
+        """Stop the workers (at once: see :func:`_ship`); idempotent. Dropping the
+        iterator or leaving its ``with`` block does the same."""
         self.close_inner()
         self._closed = True
+
+    def __enter__(self) -> _ConsumedSamplesIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class _BatchedIterDataset(grain.IterDataset):
@@ -379,7 +438,7 @@ class _BatchedIterDataset(grain.IterDataset):
         pipeline = micro.to_iter_dataset(self.read_options or BATCHED_READ_OPTIONS)
         if workers:  # workers ship packed micro-batches; this process unpacks them
             ensure_absl_flags_parsed()
-            pipeline = pipeline.mp_prefetch(
+            pipeline = pipeline.map(_ship).mp_prefetch(
                 grain.MultiprocessingOptions(
                     num_workers=self.worker_count, per_worker_buffer_size=self.worker_buffer_size
                 )
@@ -431,8 +490,11 @@ def batched_dataset(
     cores), so ``worker_count=0`` is the fast choice for local ``.bin`` files; workers pay
     off when a batch is slow to read (remote storage, attention masks, heavy transforms).
     Workers ship each micro-batch packed (:class:`PackedMicroBatch`: the text once, the
-    core's constants as recipes) and this process lays it out again (a ``map`` after
-    ``mp_prefetch``): a quarter of the bytes through Grain's pipes for a 4-key batch.
+    core's constants as recipes), its arrays in Grain's shared memory blocks (only their
+    names go through the pipe), and this process lays it out again (a ``map`` after
+    ``mp_prefetch``). Closing the iterator (``close()``, dropping it, or leaving its
+    ``with`` block) stops the workers at once: nothing large is ever left in a worker's
+    pipe for it to flush before it can exit.
 
     The iterator's ``get_state()`` is ``{"consumed_samples", "total_samples"}`` (plain ints,
     counted at the batches handed out, not the prefetched ones); ``set_state`` accepts it

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
@@ -163,43 +164,70 @@ def global_batch(batch: Mapping, mesh: Mesh, batch_axes=None) -> dict[str, jax.A
 _END = object()
 
 
-class DevicePrefetcher:
-    """Iterator of global batches: a background thread turns the numpy batches of
-    ``iterator`` into global arrays (:func:`global_batch`) and keeps up to ``size`` of them
-    on the devices ahead of the training loop. An exception in the source is raised by
-    ``next``; :meth:`close` (or leaving a ``with`` block) stops the thread."""
+class _Feeder:
+    """The background thread's side of a :class:`DevicePrefetcher`: it holds no reference
+    to the prefetcher, so dropping the prefetcher lets its finalizer stop the thread."""
 
-    def __init__(self, iterator: Iterable[Mapping], mesh: Mesh, size: int = 2, batch_axes=None):
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise DataError(f"prefetch_to_device: size must be an int >= 1, got {size!r}")
-        self._source = iter(iterator)
-        self._mesh = mesh
-        self._batch_axes = batch_axes
-        self._queue: queue.Queue = queue.Queue(maxsize=size)
-        self._stop = threading.Event()
-        self._done = False
-        self._thread = threading.Thread(target=self._fill, name="prefetch_to_device", daemon=True)
-        self._thread.start()
+    def __init__(self, source: Iterator[Mapping], mesh: Mesh, size: int, batch_axes) -> None:
+        self.source = source
+        self.mesh = mesh
+        self.batch_axes = batch_axes
+        self.queue: queue.Queue = queue.Queue(maxsize=size)
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="prefetch_to_device", daemon=True)
 
     def _put(self, item) -> bool:
-        while not self._stop.is_set():
+        while not self.stopping.is_set():
             try:
-                self._queue.put(item, timeout=0.05)
+                self.queue.put(item, timeout=0.05)
                 return True
             except queue.Full:
                 continue
         return False
 
-    def _fill(self) -> None:
+    def run(self) -> None:
         try:
-            for batch in self._source:
-                arrays = global_batch(batch, self._mesh, self._batch_axes)
+            for batch in self.source:
+                arrays = global_batch(batch, self.mesh, self.batch_axes)
                 jax.block_until_ready(arrays)  # on the devices before it counts as ready
                 if not self._put(arrays):
                     return
             self._put(_END)
         except BaseException as error:  # handed to the consumer
             self._put(error)
+
+    def stop(self) -> None:
+        """Stop the thread, drop the batches it holds, then close the source iterator
+        (a Grain or torch iterator stops its workers) once the thread no longer runs it."""
+        self.stopping.set()
+        while True:
+            try:
+                self.queue.get_nowait()
+            except queue.Empty:
+                break
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout=5.0)  # a source blocked in next() keeps it a while
+        close = getattr(self.source, "close", None)
+        if close is not None and not self.thread.is_alive():
+            close()
+
+
+class DevicePrefetcher:
+    """Iterator of global batches: a background thread turns the numpy batches of
+    ``iterator`` into global arrays (:func:`global_batch`) and keeps up to ``size`` of them
+    on the devices ahead of the training loop. An exception in the source is raised by
+    ``next``. :meth:`close`, leaving a ``with`` block, or dropping the prefetcher stops
+    the thread and closes the source iterator (the prefetcher owns what it was given)."""
+
+    def __init__(self, iterator: Iterable[Mapping], mesh: Mesh, size: int = 2, batch_axes=None):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise DataError(f"prefetch_to_device: size must be an int >= 1, got {size!r}")
+        self._feeder = _Feeder(iter(iterator), mesh, size, batch_axes)
+        self._queue = self._feeder.queue
+        self._thread = self._feeder.thread
+        self._done = False
+        self._stop = weakref.finalize(self, self._feeder.stop)
+        self._thread.start()
 
     def __iter__(self) -> Iterator[dict[str, jax.Array]]:
         return self
@@ -217,15 +245,10 @@ class DevicePrefetcher:
         return item
 
     def close(self) -> None:
-        """Stop the background thread and drop the batches it holds."""
-        self._stop.set()
+        """Stop the background thread, drop the batches it holds and close the source
+        iterator; idempotent."""
         self._done = True
-        while True:
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
-        self._thread.join(timeout=5.0)  # a source blocked in next() keeps it a while
+        self._stop()
 
     def __enter__(self) -> DevicePrefetcher:
         return self

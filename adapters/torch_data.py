@@ -10,16 +10,23 @@ core hands out read-only views and shared constants; they are never written or a
 Batches. ``torch.utils.data.DataLoader`` calls ``dataset.__getitems__(batch_indices)``
 when the dataset has one and passes the result to ``collate_fn``.
 ``TorchDataset.__getitems__`` reads the whole micro-batch in one core call and returns a
-dict of already stacked tensors, so the loader needs ``collate_fn=batch_collate`` (which
-returns that dict as is; torch's default collate expects a list of samples)::
+:class:`Samples`: a sequence of samples, as torch's convention wants, that holds the
+stacked tensors. torch's default collate gives those tensors as they are (a collate
+function for :class:`Sample` is registered in its ``default_collate_fn_map``; ~10 us a
+batch), so every spelling a torch user writes works and gives the same batches::
 
+    from torch.utils.data import DataLoader
     from adapters import torch_data
     from megadata_core.samplers import PretrainingSampler
 
     sampler = PretrainingSampler(len(train), consumed, mbs, dp_rank, dp_size)
+    DataLoader(torch_data.TorchDataset(train), batch_sampler=sampler, num_workers=2)
+    DataLoader(torch_data.TorchDataset(train), sampler=sampler, batch_size=None)
+    DataLoader(torch_data.TorchDataset(train), batch_size=4, shuffle=True)
     loader = torch_data.loader(train, sampler, num_workers=2, persistent_workers=True)
-    # == DataLoader(TorchDataset(train), batch_sampler=sampler,
-    #               collate_fn=torch_data.batch_collate, num_workers=2, ...)
+
+:func:`loader` is the fast one: it passes ``collate_fn=batch_collate`` (no call into
+torch's collate) and ships packed batches from its workers (below).
 
 Workers. The dataset pickles cheaply (memory-mapped indices travel as file names when a
 ``path_to_cache`` is set; the ``.bin`` files are reopened in the worker), so any
@@ -33,6 +40,12 @@ tensors through fresh shared memory (each one a file-descriptor hand-over); this
 unpacks it, reading the text in place, into the same tensors as above. With
 ``pin_memory=True`` torch's pin-memory thread does the unpacking.
 
+Shutdown. :func:`loader` returns a :class:`Loader` (a DataLoader):
+``loader.close()`` or leaving ``with torch_data.loader(...) as data:`` stops the workers
+of every iterator it handed out, persistent workers included, and lets go of their
+shared-memory rings; an iterator's own ``close()``/``with`` stops its workers; dropping
+either does the same. :class:`StatefulLoader` has ``close()`` and ``with`` too.
+
 Resume. The sampler's ``state_dict()`` / ``load_state_dict()`` (``consumed_samples``) is
 the resume state, as in torchdata's ``StatefulDataLoader``. A loader with workers pulls
 batches from the sampler ahead of the training loop, so the sampler's own count runs
@@ -43,27 +56,40 @@ actually received and gives a state that resumes right after them::
     for step, batch in enumerate(loader):
         ...
         if step == k:
-            save(loader.state_dict())        # a sampler state dict (plain ints)
-    # later: sampler.load_state_dict(state) (or build one with that consumed_samples)
+            save(loader.state_dict())        # sampler fields + the data fingerprint
+    # later, over the same data:
+    loader = torch_data.StatefulLoader(train, sampler, num_workers=2)
+    loader.load_state_dict(state)            # DataError if made for other data/config
+
+The state carries the data's ``fingerprint`` (as the Grain pipeline's does);
+``load_state_dict`` refuses a state made for other data or config, and one without a
+fingerprint (see :class:`StatefulLoader`).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Mapping
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
+from torch.utils.data._utils.collate import default_collate_fn_map
 
 from megadata_core.datasets import packing
 from megadata_core.datasets.buffers import BufferPool
+from megadata_core.datasets.fingerprint import fingerprint
 from megadata_core.datasets.shm_ring import ConsumerRings, ProducerRing, SlotRef
+from megadata_core.errors import DataError
 from megadata_core.samplers import PretrainingSampler
 
 __all__ = [
+    "Loader",
     "PackedBatch",
+    "Sample",
+    "Samples",
     "UnpackingLoader",
     "StatefulLoader",
     "TorchDataset",
@@ -97,9 +123,56 @@ def to_torch(sample: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     return out
 
 
-def batch_collate(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The ``collate_fn`` for :class:`TorchDataset`: its ``__getitems__`` already returns
-    the stacked batch, so this returns it unchanged (a module-level function: picklable)."""
+class Sample(dict):
+    """One sample of a :class:`Samples` batch: key -> its row of each batch tensor."""
+
+
+class Samples(Sequence):
+    """What ``TorchDataset.__getitems__`` returns: the batch as a sequence of samples
+    (torch's convention, what its fetcher hands ``collate_fn``), holding the stacked
+    tensors it was read as (``.batch``, one core read).
+
+    torch's ``default_collate`` turns it into ``.batch`` as it is (a collate function
+    for :class:`Sample` is registered in ``default_collate_fn_map``, torch's documented
+    extension point): no per-sample stacking. Any other collate sees a sequence of
+    :class:`Sample` dicts; a list of some of them collates by stacking.
+    """
+
+    __slots__ = ("batch", "_rows")
+
+    def __init__(self, batch: dict[str, torch.Tensor], rows: int) -> None:
+        self.batch = batch
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._rows))]
+        if not -self._rows <= index < self._rows:
+            raise IndexError(f"sample {index} out of range for a batch of {self._rows}")
+        return Sample((key, tensor[index]) for key, tensor in self.batch.items())
+
+
+def _collate_samples(batch, *, collate_fn_map=None) -> dict[str, torch.Tensor]:
+    """``default_collate`` for :class:`Sample` s: a whole :class:`Samples` is its stacked
+    batch already; a list of samples is stacked key by key."""
+    if isinstance(batch, Samples):
+        return dict(batch.batch)
+    return {key: torch.stack([sample[key] for sample in batch]) for key in batch[0]}
+
+
+default_collate_fn_map[Sample] = _collate_samples
+
+
+def batch_collate(batch: Any) -> Any:
+    """The ``collate_fn`` of :func:`loader`: the stacked batch of a :class:`Samples`
+    (without a call into torch's collate), a worker's :class:`PackedBatch` as it is
+    (the loader unpacks it), anything else unchanged (a module-level function:
+    picklable)."""
+    if isinstance(batch, Samples):
+        return batch.batch
     return batch
 
 
@@ -132,9 +205,9 @@ class PackedBatch(packing.PackedBatch):
 class TorchDataset(Dataset):
     """A map-style ``torch.utils.data.Dataset`` over a megadata dataset.
 
-    ``ds[i]`` is one sample and ``ds.__getitems__(indices)`` a stacked batch, both dicts
-    of tensors (see the module docstring for dtypes). ``ds.dataset`` is the wrapped
-    dataset. Use with ``collate_fn=batch_collate`` (or :func:`loader`).
+    ``ds[i]`` is one sample, ``ds[list_of_ints]`` a stacked batch (dicts of tensors; see
+    the module docstring for dtypes), ``ds.__getitems__(indices)`` a :class:`Samples`
+    that any DataLoader collates. ``ds.dataset`` is the wrapped dataset.
     """
 
     #: set in the workers of a :func:`loader` DataLoader: ``__getitems__`` then returns
@@ -151,32 +224,49 @@ class TorchDataset(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+    def __getitem__(self, index) -> dict[str, torch.Tensor]:
+        """Sample ``index`` (an int); a 1-d sequence of ints gives the stacked batch
+        (``DataLoader(ds, sampler=<megadata sampler>, batch_size=None)`` asks so)."""
         if isinstance(index, torch.Tensor):
-            index = int(index)
-        return to_torch(self.dataset[index])
+            index = index.tolist()
+        if isinstance(index, (int, np.integer)):
+            return to_torch(self.dataset[index])
+        return self._stacked(index)
 
-    def __getitems__(self, indices) -> dict[str, torch.Tensor] | PackedBatch:
-        """The samples at ``indices`` (a list of ints) as stacked tensors, one core call.
-
-        The core's batch (its own token dtype, tokens and labels views of one text
-        buffer, shared constants) is packed and unpacked into pooled buffers: tokens and
-        labels are cast from the text once, constants are filled, not copied.
-        """
+    def __getitems__(self, indices) -> Samples | PackedBatch:
+        """The samples at ``indices`` (a list of ints), read in one core call, as a
+        :class:`Samples` (torch's default collate and :func:`batch_collate` give its
+        stacked tensors as they are); a :class:`PackedBatch` in a :func:`loader` worker."""
         if isinstance(indices, torch.Tensor):
             indices = indices.tolist()
-        getitems = getattr(self.dataset, "__getitems__", None)
-        if getitems is not None:
-            batch = getitems(list(indices))
-        else:
-            rows = [self.dataset[int(i)] for i in indices]
-            batch = {key: np.stack([np.asarray(r[key]) for r in rows]) for key in rows[0]}
-        packed = self._packer(batch)
+        indices = list(indices)
         if self._pack_in_worker:
+            packed = self._packer(self._read(indices))
             if self._ring is not None and packed.text is not None:
                 packed.text = self._ring.put(packed.text) or packed.text
             return packed
-        return packed.unpack(self._pool.empty)
+        return Samples(self._stacked(indices), len(indices))
+
+    def _read(self, indices: list) -> dict[str, np.ndarray]:
+        """The core's batch at ``indices`` (1-d ints), one ``__getitems__`` call."""
+        if any(np.ndim(i) != 0 for i in indices):
+            raise DataError(
+                f"indices: TorchDataset got a batch of index lists ({indices[:2]!r}...): a "
+                "megadata sampler yields whole micro-batches; pass it as "
+                "DataLoader(batch_sampler=...), or as sampler= with batch_size=None"
+            )
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if getitems is not None:
+            return getitems(indices)
+        rows = [self.dataset[int(i)] for i in indices]
+        return {key: np.stack([np.asarray(r[key]) for r in rows]) for key in rows[0]}
+
+    def _stacked(self, indices) -> dict[str, torch.Tensor]:
+        """The stacked tensors at ``indices``: the core's batch (its own token dtype,
+        tokens and labels views of one text buffer, shared constants) packed and
+        unpacked into pooled buffers -- tokens and labels cast from the text once,
+        constants filled, not copied."""
+        return self._packer(self._read(list(indices))).unpack(self._pool.empty)
 
     def __repr__(self) -> str:
         return f"TorchDataset({self.dataset!r})"
@@ -212,19 +302,32 @@ class _PackInWorker:
             self.then(worker_id)
 
 
+def _stop_workers(iterator: Any) -> None:
+    """Stop a DataLoader iterator's workers (joined: torch sends each one its stop and
+    waits for it) and let go of their shared-memory rings; no-op without workers."""
+    pids = [worker.pid for worker in getattr(iterator, "_workers", ())]
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+    _RINGS.forget(pids)
+
+
 class _Unpacking:
     """Iterator over a DataLoader iterator that unpacks :class:`PackedBatch` es into
-    pooled buffers (batches that are not packed pass through); other attributes are the
-    wrapped iterator's."""
+    pooled buffers (batches that are not packed pass through); :meth:`close` (or leaving
+    a ``with`` block) stops its workers; other attributes are the wrapped iterator's."""
 
     def __init__(self, inner: Iterator, pool: BufferPool) -> None:
         self._inner = inner
         self._pool = pool
+        self._closed = False
 
     def __iter__(self) -> _Unpacking:
         return self
 
     def __next__(self) -> dict[str, torch.Tensor]:
+        if self._closed:
+            raise StopIteration
         batch = next(self._inner)
         if isinstance(batch, PackedBatch):
             return batch.unpack(self._pool.empty)
@@ -233,26 +336,65 @@ class _Unpacking:
     def __len__(self) -> int:
         return len(self._inner)
 
+    def close(self) -> None:
+        """Stop the workers now (persistent ones too: the loader starts new ones when
+        iterated again); idempotent."""
+        self._closed = True
+        _stop_workers(self._inner)
+
+    def __enter__(self) -> _Unpacking:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
-class UnpackingLoader(DataLoader):
-    """The DataLoader :func:`loader` builds when workers run: they ship each batch as a
-    :class:`PackedBatch` (the [B, S + 1] text once, in the core's token dtype; the core's
-    shared constants as recipes) instead of four tensors through shared memory, and
-    iterating unpacks it here into Megatron's tensors (pooled buffers). With
-    ``pin_memory=True`` torch's pin-memory thread unpacks straight into pinned memory."""
+class Loader(DataLoader):
+    """The DataLoader :func:`loader` builds: a ``torch.utils.data.DataLoader`` that can be
+    closed. ``close()`` (or leaving a ``with`` block) stops the workers of every iterator
+    it handed out, persistent ones included, within about a second; its iterators have
+    ``close()`` and ``with`` too. Dropping a loader or iterator stops them as well."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._unpack_pool = BufferPool()
+        self._handed_out: weakref.WeakSet = weakref.WeakSet()
 
     def __iter__(self) -> _Unpacking:
-        return _Unpacking(super().__iter__(), self._unpack_pool)
+        inner = super().__iter__()
+        if getattr(inner, "_workers", None) and inner not in self._handed_out:
+            self._handed_out.add(inner)
+            # after torch's own __del__ has stopped the workers: let go of their rings
+            weakref.finalize(inner, _RINGS.forget, [w.pid for w in inner._workers])
+        return _Unpacking(inner, self._unpack_pool)
+
+    def close(self) -> None:
+        """Stop the workers of every iterator of this loader; idempotent. Iterating the
+        loader again starts new ones."""
+        for inner in list(self._handed_out):
+            _stop_workers(inner)
+        self._handed_out.clear()
+        self._iterator = None  # torch's persistent-workers iterator
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def loader(dataset, batch_sampler, num_workers: int = 0, **kwargs) -> DataLoader:
+class UnpackingLoader(Loader):
+    """The :class:`Loader` :func:`loader` builds when workers run: they ship each batch as
+    a :class:`PackedBatch` (the [B, S + 1] text once, in the core's token dtype; the core's
+    shared constants as recipes) instead of four tensors through shared memory, and
+    iterating unpacks it here into Megatron's tensors (pooled buffers). With
+    ``pin_memory=True`` torch's pin-memory thread unpacks straight into pinned memory."""
+
+
+def loader(dataset, batch_sampler, num_workers: int = 0, **kwargs) -> Loader:
     """``DataLoader(TorchDataset(dataset), batch_sampler=batch_sampler,
     collate_fn=batch_collate, num_workers=num_workers, **kwargs)``.
 
@@ -279,7 +421,7 @@ def loader(dataset, batch_sampler, num_workers: int = 0, **kwargs) -> DataLoader
         return UnpackingLoader(
             dataset, batch_sampler=batch_sampler, num_workers=num_workers, **kwargs
         )
-    return DataLoader(dataset, batch_sampler=batch_sampler, num_workers=num_workers, **kwargs)
+    return Loader(dataset, batch_sampler=batch_sampler, num_workers=num_workers, **kwargs)
 
 
 class StatefulLoader:
@@ -293,11 +435,19 @@ class StatefulLoader:
     to the sampler: the next iteration continues with the batch after the last one
     yielded. Any sampler with ``consumed_samples``, ``micro_batch_times_data_parallel_size``
     and ``state_dict``/``load_state_dict`` works (both megadata samplers do).
+
+    The state also carries ``fingerprint``: the data's fingerprint
+    (:func:`megadata_core.datasets.fingerprint.fingerprint`, as the Grain pipeline's
+    state does), and ``load_state_dict`` refuses a state made for other data or config
+    (same length, another seed, say) with a ``DataError``. A state without one (saved
+    before states carried it) is refused too; to restore it anyway, knowing the data is
+    the same, hand it to the sampler: ``loader.batch_sampler.load_state_dict(state)``.
     """
 
     def __init__(self, dataset, batch_sampler, num_workers: int = 0, **kwargs) -> None:
         self.batch_sampler = batch_sampler
         self.loader = loader(dataset, batch_sampler, num_workers=num_workers, **kwargs)
+        self.fingerprint = fingerprint(self.loader.dataset.dataset)
         self._start = int(batch_sampler.consumed_samples)
         self._yielded = 0
 
@@ -319,10 +469,36 @@ class StatefulLoader:
         if isinstance(self.batch_sampler, PretrainingSampler):  # last batch may be partial
             consumed = min(consumed, self.batch_sampler.total_samples)
         state["consumed_samples"] = consumed
+        state["fingerprint"] = self.fingerprint
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume the sampler from ``state`` on the next iteration."""
+        """Resume the sampler from ``state`` on the next iteration; ``DataError`` when
+        ``state`` was made for other data or config (its ``fingerprint``)."""
+        if isinstance(state, Mapping) and "fingerprint" not in state:
+            raise DataError(
+                f"fingerprint: the state has none (saved before loader states carried "
+                f"one), so it cannot be checked against this data ({self.fingerprint!r}, "
+                f"{self.loader.dataset.dataset!r}); if it is the same data, restore it "
+                "with loader.batch_sampler.load_state_dict(state)"
+            )
+        if isinstance(state, Mapping) and state["fingerprint"] != self.fingerprint:
+            raise DataError(
+                f"fingerprint: the state was made for data/config {state['fingerprint']!r}, "
+                f"this loader reads {self.fingerprint!r} ({self.loader.dataset.dataset!r}): "
+                "other data, or the same with another seed, sequence length, split or "
+                "blend; refusing to continue a different stream"
+            )
         self.batch_sampler.load_state_dict(state)
         self._start = int(self.batch_sampler.consumed_samples)
         self._yielded = 0
+
+    def close(self) -> None:
+        """Stop the loader's workers (:meth:`Loader.close`); idempotent."""
+        self.loader.close()
+
+    def __enter__(self) -> StatefulLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -141,6 +141,15 @@ class ConsumerRings:
         array.flags.writeable = False
         return array
 
+    def forget(self, pids) -> None:
+        """Forget the rings of producers ``pids`` (ones that were stopped): each is
+        unmapped once no array views it."""
+        pids = {int(pid) for pid in pids}
+        with self._lock:
+            for path, (pid, _) in list(self._maps.items()):
+                if pid in pids:
+                    del self._maps[path]
+
     def _drop_dead(self) -> None:
         """Forget rings whose producer exited (unmapped once no array views them)."""
         for path, (pid, _) in list(self._maps.items()):

@@ -51,3 +51,28 @@ def gpt_dataset(prefix: str, cache: str, random_seed: int, sequence_length: int)
     )
     indexed = mdc.IndexedDataset(prefix)
     return mdc.GPTDataset(indexed, np.arange(len(indexed.document_indices) - 1), None, config)
+
+
+def finishes_within(seconds: float, action, what: str) -> None:
+    """Run ``action()`` in a thread; fail the test if it has not returned after ``seconds``
+    (a watchdog against hangs, not a timing assertion) and re-raise what it raised."""
+    import threading
+
+    import pytest
+
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            action()
+        except BaseException as error:  # handed to the test
+            errors.append(error)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"watchdog:{what}", daemon=True).start()
+    if not done.wait(seconds):
+        pytest.fail(f"{what} had not finished after {seconds} s")
+    if errors:
+        raise errors[0]

@@ -91,7 +91,7 @@ def test_values_and_dtypes_equal_the_core(corpora, options):
     dataset = torch_data.TorchDataset(core)
     assert len(dataset) == len(core)
     indices = [5, 0, 17, 5, len(core) - 1]
-    batch = dataset.__getitems__(indices)
+    batch = torch_data.batch_collate(dataset.__getitems__(indices))
     _assert_batch(batch, _expected(core, indices))
     assert ("attention_mask" in batch) == options["create_attention_mask"]
     for index in (0, 9):
@@ -102,13 +102,13 @@ def test_values_and_dtypes_equal_the_core(corpora, options):
     before = {key: np.array(value) for key, value in before.items()}
     for tensor in batch.values():
         tensor.zero_()
-    _assert_batch(dataset.__getitems__(indices), before)
+    _assert_batch(torch_data.batch_collate(dataset.__getitems__(indices)), before)
 
 
 def test_blended_dataset_ids(blended):
     dataset = torch_data.TorchDataset(blended)
     indices = list(range(0, len(blended), 7))
-    batch = dataset.__getitems__(indices)
+    batch = torch_data.batch_collate(dataset.__getitems__(indices))
     _assert_batch(batch, _expected(blended, indices))
     assert set(batch["dataset_id"].tolist()) == {0, 1}
     sample = dataset[3]
@@ -165,7 +165,7 @@ def test_resume_gives_exactly_the_following_batches(train, num_workers, kind):
             break
     assert state["consumed_samples"] == steps * 4
     if num_workers == 0 and kind == "pretraining":  # no prefetch: the sampler's own count
-        assert loader.batch_sampler.state_dict() == state
+        assert {**loader.batch_sampler.state_dict(), "fingerprint": loader.fingerprint} == state
     del loader
     resumed = sampler()
     resumed.load_state_dict(state)
@@ -196,8 +196,8 @@ def test_pickles_small(train, blended):
         assert len(payload) < 16_000, len(payload)  # memory maps travel as file names
         again = pickle.loads(payload)
         indices = [1, 4, 2]
-        for key, value in dataset.__getitems__(indices).items():
-            assert torch.equal(again.__getitems__(indices)[key], value)
+        for key, value in dataset[indices].items():
+            assert torch.equal(again[indices][key], value)
 
 
 # -- two processes over torch.distributed (gloo, loopback) ------------------------------
@@ -246,7 +246,7 @@ def test_two_ranks_with_torch_distributed(corpora, tmp_path, monkeypatch):
 def test_batch_tensors_are_independent_and_reuse_memory(train):
     dataset = torch_data.TorchDataset(train)
     indices = [1, 4, 9]
-    batch = dataset.__getitems__(indices)
+    batch = torch_data.batch_collate(dataset.__getitems__(indices))
     want = {key: np.array(value) for key, value in _expected(train, indices).items()}
     _assert_batch(batch, want)
     pointers = {key: tensor.data_ptr() for key, tensor in batch.items()}
@@ -257,11 +257,11 @@ def test_batch_tensors_are_independent_and_reuse_memory(train):
     batch["labels"].fill_(-5)
     rest = {key: value for key, value in want.items() if key != "labels"}
     _assert_batch({key: value for key, value in batch.items() if key != "labels"}, rest)
-    again = dataset.__getitems__(indices)  # batch still held: fresh buffers
+    again = torch_data.batch_collate(dataset.__getitems__(indices))  # batch held: fresh buffers
     assert all(again[key].data_ptr() != pointers[key] for key in batch)
     _assert_batch(again, want)
     del batch, again
-    third = dataset.__getitems__([2, 3, 5])  # dropped: the pooled buffers come back
+    third = torch_data.batch_collate(dataset.__getitems__([2, 3, 5]))  # dropped: pooled again
     assert any(third[key].data_ptr() in pointers.values() for key in third)
     _assert_batch(third, _expected(train, [2, 3, 5]))
 
@@ -426,7 +426,7 @@ def _mark_worker(worker_id: int) -> None:
 
 def _collate_marks(batch: dict) -> dict:
     info = torch.utils.data.get_worker_info()
-    batch = dict(batch)
+    batch = dict(torch.utils.data.default_collate(batch))  # a sequence of samples
     batch["worker"] = torch.tensor([getattr(info.dataset, "marked", -1)])
     return batch
 
@@ -443,7 +443,7 @@ def test_loader_keeps_user_worker_init_and_collate(train, tmp_path):
         train, PretrainingSampler(len(train), 0, 2, 0, 1), num_workers=2,
         worker_init_fn=_mark_worker, collate_fn=_collate_marks, **_context(2),
     )
-    assert not isinstance(data, torch_data.UnpackingLoader)  # a custom collate gets tensors
+    assert not isinstance(data, torch_data.UnpackingLoader)  # a custom collate: samples
     for batch, want in zip(data, indices):
         assert batch["worker"].item() in (0, 1)
         _assert_batch({k: v for k, v in batch.items() if k != "worker"}, _expected(train, want))
@@ -456,3 +456,122 @@ def test_loader_keeps_user_worker_init_and_collate(train, tmp_path):
     assert os.path.exists(tmp_path / "worker0")  # the user's worker_init_fn ran too
     assert len(seen) == len(indices)
     _assert_batch(seen[-1], _expected(train, indices[-1]))
+
+
+# -- the natural spelling: DataLoader + torch's default collate --------------------------------
+
+
+def _same_batches(got: list, want: list) -> None:
+    assert len(got) == len(want) > 0
+    for batch, expected in zip(got, want):
+        assert isinstance(batch, dict) and list(batch) == list(expected)
+        for key, tensor in expected.items():
+            assert batch[key].dtype == tensor.dtype == DTYPES[key], key
+            assert torch.equal(batch[key], tensor), key
+
+
+def _samplers(total: int) -> dict:
+    return {
+        "pretraining": lambda: PretrainingSampler(total, 4, 3, 1, 2),
+        "random": lambda: RandomSampler(total, 0, 3, 0, 2, seed=11),
+    }
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("kind", ["pretraining", "random"])
+def test_dataloader_with_default_collate_gives_the_loaders_batches(blended, kind, num_workers):
+    from torch.utils.data import DataLoader
+
+    make = _samplers(len(blended))[kind]
+    want = list(torch_data.loader(blended, make()))
+    data = DataLoader(torch_data.TorchDataset(blended), batch_sampler=make(),
+                      num_workers=num_workers, **_context(num_workers))
+    _same_batches(list(data), want)
+    # a sampler that yields whole micro-batches, spelled sampler= with batch_size=None
+    data = DataLoader(torch_data.TorchDataset(blended), sampler=make(), batch_size=None,
+                      num_workers=num_workers, **_context(num_workers))
+    _same_batches(list(data), want)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_dataloader_with_batch_size(train, num_workers):
+    from torch.utils.data import DataLoader
+
+    data = DataLoader(torch_data.TorchDataset(train), batch_size=4, num_workers=num_workers,
+                      **_context(num_workers))
+    batches = list(data)
+    assert len(batches) == -(-len(train) // 4)
+    for step, batch in enumerate(batches):
+        indices = range(4 * step, min(4 * step + 4, len(train)))
+        _assert_batch(batch, _expected(train, indices))
+    def shuffled():
+        generator = torch.Generator().manual_seed(0)
+        return torch.utils.data.RandomSampler(range(len(train)), generator=generator)
+
+    order = list(shuffled())
+    data = DataLoader(torch_data.TorchDataset(train), sampler=shuffled(), batch_size=5,
+                      drop_last=True, num_workers=num_workers, **_context(num_workers))
+    batches = list(data)
+    assert len(batches) == len(train) // 5
+    for step, batch in enumerate(batches):
+        _assert_batch(batch, _expected(train, order[5 * step:5 * step + 5]))
+
+
+def test_samples_collate_like_a_list_of_samples(train):
+    from torch.utils.data import default_collate
+
+    dataset = torch_data.TorchDataset(train)
+    samples = dataset.__getitems__([4, 0, 9])
+    assert len(samples) == 3
+    for row, index in zip(samples, (4, 0, 9)):  # each one sample, as ds[i] gives it
+        _assert_batch(row, train[index])
+    _assert_batch(default_collate(samples), _expected(train, [4, 0, 9]))
+    _assert_batch(default_collate([samples[2], samples[0]]), _expected(train, [9, 4]))
+    _assert_batch(torch_data.batch_collate(samples), _expected(train, [4, 0, 9]))
+
+
+def test_micro_batch_sampler_given_as_a_sampler_says_how_to_pass_it(train):
+    from torch.utils.data import DataLoader
+
+    sampler = PretrainingSampler(len(train), 0, 2, 0, 1)
+    data = DataLoader(torch_data.TorchDataset(train), sampler=sampler)
+    with pytest.raises(mdc.DataError, match="batch_sampler="):
+        next(iter(data))
+
+
+# -- resume onto the same data only ---------------------------------------------------------
+
+
+def test_stateful_loader_state_refuses_other_data(tmp_path):
+    from adapter_helpers import gpt_dataset, write_corpus
+
+    from megadata_core.datasets.fingerprint import fingerprint
+
+    prefix = write_corpus(str(tmp_path / "corpus"), seed=3)
+    mine = gpt_dataset(prefix, str(tmp_path / "cache"), random_seed=1, sequence_length=SEQ)
+    other = gpt_dataset(prefix, str(tmp_path / "cache"), random_seed=2, sequence_length=SEQ)
+    assert len(mine) == len(other)  # same length: the sampler alone cannot tell them apart
+
+    def sampler():
+        return PretrainingSampler(len(mine), 0, 2, 0, 1)
+
+    full = [batch["tokens"] for batch in torch_data.loader(mine, sampler())]
+    loader = torch_data.StatefulLoader(mine, sampler())
+    for step, _ in enumerate(loader):
+        if step == 2:
+            state = loader.state_dict()
+            break
+    assert state["fingerprint"] == fingerprint(mine) != fingerprint(other)
+
+    onto_other = torch_data.StatefulLoader(other, sampler())
+    with pytest.raises(mdc.DataError, match=r"fingerprint: .*state was made for"):
+        onto_other.load_state_dict(state)
+    old = {key: value for key, value in state.items() if key != "fingerprint"}
+    with pytest.raises(mdc.DataError, match="fingerprint: the state has none"):
+        torch_data.StatefulLoader(mine, sampler()).load_state_dict(old)
+
+    resumed = torch_data.StatefulLoader(mine, sampler())  # the same data: exact resume
+    resumed.load_state_dict(state)
+    rest = [batch["tokens"] for batch in resumed]
+    assert len(rest) == len(full) - 3
+    assert all(torch.equal(got, want) for got, want in zip(rest, full[3:]))
