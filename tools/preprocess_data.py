@@ -61,8 +61,7 @@ class _ZstdRaw(io.RawIOBase):
     """Decompresses a (multi-frame) .zst file; corrupt or truncated data is an OSError."""
 
     def __init__(self, path: str) -> None:
-        import zstandard
-
+        zstandard = require_zstandard(path)
         self._error = zstandard.ZstdError
         self._decompressor = zstandard.ZstdDecompressor()
         self._frame = self._decompressor.decompressobj()
@@ -103,6 +102,18 @@ class _ZstdRaw(io.RawIOBase):
         if not self.closed:
             self._file.close()
         super().close()
+
+
+def require_zstandard(path: str):
+    """The zstandard module, or a DataError naming ``path`` and how to install it."""
+    try:
+        import zstandard
+    except ImportError:
+        raise DataError(
+            f"{path}: reading .zst input needs the zstandard package; install it with "
+            "pip install 'megadata[cli]' (or pip install zstandard)"
+        ) from None
+    return zstandard
 
 
 def open_binary(path: str):
@@ -209,10 +220,15 @@ def main(argv: list[str]) -> None:
         factory = functools.partial(
             load_tokenizer, FLAGS.tokenizer_type, FLAGS.tokenizer_file, **options
         )
+        inputs = expand_inputs(FLAGS.input)
+        for path in inputs:
+            if path.endswith(".zst"):  # before any work, not at the first .zst file
+                require_zstandard(path)
+                break
         progress = _Progress(FLAGS.progress, FLAGS.log_interval)
         try:
             summary = preprocess_jsonl(
-                expand_inputs(FLAGS.input),
+                inputs,
                 os.path.expanduser(FLAGS.output_prefix),
                 factory,
                 json_keys=FLAGS.json_keys,

@@ -4,19 +4,20 @@ Memory stays bounded however large the corpus: per-sequence lengths, modes and
 document boundaries are buffered in small arrays and spilled to temporary files
 next to the output; ``finalize`` streams them into the .idx, computing the byte
 pointers chunk by chunk in int64. Both files are written under temporary names
-and ``os.replace``d into place at the end, so a crash never leaves a half corpus
-under the final name.
+(``temp_files``: they name their writer's pid and host) and ``os.replace``d into
+place at the end, so a crash never leaves a half corpus under the final name; a new
+writer of the same prefix removes the temporaries that dead writers left behind.
+Files get the usual ``0o666 & ~umask`` mode.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 
 import numpy as np
 
 from megadata_core.errors import DataError
-from megadata_core.format import idx_layout
+from megadata_core.format import idx_layout, temp_files
 from megadata_core.format.dtypes import code_of
 from megadata_core.format.reader import IndexedDataset, bin_path_of, idx_path_of
 from megadata_core.format.sources import is_local, local_path
@@ -24,6 +25,7 @@ from megadata_core.format.sources import is_local, local_path
 _SPILL_ITEMS = 1 << 16  # entries buffered before a spill to disk
 _COPY_CHUNK = 1 << 20  # entries per chunk when streaming arrays
 _INT32_MAX = int(np.iinfo(np.int32).max)
+_TEMP_PARTS = ("bin", "idx", "lengths", "documents", "modes")  # labels {name}.{part}
 
 
 class _SpilledArray:
@@ -35,7 +37,7 @@ class _SpilledArray:
 
     def __init__(self, directory: str, dtype: type, label: str) -> None:
         self.dtype = np.dtype(dtype)
-        handle, self.path = tempfile.mkstemp(prefix=f".{label}.", suffix=".tmp", dir=directory)
+        handle, self.path = temp_files.create_file(directory, label)
         self._file = os.fdopen(handle, "wb")
         self._pending: list[int] = []
         self.count = 0
@@ -105,15 +107,27 @@ class IndexedDatasetWriter:
             raise DataError(f"{self.path_prefix}: output directory {directory} does not exist")
         self._directory = directory
         name = os.path.basename(self.path_prefix)
-        handle, self._bin_temp = tempfile.mkstemp(
-            prefix=f".{name}.bin.", suffix=".tmp", dir=directory
-        )
-        self._bin = os.fdopen(handle, "wb")
-        self._lengths = _SpilledArray(directory, np.int32, f"{name}.lengths")
-        self._documents = _SpilledArray(directory, np.int64, f"{name}.documents")
-        self._modes = (
-            _SpilledArray(directory, np.int8, f"{name}.modes") if self.multimodal else None
-        )
+        temp_files.check_name_fits(directory, f"{name}.bin", self.path_prefix)
+        temp_files.remove_stale(directory, [f"{name}.{part}" for part in _TEMP_PARTS])
+        self._bin_temp = None
+        self._lengths = self._documents = self._modes = None
+        try:
+            handle, self._bin_temp = temp_files.create_file(directory, f"{name}.bin")
+            self._bin = os.fdopen(handle, "wb")
+            self._lengths = _SpilledArray(directory, np.int32, f"{name}.lengths")
+            self._documents = _SpilledArray(directory, np.int64, f"{name}.documents")
+            if self.multimodal:
+                self._modes = _SpilledArray(directory, np.int8, f"{name}.modes")
+        except OSError as error:
+            if self._bin_temp is not None:
+                self._bin.close()
+                _remove_quietly(self._bin_temp)
+            self._discard_spills()
+            self._closed = True
+            raise DataError(
+                f"{self.path_prefix}: cannot write in output directory {directory}: "
+                f"{error.strerror or error}"
+            ) from None
         self._documents.append(0)
         self._last_boundary = 0
         if self.dtype.kind in "iu":
@@ -324,19 +338,19 @@ class IndexedDatasetWriter:
             )
         if idx_path is not None and os.path.abspath(idx_path) != os.path.abspath(final_idx):
             raise DataError(f"finalize: idx_path {idx_path} is not this writer's {final_idx}")
+        idx_temp = None
         try:
             self._bin.close()
-            handle, idx_temp = tempfile.mkstemp(
-                prefix=f".{os.path.basename(self.path_prefix)}.idx.",
-                suffix=".tmp",
-                dir=self._directory,
-            )
+            name = os.path.basename(self.path_prefix)
+            handle, idx_temp = temp_files.create_file(self._directory, f"{name}.idx")
             with os.fdopen(handle, "wb") as idx:
                 self._write_idx(idx)
             os.replace(self._bin_temp, bin_path_of(self.path_prefix))
             os.replace(idx_temp, final_idx)
         except BaseException:
             self.abort()
+            if idx_temp is not None:
+                _remove_quietly(idx_temp)
             raise
         finally:
             self._discard_spills()

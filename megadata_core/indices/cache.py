@@ -50,7 +50,6 @@ import hashlib
 import json
 import os
 import re
-import secrets
 import warnings
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -60,6 +59,7 @@ from typing import TypeVar
 import numpy as np
 
 from megadata_core.errors import DataError
+from megadata_core.format import temp_files
 
 try:  # POSIX only; elsewhere the cache is still safe, just without the wait-and-load.
     import fcntl
@@ -282,11 +282,13 @@ def _same_json(stored: object, expected: object, canonical: str) -> bool:
 def _write_atomically(path: str, write: Callable) -> None:
     """``write(stream)`` into a temporary file next to ``path``, renamed onto it. No
     fsync (see the module docstring): the rename is atomic and a file torn by a crash
-    fails the load checks and is rebuilt."""
+    fails the load checks and is rebuilt. Temporaries of ``path`` that dead writers on
+    this host left behind are removed first (``format.temp_files``)."""
     directory, name = os.path.split(path)
-    temporary = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    temp_files.remove_stale(directory, [name])
+    handle, temporary = temp_files.create_file(directory, name)
     try:
-        with open(temporary, "wb") as stream:
+        with os.fdopen(handle, "wb") as stream:
             write(stream)
         os.replace(temporary, path)
     finally:

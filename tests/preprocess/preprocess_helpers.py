@@ -54,3 +54,21 @@ def files_of(prefix):
     """(.bin bytes, .idx bytes) of a corpus."""
     with open(prefix + ".bin", "rb") as bin_file, open(prefix + ".idx", "rb") as idx_file:
         return bin_file.read(), idx_file.read()
+
+
+class StallingTokenizer:
+    """ByteTokenizer that, on the text "STALL", touches ``$STALL_MARKER`` and sleeps forever:
+    a run stopped at a known line, to be killed there."""
+
+    vocab_size = 257
+    eod_id = 256
+
+    def encode(self, text):
+        if text == "STALL":
+            import os
+            import time
+
+            open(os.environ["STALL_MARKER"], "w").close()
+            while True:
+                time.sleep(1)
+        return list(text.encode("utf-8"))

@@ -20,6 +20,7 @@ def run_tool(name, *args, check=True):
     result = subprocess.run(
         [sys.executable, str(REPO / "tools" / f"{name}.py"), *map(str, args)],
         capture_output=True, text=True, cwd=REPO, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},  # this checkout's code, not main's
     )
     if check and result.returncode != 0:
         raise AssertionError(f"{name} failed ({result.returncode}):\n{result.stderr}")

@@ -1,0 +1,27 @@
+"""JSON-lines text to Megatron ``.bin/.idx`` corpora (Megatron's ``tools/preprocess_data.py``).
+
+Modules, in the order the data flows: ``reading`` (opening inputs, cutting them into
+chunks of lines), ``records`` (one JSON line to its texts), ``encoding`` (a chunk to
+token arrays), ``pool`` (chunks through worker processes, in order), ``pipeline`` (the
+driver, :func:`preprocess_jsonl`). ``tokenizers`` holds the protocol and ByteTokenizer.
+"""
+
+from megadata_core.preprocess.encoding import TokenizedChunk, tokenize_chunk
+from megadata_core.preprocess.pipeline import PreprocessSummary, document_prefix, preprocess_jsonl
+from megadata_core.preprocess.reading import count_lines, open_input
+from megadata_core.preprocess.records import BadLineError, parse_record
+from megadata_core.preprocess.tokenizers import ByteTokenizer, Tokenizer
+
+__all__ = [
+    "BadLineError",
+    "ByteTokenizer",
+    "PreprocessSummary",
+    "TokenizedChunk",
+    "Tokenizer",
+    "count_lines",
+    "document_prefix",
+    "open_input",
+    "parse_record",
+    "preprocess_jsonl",
+    "tokenize_chunk",
+]

@@ -1,0 +1,245 @@
+"""JSON-lines text to Megatron ``.bin/.idx`` corpora (Megatron's ``tools/preprocess_data.py``).
+
+Each non-blank input line is a JSON object; for every key in ``json_keys`` its
+string value is tokenized into one document holding one sequence (plus the EOD
+id when ``append_eod``), written to ``{output_prefix}_{key}_document.bin/.idx``.
+As in Megatron's encoder, a text that tokenizes to nothing gives a document with
+zero sequences (and no EOD).
+
+Work is split into chunks of consecutive lines that a ``multiprocessing`` pool
+tokenizes; results are written strictly in input order, so the output bytes do
+not depend on the worker count, the chunk size or the number of partitions.
+Only numpy and the standard library are used here; real tokenizers live in
+``adapters/text_tokenizers.py`` and reach this module as zero-argument factories.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import numpy as np
+
+from megadata_core.errors import DataError
+from megadata_core.format import IndexedDatasetWriter, merge_datasets, optimal_dtype
+from megadata_core.preprocess.encoding import MAX_EXAMPLES, TokenizedChunk
+from megadata_core.preprocess.outputs import Staging, write_documents
+from megadata_core.preprocess.pool import tokenized_in_order
+from megadata_core.preprocess.reading import Chunk, count_lines, open_input, read_chunks
+from megadata_core.preprocess.tokenizers import Tokenizer
+
+
+@dataclass
+class PreprocessSummary:
+    """What ``preprocess_jsonl`` did."""
+
+    documents: int
+    tokens: int  # over all keys, EOD included
+    tokens_per_key: dict[str, int]
+    bad_lines: int
+    bad_line_kinds: dict[str, int]
+    bad_line_examples: list[str]
+    blank_lines: int
+    bytes: int  # raw input bytes read (decompressed)
+    seconds: float
+    output_prefixes: dict[str, str]  # key -> prefix of its .bin/.idx
+    partition_prefixes: dict[str, list[str]]  # key -> kept shard prefixes (keep_partitions)
+
+    @property
+    def documents_per_second(self) -> float:
+        return self.documents / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def megabytes_per_second(self) -> float:
+        return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+
+def document_prefix(output_prefix: str, key: str) -> str:
+    """Megatron's output naming: ``{output_prefix}_{key}_document``."""
+    return f"{output_prefix}_{key}_document"
+
+
+def _validate(
+    inputs: Sequence[str],
+    output_prefix: str,
+    json_keys: Sequence[str],
+    workers: int,
+    partitions: int,
+    chunk_lines: int,
+) -> tuple[list[str], list[str]]:
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    paths = [os.fspath(path) for path in inputs]
+    if not paths:
+        raise DataError("inputs: no input files given")
+    for path in paths:
+        if "://" not in path and not os.path.isfile(path):
+            what = "is a directory, not a file" if os.path.isdir(path) else "not found"
+            raise DataError(f"{path}: input file {what}")
+    if isinstance(json_keys, str):
+        json_keys = [json_keys]
+    keys = list(json_keys)
+    if not keys:
+        raise DataError("json_keys: no keys given")
+    if len(set(keys)) != len(keys) or not all(isinstance(k, str) and k for k in keys):
+        raise DataError(f"json_keys: {keys!r} must be distinct non-empty strings")
+    for name, value in (("workers", workers), ("partitions", partitions)):
+        if not isinstance(value, int) or value < 1:
+            raise DataError(f"{name}: {value!r} must be an integer >= 1")
+    if not isinstance(chunk_lines, int) or chunk_lines < 1:
+        raise DataError(f"chunk_lines: {chunk_lines!r} must be an integer >= 1")
+    return paths, keys
+
+
+def preprocess_jsonl(
+    inputs: Sequence[str],
+    output_prefix: str,
+    tokenizer_factory: Callable[[], Tokenizer],
+    *,
+    json_keys: Sequence[str] = ("text",),
+    append_eod: bool = False,
+    workers: int = 1,
+    partitions: int = 1,
+    keep_partitions: bool = False,
+    skip_bad_lines: bool = False,
+    open_binary: Callable[[str], BinaryIO] = open_input,
+    progress: Callable[[int, int], None] | None = None,
+    chunk_lines: int = 256,
+    start_method: str | None = None,
+) -> PreprocessSummary:
+    """Tokenize JSON-lines files into ``{output_prefix}_{key}_document.bin/.idx``.
+
+    ``tokenizer_factory`` is a picklable zero-argument callable returning a
+    Tokenizer (e.g. ``ByteTokenizer`` or ``functools.partial(load_tokenizer, ...)``);
+    each worker process calls it once. Tokens are stored as
+    ``optimal_dtype(tokenizer.vocab_size)``. With ``partitions`` K > 1 the documents
+    are cut into K contiguous shards by input line (one extra read of the inputs
+    counts them), written as shards and merged; ``keep_partitions`` keeps the shards
+    as ``{output_prefix}_{k}_{key}_document``. ``progress(documents, bytes)`` gets
+    running totals after each chunk.
+
+    All work happens in a hidden directory beside the outputs (``outputs.Staging``);
+    finished corpora get their final names only at the end, so on any error, or
+    after a kill, nothing corpus-like is left (a killed run's directory is removed
+    by the next run for the same ``output_prefix``). An output directory that cannot
+    be written is a DataError before any tokenizing.
+    """
+    paths, keys = _validate(inputs, output_prefix, json_keys, workers, partitions, chunk_lines)
+    output_prefix = os.fspath(output_prefix)
+    started = time.perf_counter()
+    finals = {key: document_prefix(output_prefix, key) for key in keys}
+    shard_names = [f"{output_prefix}_{k}" for k in range(partitions)] if partitions > 1 else []
+    shards = {key: [document_prefix(name, key) for name in shard_names] for key in keys}
+    with Staging(output_prefix, [*finals.values(), *sum(shards.values(), [])]) as staging:
+        tokenizer = _make_tokenizer(tokenizer_factory, append_eod)
+        dtype = np.dtype(optimal_dtype(int(tokenizer.vocab_size)))
+        if partitions == 1:
+            shard_starts = [0]
+            shard_prefixes = [{key: staging.staged(finals[key]) for key in keys}]
+        else:
+            total_lines = sum(count_lines(path, open_binary) for path in paths)
+            shard_starts = [k * total_lines // partitions for k in range(partitions)]
+            shard_prefixes = [
+                {key: staging.staged(shards[key][k]) for key in keys} for k in range(partitions)
+            ]
+        counts = _Counts(keys)
+        options = (keys, bool(append_eod), dtype, bool(skip_bad_lines))
+        chunks = read_chunks(paths, open_binary, shard_starts, chunk_lines, chunk_bytes=1 << 22)
+        with contextlib.closing(chunks), tokenized_in_order(
+            chunks, tokenizer, tokenizer_factory, options, workers, start_method
+        ) as results:
+            _write_shards(results, shard_prefixes, dtype, counts, progress)
+        if partitions > 1:
+            for key in keys:
+                merge_datasets([staging.staged(shard) for shard in shards[key]],
+                               staging.staged(finals[key]))
+        kept = shards if keep_partitions else {key: [] for key in keys}
+        staging.publish([*finals.values(), *sum(kept.values(), [])])
+    return PreprocessSummary(
+        documents=counts.documents,
+        tokens=sum(counts.tokens_per_key.values()),
+        tokens_per_key=counts.tokens_per_key,
+        bad_lines=sum(counts.bad.values()),
+        bad_line_kinds=dict(counts.bad),
+        bad_line_examples=counts.examples,
+        blank_lines=counts.blank,
+        bytes=counts.bytes,
+        seconds=time.perf_counter() - started,
+        output_prefixes=finals,
+        partition_prefixes=kept,
+    )
+
+
+def _make_tokenizer(tokenizer_factory: Callable[[], Tokenizer], append_eod: bool) -> Tokenizer:
+    tokenizer = tokenizer_factory()
+    if not isinstance(tokenizer, Tokenizer):
+        raise DataError(
+            f"tokenizer_factory: {tokenizer_factory!r} returned {tokenizer!r}, which lacks "
+            "encode, eod_id or vocab_size"
+        )
+    dtype = np.dtype(optimal_dtype(int(tokenizer.vocab_size)))
+    if append_eod and not 0 <= int(tokenizer.eod_id) <= np.iinfo(dtype).max:
+        raise DataError(
+            f"tokenizer {tokenizer!r}: eod_id {tokenizer.eod_id} does not fit the output dtype "
+            f"{dtype} chosen for vocab_size {tokenizer.vocab_size}"
+        )
+    return tokenizer
+
+
+class _Counts:
+    """Running totals of a run."""
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        self.documents = self.blank = self.bytes = 0
+        self.tokens_per_key = dict.fromkeys(keys, 0)
+        self.bad: collections.Counter[str] = collections.Counter()
+        self.examples: list[str] = []
+
+    def add(self, chunk: Chunk, result: TokenizedChunk) -> None:
+        for key, tokens in result.tokens.items():
+            self.tokens_per_key[key] += int(tokens.size)
+        self.documents += result.documents
+        self.blank += result.blank_lines
+        self.bytes += chunk.nbytes
+        self.bad.update(result.bad_lines)
+        self.examples.extend(result.bad_examples[: MAX_EXAMPLES - len(self.examples)])
+
+
+def _write_shards(
+    results: Iterator[tuple[Chunk, TokenizedChunk]],
+    shard_prefixes: Sequence[dict[str, str]],
+    dtype: np.dtype,
+    counts: _Counts,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """Write each shard's documents to its corpora (one per key), shard after shard."""
+    current = 0
+    with contextlib.ExitStack() as stack:  # aborts the open writers on error
+        writers = {
+            key: stack.enter_context(IndexedDatasetWriter(prefix, dtype))
+            for key, prefix in shard_prefixes[0].items()
+        }
+        for chunk, result in results:
+            while current < chunk.shard:
+                for writer in writers.values():
+                    writer.finalize()
+                current += 1
+                writers = {
+                    key: stack.enter_context(IndexedDatasetWriter(prefix, dtype))
+                    for key, prefix in shard_prefixes[current].items()
+                }
+            for key, writer in writers.items():
+                write_documents(writer, result.tokens[key], result.lengths[key])
+            counts.add(chunk, result)
+            if progress is not None:
+                progress(counts.documents, counts.bytes)
+        for writer in writers.values():
+            writer.finalize()
+        for prefixes in shard_prefixes[current + 1 :]:  # shards past the last line are empty
+            for prefix in prefixes.values():
+                IndexedDatasetWriter(prefix, dtype).finalize()

@@ -1,0 +1,103 @@
+"""Tokenizing chunks in a process pool, yielding the results strictly in input order."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import multiprocessing
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from megadata_core.preprocess.encoding import TokenizedChunk, tokenize_chunk
+from megadata_core.preprocess.reading import Chunk
+from megadata_core.preprocess.tokenizers import Tokenizer
+
+
+class _ChunkWorker:
+    """Per-process state: the tokenizer, built once, and the fixed options."""
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        json_keys: Sequence[str],
+        append_eod: bool,
+        dtype: np.dtype,
+        skip_bad_lines: bool,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.json_keys = tuple(json_keys)
+        self.append_eod = append_eod
+        self.dtype = dtype
+        self.skip_bad_lines = skip_bad_lines
+
+    def __call__(self, path: str, first_line: int, lines: list[bytes]) -> TokenizedChunk:
+        return tokenize_chunk(
+            lines,
+            self.tokenizer,
+            self.json_keys,
+            path=path,
+            first_line=first_line,
+            append_eod=self.append_eod,
+            dtype=self.dtype,
+            skip_bad_lines=self.skip_bad_lines,
+        )
+
+
+_WORKER: _ChunkWorker | BaseException | None = None
+
+
+def _init_worker(tokenizer_factory: Callable[[], Tokenizer], *options) -> None:
+    """Pool initializer; a failure is kept and raised by the first task (no respawn loop)."""
+    global _WORKER
+    try:
+        _WORKER = _ChunkWorker(tokenizer_factory(), *options)
+    except BaseException as error:  # noqa: BLE001 - reported through the first task
+        _WORKER = error
+
+
+def _run_worker(path: str, first_line: int, lines: list[bytes]) -> TokenizedChunk:
+    if isinstance(_WORKER, BaseException):
+        raise _WORKER
+    return _WORKER(path, first_line, lines)
+
+
+@contextlib.contextmanager
+def tokenized_in_order(
+    chunks: Iterable[Chunk],
+    tokenizer: Tokenizer,
+    tokenizer_factory: Callable[[], Tokenizer],
+    options: tuple,
+    workers: int,
+    start_method: str | None,
+) -> Iterator[Iterator[tuple[Chunk, TokenizedChunk]]]:
+    """Yields (chunk, result) pairs in input order, tokenized by ``workers`` processes.
+
+    ``workers == 1`` uses ``tokenizer`` in this process; otherwise each pool process
+    calls ``tokenizer_factory`` once. At most ``4 * workers`` chunks are in flight, so
+    memory stays bounded however large the input (``Pool.imap`` would read the whole
+    input ahead).
+    """
+    if workers <= 1:
+        worker = _ChunkWorker(tokenizer, *options)
+        yield ((c, worker(c.path, c.first_line, c.lines)) for c in chunks)
+        return
+    context = multiprocessing.get_context(start_method)
+    initargs = (tokenizer_factory, *options)
+    with context.Pool(workers, initializer=_init_worker, initargs=initargs) as pool:
+        yield _windowed(pool, chunks, 4 * workers)
+
+
+def _windowed(pool, chunks: Iterable[Chunk], window: int):
+    pending: collections.deque = collections.deque()
+    for chunk in chunks:
+        task = pool.apply_async(_run_worker, (chunk.path, chunk.first_line, chunk.lines))
+        chunk.lines = []  # the pool has its own copy; keep main-process memory small
+        pending.append((chunk, task))
+        if len(pending) >= window:
+            done, task = pending.popleft()
+            yield done, task.get()
+    while pending:
+        done, task = pending.popleft()
+        yield done, task.get()
+

@@ -1,0 +1,102 @@
+"""Reading inputs: opening (plain, gzip), counting lines, and cutting them into chunks."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from megadata_core.errors import DataError
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def open_input(path: str) -> BinaryIO:
+    """Open a ``.jsonl`` (plain) or ``.jsonl.gz`` file for binary line reading."""
+    if str(path).endswith(".zst"):
+        raise DataError(
+            f"{path}: zstd input needs an open_binary that decompresses it "
+            "(tools/preprocess_data.py passes one built on the zstandard package)"
+        )
+    try:
+        if str(path).endswith(".gz"):
+            return gzip.open(path, "rb")
+        return open(path, "rb", buffering=1 << 20)
+    except FileNotFoundError:
+        raise DataError(f"{path}: input file not found") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: input path is a directory, not a file") from None
+
+
+def count_lines(path: str, open_binary: Callable[[str], BinaryIO] = open_input) -> int:
+    """Lines in a file as iterating it yields them (a last line without newline counts)."""
+    count = 0
+    last = b"\n"
+    with _reading(path), open_binary(path) as stream:
+        while block := stream.read(1 << 24):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
+
+
+@contextlib.contextmanager
+def _reading(path: str) -> Iterator[None]:
+    """Turn read failures (missing file, truncated gzip, ...) into DataError naming ``path``."""
+    try:
+        yield
+    except DataError:
+        raise
+    except FileNotFoundError:
+        raise DataError(f"{path}: input file not found") from None
+    except (OSError, EOFError) as error:
+        raise DataError(f"{path}: cannot read input: {error}") from error
+
+
+@dataclass
+class Chunk:
+    shard: int
+    path: str
+    first_line: int
+    lines: list[bytes]
+    nbytes: int
+
+
+def read_chunks(
+    paths: Sequence[str],
+    open_binary: Callable[[str], BinaryIO],
+    shard_starts: Sequence[int],
+    chunk_lines: int,
+    chunk_bytes: int,
+) -> Iterator[Chunk]:
+    """Consecutive lines of all inputs, in order; no chunk spans two files or two shards.
+
+    ``shard_starts[k]`` is the global line index (over all files) where shard k begins.
+    """
+    line_index = 0
+    shard = 0
+    for path in paths:
+        lines: list[bytes] = []
+        nbytes = 0
+        first_line = 1
+        line_number = 0
+        with _reading(path), open_binary(path) as stream:
+            for line in stream:
+                line_number += 1
+                while shard + 1 < len(shard_starts) and line_index >= shard_starts[shard + 1]:
+                    if lines:
+                        yield Chunk(shard, path, first_line, lines, nbytes)
+                        lines, nbytes, first_line = [], 0, line_number
+                    shard += 1
+                line_index += 1
+                nbytes += len(line)
+                if line_number == 1 and line.startswith(_BOM):
+                    line = line[len(_BOM) :]
+                lines.append(line)
+                if len(lines) >= chunk_lines or nbytes >= chunk_bytes:
+                    yield Chunk(shard, path, first_line, lines, nbytes)
+                    lines, nbytes, first_line = [], 0, line_number + 1
+        if lines:
+            yield Chunk(shard, path, first_line, lines, nbytes)
+
