@@ -84,12 +84,13 @@ def _punkt_parameters(lang: str):
     """The installed punkt model's parameters for ``lang``, or (None, why not)."""
     try:
         import nltk
-        from nltk.tokenize.punkt import PunktTokenizer
     except ImportError:
         return None, "nltk is not installed"
-    try:
+    try:  # punkt_tab, nltk >= 3.8.2
+        from nltk.tokenize.punkt import PunktTokenizer
+
         return PunktTokenizer(lang)._params, None
-    except (LookupError, ValueError, OSError):
+    except (ImportError, LookupError, ValueError, OSError):
         pass
     try:  # the format Megatron-LM loads; recent nltk refuses to unpickle it
         return nltk.data.load(f"tokenizers/punkt/{lang}.pickle")._params, None
