@@ -45,6 +45,7 @@ __all__ = [
     "NullTokenizer",
     "SentencePieceTokenizer",
     "TIKTOKEN_PATTERNS",
+    "batch_threads",
     "flatten_ids",
     "local_path",
 ]
@@ -84,6 +85,17 @@ def _read_text(path: str, flag: str, what: str) -> str:
         raise DataError(
             f"{flag} {path}: not a {what} (invalid UTF-8 at byte {error.start})"
         ) from None
+
+
+def batch_threads() -> int:
+    """Threads a native batch encoder may use: one inside a worker process (the pool is
+    the parallelism; more would oversubscribe the cores), every core otherwise."""
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # read by tokenizers per call
+        return 1
+    return os.cpu_count() or 1
 
 
 def flatten_ids(lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -158,6 +170,7 @@ class GPT2BPETokenizer(_RustTokenizer):
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         tokenizer.decoder = decoders.ByteLevel()
         self._tokenizer = tokenizer
+        batch_threads()
         if "<|endoftext|>" not in vocab:
             raise DataError(f"--vocab-file {self.vocab_file}: no '<|endoftext|>' token (the EOD)")
         self.eod_id = int(vocab["<|endoftext|>"])
@@ -201,6 +214,7 @@ class BertWordPieceTokenizer(_RustTokenizer):
         tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tokenizer.decoder = decoders.WordPiece()
         self._tokenizer = tokenizer
+        batch_threads()
         for token in ("[BOS]", "[EOS]"):  # Megatron adds these after the vocabulary
             vocab.setdefault(token, len(vocab))
         self.eod_id = vocab["[EOS]"]
@@ -231,6 +245,7 @@ class SentencePieceTokenizer:
             ) from None
         self.eod_id = int(self._processor.eos_id())
         self.vocab_size = int(self._processor.get_piece_size())
+        self._threads = batch_threads()
 
     def encode(self, text: str) -> np.ndarray:
         """int64[n] ids of ``text``."""
@@ -238,7 +253,9 @@ class SentencePieceTokenizer:
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
-        return flatten_ids(self._processor.encode(list(texts), out_type=int))
+        return flatten_ids(
+            self._processor.encode(list(texts), out_type=int, num_threads=self._threads)
+        )
 
     def decode(self, ids) -> str:
         return self._processor.decode([int(i) for i in np.asarray(ids).reshape(-1)])
@@ -286,6 +303,7 @@ class MegatronTikTokenizer:
             f"<SPECIAL_{i}>" for i in range(len(TIKTOKEN_SPECIAL_TOKENS), num_special_tokens)
         ]
         self.pattern, self.num_special_tokens = pattern, num_special_tokens
+        self._threads = batch_threads()
         self.eod_id = TIKTOKEN_SPECIAL_TOKENS.index("</s>")
         self.vocab_size = vocab_size
         self._encoding = tiktoken.Encoding(
@@ -331,7 +349,9 @@ class MegatronTikTokenizer:
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
-        return flatten_ids(self._encoding.encode_batch(list(texts), allowed_special="all"))
+        return flatten_ids(self._encoding.encode_batch(
+            list(texts), num_threads=self._threads, allowed_special="all"
+        ))
 
     def decode(self, ids) -> str:
         return self._encoding.decode([int(i) for i in np.asarray(ids).reshape(-1)])

@@ -103,6 +103,7 @@ class HuggingFaceTokenizer:
                     )
         self.path = _local_file(path, "huggingface tokenizer")
         self.megatron = megatron
+        mt.batch_threads()
         try:
             self._tokenizer = _HFTokenizer.from_file(self.path)
         except Exception as error:  # tokenizers raises its own Exception type
@@ -234,7 +235,10 @@ class TiktokenTokenizer:
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
-        return mt.flatten_ids(self._encoding.encode_ordinary_batch(list(texts)))
+        threads = mt.batch_threads()
+        return mt.flatten_ids(
+            self._encoding.encode_ordinary_batch(list(texts), num_threads=threads)
+        )
 
     def decode(self, ids) -> str:
         return self._encoding.decode([int(i) for i in np.asarray(ids).reshape(-1)])
