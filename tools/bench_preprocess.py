@@ -199,9 +199,10 @@ def format_items(bench, megatron, make_jsonl, repeats: int) -> None:
                 bench_tokenizer(bench, megatron, kinds[item], files[kinds[item]], jsonl,
                                 documents, nbytes, repeats)
     shutil.rmtree(os.path.dirname(jsonl), ignore_errors=True)
-    bench.note(
-        "preprocess-gpt2/-hf peer: Megatron-LM's loop re-implemented (Pool.imap(encode, "
-        "lines, chunksize=32), one encode per document, add_document per document) with the "
-        "same Rust tokenizer per document; Megatron's own GPT2BPE (pure Python) and "
-        "HuggingFaceTokenizer (transformers, use_fast=False) encode slower than that."
-    )
+    if any(item in kinds for item in wanted):
+        bench.note(
+            "preprocess-gpt2/-hf peer: Megatron-LM's loop re-implemented (Pool.imap(encode, "
+            "lines, chunksize=32), one encode per document, add_document per document) with "
+            "the same Rust tokenizer per document; Megatron's own GPT2BPE (pure Python) and "
+            "HuggingFaceTokenizer (transformers, use_fast=False) encode slower than that."
+        )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import pickle
 
 import numpy as np
@@ -313,3 +314,22 @@ def test_malformed_and_wrong_kind_files(tmp_path, tokenizer_dir):
     for kind, options, message in cases:
         with pytest.raises(DataError, match=message):
             load_tokenizer(kind, **options)
+
+
+def _threads_in_worker(_):
+    import os
+
+    from adapters.megatron_tokenizers import batch_threads
+
+    return batch_threads(), os.environ.get("TOKENIZERS_PARALLELISM")
+
+
+def test_batch_encoders_use_one_thread_inside_pool_workers(monkeypatch):
+    import multiprocessing
+
+    from adapters.megatron_tokenizers import batch_threads
+
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    assert batch_threads() == (os.cpu_count() or 1)  # the main process: every core
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.map(_threads_in_worker, [0]) == [(1, "false")]
