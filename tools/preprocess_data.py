@@ -390,4 +390,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main, argv=megatron_argv(sys.argv))
+    sys.argv[:] = megatron_argv(sys.argv)  # Megatron's dashed spellings, as ours
+    app.run(main)
