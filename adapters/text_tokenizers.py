@@ -1,8 +1,13 @@
-"""Text tokenizers for preprocessing: HuggingFace ``tokenizers`` and ``tiktoken``.
+"""Text tokenizers for preprocessing, by type name: ours and Megatron-LM's.
 
-Both load from local files only; nothing here ever downloads. Each class meets
-``megadata_core.preprocess.Tokenizer`` (``encode``, ``eod_id``, ``vocab_size``).
-Worker processes build their own tokenizer from a picklable factory::
+Ours: ``bytes``, ``huggingface`` (a ``tokenizer.json``), ``tiktoken`` (a ranks file).
+Megatron's (``TOKENIZER_TYPES``, built in ``adapters.megatron_tokenizers`` except
+``HuggingFaceTokenizer``): GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase,
+SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer,
+HuggingFaceTokenizer, TikTokenizer, NullTokenizer. All load from local files only;
+nothing here ever downloads. Each class meets ``megadata_core.preprocess.Tokenizer``
+(``encode``, ``eod_id``, ``vocab_size``) and has ``encode_batch(texts) -> (ids,
+lengths)``. Worker processes build their own tokenizer from a picklable factory::
 
     factory = functools.partial(load_tokenizer, "huggingface", "tokenizer.json")
 """
@@ -10,20 +15,37 @@ Worker processes build their own tokenizer from a picklable factory::
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
+from adapters import megatron_tokenizers as mt
 from megadata_core.errors import DataError
 from megadata_core.preprocess import ByteTokenizer
 
 __all__ = [
     "DEFAULT_SPLIT_PATTERN",
     "EOD_CANDIDATES",
+    "TOKENIZER_TYPES",
     "HuggingFaceTokenizer",
     "TiktokenTokenizer",
     "load_tokenizer",
 ]
+
+# Megatron-LM's --tokenizer-type names -> the files each takes (for --help and errors).
+TOKENIZER_TYPES = {
+    "GPT2BPETokenizer": "--vocab-file vocab.json --merge-file merges.txt",
+    "BertWordPieceLowerCase": "--vocab-file vocab.txt",
+    "BertWordPieceCase": "--vocab-file vocab.txt",
+    "SentencePieceTokenizer": "--tokenizer-model x.model",
+    "GPTSentencePieceTokenizer": "--tokenizer-model x.model",
+    "Llama2Tokenizer": "--tokenizer-model x.model",
+    "HuggingFaceTokenizer": "--tokenizer-model DIR or tokenizer.json",
+    "TikTokenizer": "--tokenizer-model x.json [--tiktoken-pattern v1|v2]",
+    "NullTokenizer": "--vocab-size N",
+}
 
 # Tried in order when no eod_token is named.
 EOD_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")
@@ -62,17 +84,41 @@ class HuggingFaceTokenizer:
     ``eod_token``'s id, or that of the first of EOD_CANDIDATES in the vocabulary.
     """
 
-    def __init__(self, path: str, eod_token: str | None = None) -> None:
+    def __init__(
+        self, path: str, eod_token: str | None = None, *, megatron: bool = False
+    ) -> None:
         from tokenizers import Tokenizer as _HFTokenizer
 
+        if megatron:  # Megatron's HuggingFaceTokenizer: a directory or its tokenizer.json
+            path = mt.local_path(
+                path, "--tokenizer-model", "HuggingFace tokenizer directory or tokenizer.json",
+                directory_ok=True,
+            )
+            if os.path.isdir(path):
+                path = os.path.join(path, "tokenizer.json")
+                if not os.path.isfile(path):
+                    raise DataError(
+                        f"--tokenizer-model {os.path.dirname(path)}: no tokenizer.json in the "
+                        "directory (only fast tokenizers' tokenizer.json files are read)"
+                    )
         self.path = _local_file(path, "huggingface tokenizer")
+        self.megatron = megatron
+        mt.batch_threads()
         try:
             self._tokenizer = _HFTokenizer.from_file(self.path)
         except Exception as error:  # tokenizers raises its own Exception type
-            raise DataError(f"{self.path}: not a readable tokenizer.json: {error}") from error
-        # ids run up to the largest in the vocabulary, even when added tokens leave holes
-        largest = max(self._tokenizer.get_vocab(with_added_tokens=True).values(), default=-1)
-        self.vocab_size = max(self._tokenizer.get_vocab_size(with_added_tokens=True), largest + 1)
+            flag = "--tokenizer-model " if megatron else ""
+            raise DataError(f"{flag}{self.path}: not a readable tokenizer.json: {error}") from error
+        if megatron:  # Megatron (transformers) uses len(tokenizer)
+            self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
+        else:  # ids run up to the largest in the vocabulary, even when added tokens leave holes
+            largest = max(self._tokenizer.get_vocab(with_added_tokens=True).values(), default=-1)
+            self.vocab_size = max(
+                self._tokenizer.get_vocab_size(with_added_tokens=True), largest + 1
+            )
+        configured = _configured_eos(os.path.dirname(self.path)) if megatron else None
+        if eod_token is None and configured is not None:
+            eod_token = configured
         names = [eod_token] if eod_token is not None else list(EOD_CANDIDATES)
         for name in names:
             token_id = self._tokenizer.token_to_id(name)
@@ -92,11 +138,43 @@ class HuggingFaceTokenizer:
         ids = self._tokenizer.encode(text, add_special_tokens=False).ids
         return np.array(ids, dtype=np.int64)
 
+    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
+        encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
+        return mt.flatten_ids([encoding.ids for encoding in encodings])
+
     def decode(self, ids) -> str:
         return self._tokenizer.decode([int(i) for i in np.asarray(ids).reshape(-1)])
 
     def __repr__(self) -> str:
         return f"HuggingFaceTokenizer({self.path!r}, eod_token={self.eod_token!r})"
+
+
+def _token_name(value) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string or {"content": ...}."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
+def _configured_eos(directory: str) -> str | None:
+    """The EOD transformers gives Megatron: eos_token, else sep_token, from the config files."""
+    found: dict[str, str] = {}
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):  # the latter wins
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as stream:
+                config = json.load(stream)
+        except (OSError, ValueError) as error:
+            raise DataError(f"--tokenizer-model {path}: not readable JSON: {error}") from None
+        if isinstance(config, dict):
+            for role in ("eos_token", "sep_token"):
+                token = _token_name(config.get(role))
+                if token is not None:
+                    found[role] = token
+    return found.get("eos_token", found.get("sep_token"))
 
 
 class TiktokenTokenizer:
@@ -155,6 +233,13 @@ class TiktokenTokenizer:
         """uint32[n] token ids of ``text`` (no special tokens recognized)."""
         return self._encoding.encode_to_numpy(text, disallowed_special=())
 
+    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
+        threads = mt.batch_threads()
+        return mt.flatten_ids(
+            self._encoding.encode_ordinary_batch(list(texts), num_threads=threads)
+        )
+
     def decode(self, ids) -> str:
         return self._encoding.decode([int(i) for i in np.asarray(ids).reshape(-1)])
 
@@ -163,17 +248,72 @@ class TiktokenTokenizer:
 
 
 def load_tokenizer(kind: str, path: str | None = None, **options):
-    """A tokenizer by kind: ``"bytes"``, ``"huggingface"`` or ``"tiktoken"``.
+    """A tokenizer by type name: ours (``bytes``, ``huggingface``, ``tiktoken``) or Megatron's.
 
-    ``functools.partial(load_tokenizer, kind, path, **options)`` is a picklable
-    factory for ``megadata_core.preprocess.preprocess_jsonl``.
+    Megatron's types take keyword options named as its flags: ``vocab_file``,
+    ``merge_file`` (GPT2BPETokenizer; BERT types take ``vocab_file``), ``tokenizer_model``
+    (``path`` is the same), ``tiktoken_pattern``, ``tiktoken_num_special_tokens``,
+    ``vocab_size``. ``functools.partial(load_tokenizer, kind, path, **options)`` is a
+    picklable factory for ``megadata_core.preprocess.preprocess_jsonl``.
     """
     if kind == "bytes":
-        if options:
-            raise DataError(f"tokenizer 'bytes' takes no options, got {sorted(options)}")
+        if options or path is not None:
+            raise DataError(f"tokenizer 'bytes' takes no files or options, got {sorted(options)}")
         return ByteTokenizer()
     if kind == "huggingface":
         return HuggingFaceTokenizer(path, **options)
     if kind == "tiktoken":
         return TiktokenTokenizer(path, **options)
-    raise DataError(f"tokenizer_type: {kind!r} is not one of 'bytes', 'huggingface', 'tiktoken'")
+    if kind in TOKENIZER_TYPES:
+        return _load_megatron(kind, path, dict(options))
+    raise DataError(
+        f"--tokenizer-type: {kind!r} is not one of 'bytes', 'huggingface', 'tiktoken', "
+        + ", ".join(repr(name) for name in TOKENIZER_TYPES)
+    )
+
+
+_TAKES = {  # the options each Megatron type reads
+    "GPT2BPETokenizer": {"vocab_file", "merge_file"},
+    "BertWordPieceLowerCase": {"vocab_file"},
+    "BertWordPieceCase": {"vocab_file"},
+    "SentencePieceTokenizer": {"tokenizer_model"},
+    "GPTSentencePieceTokenizer": {"tokenizer_model"},
+    "Llama2Tokenizer": {"tokenizer_model"},
+    "HuggingFaceTokenizer": {"tokenizer_model", "eod_token"},
+    "TikTokenizer": {
+        "tokenizer_model", "tiktoken_pattern", "tiktoken_num_special_tokens", "vocab_size"
+    },
+    "NullTokenizer": {"vocab_size"},
+}
+
+
+def _load_megatron(kind: str, path: str | None, options: dict):
+    if path is not None:
+        if options.get("tokenizer_model") not in (None, path):
+            raise DataError(f"--tokenizer-model given twice: {path!r} and "
+                            f"{options['tokenizer_model']!r}")
+        options["tokenizer_model"] = path
+    given = {name for name, value in options.items() if value is not None}
+    extra = sorted(given - _TAKES[kind])
+    if extra:
+        flags = ", ".join("--" + name.replace("_", "-") for name in extra)
+        raise DataError(
+            f"--tokenizer-type {kind} takes {TOKENIZER_TYPES[kind]}; {flags} does not apply"
+        )
+    get = options.get
+    if kind == "GPT2BPETokenizer":
+        return mt.GPT2BPETokenizer(get("vocab_file"), get("merge_file"))
+    if kind.startswith("BertWordPiece"):
+        return mt.BertWordPieceTokenizer(get("vocab_file"), lower_case=kind.endswith("LowerCase"))
+    if kind in ("SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer"):
+        return mt.SentencePieceTokenizer(get("tokenizer_model"), type_name=kind)
+    if kind == "HuggingFaceTokenizer":
+        return HuggingFaceTokenizer(get("tokenizer_model"), get("eod_token"), megatron=True)
+    if kind == "TikTokenizer":
+        return mt.MegatronTikTokenizer(
+            get("tokenizer_model"),
+            pattern=get("tiktoken_pattern") or "v2",
+            num_special_tokens=get("tiktoken_num_special_tokens") or 1000,
+            vocab_size=get("vocab_size"),
+        )
+    return mt.NullTokenizer(get("vocab_size"))

@@ -52,6 +52,7 @@ from bench_builder import suite_builder
 from bench_cloud import suite_cloud
 from bench_gpt import suite_gpt
 from bench_loaders import suite_loaders
+from bench_preprocess import format_items as preprocess_tokenizer_items
 from peers import quiet_import
 
 FLAGS = flags.FLAGS
@@ -711,6 +712,8 @@ def suite_format(bench: Bench) -> None:
         _format_merge(bench, megatron, merge_repeats)
     if bench.wants("preprocess"):
         _format_preprocess(bench, megatron, preprocess_repeats)
+    # preprocess-gpt2, preprocess-hf, sentences: real tokenizers and splitters
+    preprocess_tokenizer_items(bench, megatron, make_jsonl, preprocess_repeats)
 
 
 # Adding a suite: write ``def suite_x(bench: Bench) -> None`` and list it here.

@@ -4,9 +4,11 @@
         --tokenizer_type huggingface --tokenizer_file tokenizer.json --append_eod --workers 8
 
 writes ``out/corpus_text_document.bin/.idx`` (one per ``--json_keys`` entry). Inputs may be
-``.jsonl``, ``.jsonl.gz`` or ``.jsonl.zst``. The work is done by
-``megadata_core.preprocess.preprocess_jsonl``; this file parses flags, shows progress and
-prints a summary.
+``.jsonl``, ``.jsonl.gz`` or ``.jsonl.zst``. A Megatron-LM command line works as it is:
+dashed flags (``--output-prefix``, ``--json-keys a b``, ...) and Megatron's tokenizer types
+(``--tokenizer-type GPT2BPETokenizer --vocab-file vocab.json --merge-file merges.txt``) give
+Megatron's corpus. The work is done by ``megadata_core.preprocess.preprocess_jsonl``; this
+file parses flags, shows progress and prints a summary.
 """
 
 from __future__ import annotations
@@ -21,31 +23,82 @@ import time
 import tool_main
 from absl import app, flags
 
-from adapters.text_tokenizers import load_tokenizer
+from adapters.sentence_splitters import ENGINES, load_splitter
+from adapters.text_tokenizers import TOKENIZER_TYPES, load_tokenizer
 from megadata_core import DataError
 from megadata_core.preprocess import PreprocessSummary, open_input, preprocess_jsonl
+
+OUR_TYPES = ["bytes", "huggingface", "tiktoken"]
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string(
     "input", None, "Input files or globs (.jsonl, .jsonl.gz, .jsonl.zst); comma-separated "
     "and/or repeated. Globs expand in sorted order."
 )
-flags.DEFINE_string("output_prefix", None, "Outputs are {output_prefix}_{key}_document.bin/.idx.")
-flags.DEFINE_list("json_keys", ["text"], "Keys of each JSON record to tokenize.")
+flags.DEFINE_string(
+    "output_prefix", None,
+    "Outputs are {output_prefix}_{key}_document.bin/.idx ({...}_sentence with --split_sentences)."
+)
+flags.DEFINE_list(
+    "json_keys", ["text"],
+    "Keys of each JSON record to tokenize (Megatron's '--json-keys a b' works too); one corpus "
+    "per key. Megatron-LM 0.16.1 writes every key's .bin but only the last key's .idx; this "
+    "tool writes both files for every key."
+)
 flags.DEFINE_enum(
-    "tokenizer_type", "bytes", ["bytes", "huggingface", "tiktoken"], "Tokenizer kind."
+    "tokenizer_type", "bytes", OUR_TYPES + list(TOKENIZER_TYPES),
+    "Tokenizer: ours (bytes; huggingface / tiktoken with --tokenizer_file) or Megatron-LM's, "
+    "with the files each takes: "
+    + "; ".join(f"{name}: {needs}" for name, needs in TOKENIZER_TYPES.items())
+    + ". EOD and vocabulary size are Megatron's for its types."
 )
 flags.DEFINE_string(
     "tokenizer_file", None, "tokenizer.json (huggingface) or BPE ranks file (tiktoken)."
 )
+flags.DEFINE_string("vocab_file", None, "vocab.json (GPT2BPETokenizer) or vocab.txt (BERT).")
+flags.DEFINE_string("merge_file", None, "merges.txt (GPT2BPETokenizer).")
+flags.DEFINE_string(
+    "tokenizer_model", None, "SentencePiece .model; HuggingFace directory or tokenizer.json; "
+    "TikTokenizer JSON vocabulary."
+)
+flags.DEFINE_integer("vocab_size", None, "NullTokenizer's vocabulary (EOD = this id); "
+                     "TikTokenizer's size (default 131072).")
+flags.DEFINE_enum("tiktoken_pattern", None, ["v1", "v2"], "TikTokenizer split pattern "
+                  "(default v2).")
+flags.DEFINE_integer("tiktoken_num_special_tokens", 1000, "TikTokenizer special tokens.")
+flags.DEFINE_bool(
+    "legacy_tokenizer", False, "Megatron's legacy tokenizer classes. Accepted for "
+    "GPT2BPETokenizer and BERT types, whose ids this tool takes from them anyway; refused for "
+    "the others, whose legacy ids differ."
+)
 flags.DEFINE_string(
     "eod_token", None, "End-of-document token (default: huggingface tries <|endoftext|>, </s>, "
-    "<eos>, <|end_of_text|>; tiktoken uses <|endoftext|>)."
+    "<eos>, <|end_of_text|>; tiktoken uses <|endoftext|>; HuggingFaceTokenizer: eos_token, "
+    "else sep_token, of tokenizer_config.json)."
 )
 flags.DEFINE_bool("append_eod", False, "Append the end-of-document id to every non-empty text.")
+flags.DEFINE_bool(
+    "split_sentences", False,
+    "One sequence per sentence; outputs {output_prefix}_{key}_sentence.bin/.idx, in one run. "
+    "Splitter (--sentence_splitter auto): NLTK punkt when its model for --lang is installed "
+    "(NLTK_DATA or nltk's data path; Megatron's sentences), else sentencex (rules in its "
+    "wheel, offline)."
+)
+flags.DEFINE_bool("keep_newlines", False,
+                  "With --split_sentences: each sentence keeps the newlines after it.")
+flags.DEFINE_string("lang", "english", "Language of the sentence splitter (NLTK name).")
+flags.DEFINE_enum("sentence_splitter", "auto", list(ENGINES), "auto, nltk (punkt) or sentencex.")
 flags.DEFINE_integer("workers", 1, "Tokenizer processes.", lower_bound=1)
 flags.DEFINE_integer(
-    "partitions", 1, "Write K contiguous shards, then merge them into the output.", lower_bound=1
+    "partitions", 1,
+    "Write K shards, then merge them in shard order, as Megatron's --partitions: input line i "
+    "goes to shard i mod K, so the corpus holds lines 0, K, 2K, ..., then 1, K+1, ... "
+    "(Megatron's order, not the input's) unless --keep_sequential_samples.", lower_bound=1,
+)
+flags.DEFINE_bool(
+    "keep_sequential_samples", False,
+    "With --partitions K: shard k holds lines [k*ceil(n/K), (k+1)*ceil(n/K)), so the corpus "
+    "keeps the input order (one extra read counts the n lines)."
 )
 flags.DEFINE_bool("keep_partitions", False, "Keep the shard files after merging.")
 flags.DEFINE_bool(
@@ -56,6 +109,44 @@ flags.DEFINE_integer(
     lower_bound=0,
 )
 flags.DEFINE_bool("progress", True, "Show a tqdm progress bar on stderr.")
+
+# Megatron's flags that take several values ("--json-keys a b"), as our list flags.
+_LIST_FLAGS = {"json_keys"}
+
+
+def megatron_argv(argv: list[str]) -> list[str]:
+    """``argv`` with Megatron's spellings rewritten to ours.
+
+    ``--output-prefix x`` -> ``--output_prefix x`` (for every flag defined here, also
+    ``--no-append-eod``), and ``--json-keys a b`` -> ``--json_keys=a,b``.
+    """
+    known = set(FLAGS)
+    result = argv[:1]
+    index = 1
+    while index < len(argv):
+        arg = argv[index]
+        index += 1
+        if arg == "--":
+            result += argv[index - 1 :]
+            break
+        if not arg.startswith("--"):
+            result.append(arg)
+            continue
+        name, equals, value = arg[2:].partition("=")
+        underscored = name.replace("-", "_")
+        if underscored in known:
+            name = underscored
+        elif underscored.startswith("no_") and underscored[3:] in known:
+            name = "no" + underscored[3:]  # absl's negation of a bool flag
+        if name in _LIST_FLAGS and not equals:
+            values = []
+            while index < len(argv) and not argv[index].startswith("--"):
+                values.append(argv[index])
+                index += 1
+            result.append(f"--{name}={','.join(values)}")
+            continue
+        result.append(f"--{name}{equals}{value}")
+    return result
 
 
 class _ZstdRaw(io.RawIOBase):
@@ -203,6 +294,63 @@ def format_summary(summary: PreprocessSummary) -> str:
     return "\n".join(lines)
 
 
+def tokenizer_factory():
+    """A picklable factory for the tokenizer the flags name; DataError on a bad combination."""
+    kind = FLAGS.tokenizer_type
+    megatron_files = {
+        "vocab_file": FLAGS.vocab_file,
+        "merge_file": FLAGS.merge_file,
+        "tokenizer_model": FLAGS.tokenizer_model,
+        "vocab_size": FLAGS.vocab_size,
+        "tiktoken_pattern": FLAGS.tiktoken_pattern,
+    }
+    if kind in TOKENIZER_TYPES:
+        if FLAGS.legacy_tokenizer and not (
+            kind == "GPT2BPETokenizer" or kind.startswith("BertWordPiece")
+        ):
+            raise DataError(
+                f"--legacy-tokenizer: not supported with {kind} (Megatron's legacy classes "
+                "give other ids or EOD for it); drop the flag for Megatron's default"
+            )
+        if FLAGS.tokenizer_file is not None:
+            raise DataError(f"--tokenizer_file: {kind} takes {TOKENIZER_TYPES[kind]}")
+        options = {name: value for name, value in megatron_files.items() if value is not None}
+        if kind == "TikTokenizer":
+            options["tiktoken_num_special_tokens"] = FLAGS.tiktoken_num_special_tokens
+        if FLAGS.eod_token is not None:
+            options["eod_token"] = FLAGS.eod_token
+        factory = functools.partial(load_tokenizer, kind, **options)
+        factory()  # wrong or missing files fail here, before any output directory work
+        return factory
+    given = [f"--{name}" for name, value in megatron_files.items() if value is not None]
+    if given:
+        raise DataError(
+            f"{', '.join(given)}: not used by --tokenizer_type {kind}; Megatron's types "
+            f"({', '.join(TOKENIZER_TYPES)}) take them"
+        )
+    options = {}
+    if FLAGS.eod_token is not None:
+        if kind == "bytes":
+            raise DataError("--eod_token: the bytes tokenizer's eod is fixed (id 256)")
+        options["eod_token"] = FLAGS.eod_token
+    if kind != "bytes" and not FLAGS.tokenizer_file:
+        raise DataError(f"--tokenizer_file is required for {kind}")
+    return functools.partial(load_tokenizer, kind, FLAGS.tokenizer_file, **options)
+
+
+def splitter_factory():
+    """A picklable splitter factory for --split_sentences, or None."""
+    if not FLAGS.split_sentences:
+        if FLAGS.keep_newlines:
+            raise DataError("--keep_newlines: only applies with --split_sentences")
+        return None
+    factory = functools.partial(
+        load_splitter, FLAGS.lang, FLAGS.keep_newlines, FLAGS.sentence_splitter
+    )
+    print(f"sentence splitter: {factory().name}", file=sys.stderr)
+    return factory
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -211,16 +359,8 @@ def main(argv: list[str]) -> None:
             raise DataError("--input is required")
         if not FLAGS.output_prefix:
             raise DataError("--output_prefix is required")
-        options = {}
-        if FLAGS.eod_token is not None:
-            if FLAGS.tokenizer_type == "bytes":
-                raise DataError("--eod_token: the bytes tokenizer's eod is fixed (id 256)")
-            options["eod_token"] = FLAGS.eod_token
-        if FLAGS.tokenizer_type != "bytes" and not FLAGS.tokenizer_file:
-            raise DataError(f"--tokenizer_file is required for {FLAGS.tokenizer_type}")
-        factory = functools.partial(
-            load_tokenizer, FLAGS.tokenizer_type, FLAGS.tokenizer_file, **options
-        )
+        factory = tokenizer_factory()
+        splitter = splitter_factory()
         inputs = expand_inputs(FLAGS.input)
         for path in inputs:
             if path.endswith(".zst"):  # before any work, not at the first .zst file
@@ -240,6 +380,8 @@ def main(argv: list[str]) -> None:
                 skip_bad_lines=FLAGS.skip_bad_lines,
                 open_binary=open_binary,
                 progress=progress,
+                splitter_factory=splitter,
+                keep_sequential_samples=FLAGS.keep_sequential_samples,
             )
         finally:
             progress.close()
@@ -249,4 +391,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv[:] = megatron_argv(sys.argv)  # Megatron's dashed spellings, as ours
     tool_main.run(main)

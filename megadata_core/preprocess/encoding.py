@@ -9,8 +9,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from megadata_core.errors import DataError
-from megadata_core.preprocess.records import BadLineError, encode_text, parse_record
-from megadata_core.preprocess.tokenizers import Tokenizer
+from megadata_core.preprocess.records import (
+    BadLineError,
+    check_unicode,
+    encode_many,
+    parse_record,
+)
+from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
 
 MAX_EXAMPLES = 10  # bad-line messages kept per chunk and in the summary
 
@@ -19,17 +24,31 @@ MAX_EXAMPLES = 10  # bad-line messages kept per chunk and in the summary
 class TokenizedChunk:
     """Tokens of consecutive lines, per key.
 
-    ``tokens[key]``: 1-D array of the output dtype, every document's tokens
-    concatenated; ``lengths[key]``: int64[documents], tokens per document
-    (EOD included; 0 means a document with zero sequences).
+    ``tokens[key]``: 1-D array of the output dtype, every sequence concatenated;
+    ``sequence_lengths[key]``: int64[sequences] (EOD included in a document's last);
+    ``document_sequences[key]``: int64[documents], sequences per document (0 for a
+    text that tokenizes to nothing); ``line_offsets``: int64[documents], each
+    document's line within the chunk (0-based).
     """
 
     documents: int
     tokens: dict[str, np.ndarray]
-    lengths: dict[str, np.ndarray]
+    sequence_lengths: dict[str, np.ndarray]
+    document_sequences: dict[str, np.ndarray]
+    line_offsets: np.ndarray
     blank_lines: int = 0
     bad_lines: dict[str, int] = field(default_factory=dict)
     bad_examples: list[str] = field(default_factory=list)
+
+    @property
+    def lengths(self) -> dict[str, np.ndarray]:
+        """key -> int64[documents], tokens per document (EOD included)."""
+        result = {}
+        for key, counts in self.document_sequences.items():
+            bounds = np.concatenate([[0], np.cumsum(self.sequence_lengths[key])])
+            ends = np.cumsum(counts)
+            result[key] = bounds[ends] - bounds[ends - counts]
+        return result
 
 
 def tokenize_chunk(
@@ -42,16 +61,19 @@ def tokenize_chunk(
     append_eod: bool = False,
     dtype: np.typing.DTypeLike = np.int32,
     skip_bad_lines: bool = False,
+    splitter: SentenceSplitter | None = None,
 ) -> TokenizedChunk:
     """Tokenize raw JSON-lines ``lines`` (line ``first_line + i`` of ``path``).
 
     Blank lines are skipped; a bad line raises BadLineError, or is counted by
-    kind when ``skip_bad_lines``. Loops once per line, never per token.
+    kind when ``skip_bad_lines``. Without ``splitter`` each text is one sequence;
+    with it each sentence is one, and sentences that tokenize to nothing are
+    dropped (Megatron). The EOD goes at the end of a document's last sequence. All
+    texts of a key go through the tokenizer's ``encode_batch`` when it has one.
     """
-    pieces: dict[str, list[np.ndarray]] = {key: [] for key in json_keys}
-    lengths: dict[str, list[int]] = {key: [] for key in json_keys}
-    eod = np.array([tokenizer.eod_id], dtype=np.int64)
-    documents = blank = 0
+    offsets: list[int] = []
+    texts: list[list] = []  # [document][key] -> str, or list[str] of sentences
+    blank = 0
     bad: collections.Counter[str] = collections.Counter()
     examples: list[str] = []
     for offset, line in enumerate(lines):
@@ -60,11 +82,10 @@ def tokenize_chunk(
             continue
         line_number = first_line + offset
         try:
-            texts = parse_record(line, json_keys, path, line_number)
-            encoded = [
-                encode_text(tokenizer, text, key, path, line_number)
-                for key, text in zip(json_keys, texts)
-            ]
+            values = parse_record(line, json_keys, path, line_number)
+            if b"\\u" in line:  # an escape may hide a lone surrogate: check before encoding
+                for key, value in zip(json_keys, values):
+                    check_unicode(value, key, path, line_number)
         except BadLineError as error:
             if not skip_bad_lines:
                 raise
@@ -72,37 +93,59 @@ def tokenize_chunk(
             if len(examples) < MAX_EXAMPLES:
                 examples.append(str(error))
             continue
-        documents += 1
-        for key, ids in zip(json_keys, encoded):
-            if ids.size == 0:  # Megatron: no sentence, hence no EOD either
-                lengths[key].append(0)
-                continue
-            pieces[key].append(ids)
-            if append_eod:
-                pieces[key].append(eod)
-            lengths[key].append(ids.size + int(append_eod))
+        if splitter is not None:
+            values = [splitter.split(value) for value in values]
+        offsets.append(offset)
+        texts.append(values)
     last_line = first_line + len(lines) - 1
-    tokens = {
-        key: _as_token_dtype(pieces[key], np.dtype(dtype), path, first_line, last_line)
-        for key in json_keys
-    }
+    tokens, sequence_lengths, document_sequences = {}, {}, {}
+    for index, key in enumerate(json_keys):
+        if splitter is None:
+            pieces = [document[index] for document in texts]
+            per_document = np.ones(len(texts), dtype=np.int64)
+        else:
+            pieces = [sentence for document in texts for sentence in document[index]]
+            per_document = np.fromiter(
+                (len(document[index]) for document in texts), np.int64, count=len(texts)
+            )
+        ids, lengths = encode_many(tokenizer, pieces, key, path, first_line)
+        ids, lengths, counts = _documents(ids, lengths, per_document, tokenizer, append_eod)
+        tokens[key] = _as_token_dtype(ids, np.dtype(dtype), path, first_line, last_line)
+        sequence_lengths[key], document_sequences[key] = lengths, counts
     return TokenizedChunk(
-        documents=documents,
+        documents=len(texts),
         tokens=tokens,
-        lengths={key: np.asarray(lengths[key], dtype=np.int64) for key in json_keys},
+        sequence_lengths=sequence_lengths,
+        document_sequences=document_sequences,
+        line_offsets=np.asarray(offsets, dtype=np.int64),
         blank_lines=blank,
         bad_lines=dict(bad),
         bad_examples=examples,
     )
 
 
-def _as_token_dtype(
-    pieces: list[np.ndarray], dtype: np.dtype, path: str, first: int, last: int
-) -> np.ndarray:
-    """Concatenate id arrays into ``dtype``, checking the ids fit (one pass, vectorized)."""
-    if not pieces:
+def _documents(
+    ids: np.ndarray, lengths: np.ndarray, per_document: np.ndarray, tokenizer, append_eod: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Drop empty pieces, count sequences per document, put the EOD after each last one."""
+    keep = lengths > 0
+    kept_before = np.concatenate([[0], np.cumsum(keep)])
+    ends = np.cumsum(per_document)
+    counts = kept_before[ends] - kept_before[ends - per_document]
+    lengths = lengths[keep]
+    if append_eod and lengths.size:
+        last = np.cumsum(counts)[counts > 0] - 1  # each document's last sequence
+        positions = np.cumsum(lengths)[last]
+        ids = np.insert(ids, positions, int(tokenizer.eod_id))
+        lengths = lengths.copy()
+        lengths[last] += 1
+    return ids, lengths, counts
+
+
+def _as_token_dtype(ids: np.ndarray, dtype: np.dtype, path: str, first: int, last: int):
+    """``ids`` as ``dtype``, checking the ids fit (one pass, vectorized)."""
+    if not ids.size:
         return np.empty(0, dtype=dtype)
-    ids = np.concatenate(pieces)
     info = np.iinfo(dtype)
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or high > info.max:

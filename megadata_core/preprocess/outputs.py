@@ -68,8 +68,19 @@ class Staging:
         self.remove()
 
 
-def write_documents(writer: IndexedDatasetWriter, tokens: np.ndarray, lengths: np.ndarray) -> None:
-    """One single-sequence document per entry of ``lengths`` (0: zero sequences)."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    nonempty = lengths > 0
-    writer.add_documents(tokens, lengths[nonempty], nonempty.astype(np.int64))
+def write_documents(
+    writer: IndexedDatasetWriter,
+    tokens: np.ndarray,
+    sequence_lengths: np.ndarray,
+    document_sequences: np.ndarray,
+    mask: np.ndarray | None = None,
+) -> None:
+    """Append documents (``document_sequences[d]`` sequences each), or those where ``mask``."""
+    if mask is not None:
+        bounds = np.concatenate([[0], np.cumsum(sequence_lengths)])
+        ends = np.cumsum(document_sequences)
+        starts = ends - document_sequences
+        tokens = tokens[np.repeat(mask, bounds[ends] - bounds[starts])]
+        sequence_lengths = sequence_lengths[np.repeat(mask, document_sequences)]
+        document_sequences = document_sequences[mask]
+    writer.add_documents(tokens, sequence_lengths, document_sequences)

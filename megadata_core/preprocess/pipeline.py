@@ -2,9 +2,10 @@
 
 Each non-blank input line is a JSON object; for every key in ``json_keys`` its
 string value is tokenized into one document holding one sequence (plus the EOD
-id when ``append_eod``), written to ``{output_prefix}_{key}_document.bin/.idx``.
-As in Megatron's encoder, a text that tokenizes to nothing gives a document with
-zero sequences (and no EOD).
+id when ``append_eod``), written to ``{output_prefix}_{key}_document.bin/.idx``;
+with a sentence splitter, one sequence per sentence, written to
+``{output_prefix}_{key}_sentence.bin/.idx``. As in Megatron's encoder, a text that
+tokenizes to nothing gives a document with zero sequences (and no EOD).
 
 Work is split into chunks of consecutive lines that a ``multiprocessing`` pool
 tokenizes; results are written strictly in input order, so the output bytes do
@@ -31,7 +32,7 @@ from megadata_core.preprocess.encoding import MAX_EXAMPLES, TokenizedChunk
 from megadata_core.preprocess.outputs import Staging, write_documents
 from megadata_core.preprocess.pool import tokenized_in_order
 from megadata_core.preprocess.reading import Chunk, count_lines, open_input, read_chunks
-from megadata_core.preprocess.tokenizers import Tokenizer
+from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
 
 
 @dataclass
@@ -59,9 +60,9 @@ class PreprocessSummary:
         return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
 
-def document_prefix(output_prefix: str, key: str) -> str:
-    """Megatron's output naming: ``{output_prefix}_{key}_document``."""
-    return f"{output_prefix}_{key}_document"
+def document_prefix(output_prefix: str, key: str, level: str = "document") -> str:
+    """Megatron's output naming: ``{output_prefix}_{key}_{level}`` (document or sentence)."""
+    return f"{output_prefix}_{key}_{level}"
 
 
 def _validate(
@@ -111,17 +112,26 @@ def preprocess_jsonl(
     progress: Callable[[int, int], None] | None = None,
     chunk_lines: int = 256,
     start_method: str | None = None,
+    splitter_factory: Callable[[], SentenceSplitter] | None = None,
+    keep_sequential_samples: bool = False,
 ) -> PreprocessSummary:
     """Tokenize JSON-lines files into ``{output_prefix}_{key}_document.bin/.idx``.
 
     ``tokenizer_factory`` is a picklable zero-argument callable returning a
     Tokenizer (e.g. ``ByteTokenizer`` or ``functools.partial(load_tokenizer, ...)``);
     each worker process calls it once. Tokens are stored as
-    ``optimal_dtype(tokenizer.vocab_size)``. With ``partitions`` K > 1 the documents
-    are cut into K contiguous shards by input line (one extra read of the inputs
-    counts them), written as shards and merged; ``keep_partitions`` keeps the shards
-    as ``{output_prefix}_{k}_{key}_document``. ``progress(documents, bytes)`` gets
-    running totals after each chunk.
+    ``optimal_dtype(tokenizer.vocab_size)``. ``splitter_factory`` (picklable, called
+    once per process) gives a SentenceSplitter: one sequence per sentence, outputs
+    named ``..._sentence``.
+
+    ``partitions`` K > 1 writes K shards and merges them in shard order, as
+    Megatron's ``--partitions``: input line i (0-based over all inputs, blank lines
+    counted) goes to shard i mod K, so the corpus holds lines 0, K, 2K, ..., then 1,
+    K+1, ...; with ``keep_sequential_samples`` shard k holds lines
+    [k*ceil(n/K), (k+1)*ceil(n/K)) (one extra read counts the n lines) and the corpus
+    keeps the input order. ``keep_partitions`` keeps the shards as
+    ``{output_prefix}_{k}_{key}_{level}``. ``progress(documents, bytes)`` gets running
+    totals after each chunk.
 
     All work happens in a hidden directory beside the outputs (``outputs.Staging``);
     finished corpora get their final names only at the end, so on any error, or
@@ -132,28 +142,38 @@ def preprocess_jsonl(
     paths, keys = _validate(inputs, output_prefix, json_keys, workers, partitions, chunk_lines)
     output_prefix = os.fspath(output_prefix)
     started = time.perf_counter()
-    finals = {key: document_prefix(output_prefix, key) for key in keys}
+    level = "document" if splitter_factory is None else "sentence"
+    finals = {key: document_prefix(output_prefix, key, level) for key in keys}
     shard_names = [f"{output_prefix}_{k}" for k in range(partitions)] if partitions > 1 else []
-    shards = {key: [document_prefix(name, key) for name in shard_names] for key in keys}
+    shards = {key: [document_prefix(name, key, level) for name in shard_names] for key in keys}
     with Staging(output_prefix, [*finals.values(), *sum(shards.values(), [])]) as staging:
         tokenizer = _make_tokenizer(tokenizer_factory, append_eod)
         dtype = np.dtype(optimal_dtype(int(tokenizer.vocab_size)))
+        if splitter_factory is not None:
+            splitter_factory()  # a missing splitter fails here, before any work
+        round_robin = partitions > 1 and not keep_sequential_samples
         if partitions == 1:
             shard_starts = [0]
             shard_prefixes = [{key: staging.staged(finals[key]) for key in keys}]
         else:
-            total_lines = sum(count_lines(path, open_binary) for path in paths)
-            shard_starts = [k * total_lines // partitions for k in range(partitions)]
+            shard_starts = [0]
+            if keep_sequential_samples:
+                total_lines = sum(count_lines(path, open_binary) for path in paths)
+                size = -(-total_lines // partitions)
+                shard_starts = [min(k * size, total_lines) for k in range(partitions)]
             shard_prefixes = [
                 {key: staging.staged(shards[key][k]) for key in keys} for k in range(partitions)
             ]
         counts = _Counts(keys)
-        options = (keys, bool(append_eod), dtype, bool(skip_bad_lines))
+        options = (keys, bool(append_eod), dtype, bool(skip_bad_lines), splitter_factory)
         chunks = read_chunks(paths, open_binary, shard_starts, chunk_lines, chunk_bytes=1 << 22)
         with contextlib.closing(chunks), tokenized_in_order(
             chunks, tokenizer, tokenizer_factory, options, workers, start_method
         ) as results:
-            _write_shards(results, shard_prefixes, dtype, counts, progress)
+            if round_robin:
+                _write_round_robin(results, shard_prefixes, dtype, counts, progress)
+            else:
+                _write_shards(results, shard_prefixes, dtype, counts, progress)
         if partitions > 1:
             for key in keys:
                 merge_datasets([staging.staged(shard) for shard in shards[key]],
@@ -234,7 +254,12 @@ def _write_shards(
                     for key, prefix in shard_prefixes[current].items()
                 }
             for key, writer in writers.items():
-                write_documents(writer, result.tokens[key], result.lengths[key])
+                write_documents(
+                    writer,
+                    result.tokens[key],
+                    result.sequence_lengths[key],
+                    result.document_sequences[key],
+                )
             counts.add(chunk, result)
             if progress is not None:
                 progress(counts.documents, counts.bytes)
@@ -243,3 +268,38 @@ def _write_shards(
         for prefixes in shard_prefixes[current + 1 :]:  # shards past the last line are empty
             for prefix in prefixes.values():
                 IndexedDatasetWriter(prefix, dtype).finalize()
+
+
+def _write_round_robin(
+    results: Iterator[tuple[Chunk, TokenizedChunk]],
+    shard_prefixes: Sequence[dict[str, str]],
+    dtype: np.dtype,
+    counts: _Counts,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """Write the document of input line i to shard i mod K (Megatron's partition files)."""
+    shards = len(shard_prefixes)
+    with contextlib.ExitStack() as stack:  # aborts the open writers on error
+        writers = [
+            {key: stack.enter_context(IndexedDatasetWriter(prefix, dtype))
+             for key, prefix in prefixes.items()}
+            for prefixes in shard_prefixes
+        ]
+        for chunk, result in results:
+            shard_of = (chunk.first_index + result.line_offsets) % shards
+            for shard in np.unique(shard_of):
+                mask = shard_of == shard
+                for key, writer in writers[shard].items():
+                    write_documents(
+                        writer,
+                        result.tokens[key],
+                        result.sequence_lengths[key],
+                        result.document_sequences[key],
+                        mask,
+                    )
+            counts.add(chunk, result)
+            if progress is not None:
+                progress(counts.documents, counts.bytes)
+        for shard_writers in writers:
+            for writer in shard_writers.values():
+                writer.finalize()

@@ -11,7 +11,7 @@ import numpy as np
 
 from megadata_core.preprocess.encoding import TokenizedChunk, tokenize_chunk
 from megadata_core.preprocess.reading import Chunk
-from megadata_core.preprocess.tokenizers import Tokenizer
+from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
 
 
 class _ChunkWorker:
@@ -24,12 +24,14 @@ class _ChunkWorker:
         append_eod: bool,
         dtype: np.dtype,
         skip_bad_lines: bool,
+        splitter_factory: Callable[[], SentenceSplitter] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.json_keys = tuple(json_keys)
         self.append_eod = append_eod
         self.dtype = dtype
         self.skip_bad_lines = skip_bad_lines
+        self.splitter = None if splitter_factory is None else splitter_factory()
 
     def __call__(self, path: str, first_line: int, lines: list[bytes]) -> TokenizedChunk:
         return tokenize_chunk(
@@ -41,6 +43,7 @@ class _ChunkWorker:
             append_eod=self.append_eod,
             dtype=self.dtype,
             skip_bad_lines=self.skip_bad_lines,
+            splitter=self.splitter,
         )
 
 

@@ -56,11 +56,15 @@ def _reading(path: str) -> Iterator[None]:
 
 @dataclass
 class Chunk:
+    """Consecutive lines of one file: ``first_line`` is 1-based in ``path``,
+    ``first_index`` 0-based over all inputs."""
+
     shard: int
     path: str
     first_line: int
     lines: list[bytes]
     nbytes: int
+    first_index: int = 0
 
 
 def read_chunks(
@@ -86,7 +90,7 @@ def read_chunks(
                 line_number += 1
                 while shard + 1 < len(shard_starts) and line_index >= shard_starts[shard + 1]:
                     if lines:
-                        yield Chunk(shard, path, first_line, lines, nbytes)
+                        yield Chunk(shard, path, first_line, lines, nbytes, line_index - len(lines))
                         lines, nbytes, first_line = [], 0, line_number
                     shard += 1
                 line_index += 1
@@ -95,8 +99,8 @@ def read_chunks(
                     line = line[len(_BOM) :]
                 lines.append(line)
                 if len(lines) >= chunk_lines or nbytes >= chunk_bytes:
-                    yield Chunk(shard, path, first_line, lines, nbytes)
+                    yield Chunk(shard, path, first_line, lines, nbytes, line_index - len(lines))
                     lines, nbytes, first_line = [], 0, line_number + 1
         if lines:
-            yield Chunk(shard, path, first_line, lines, nbytes)
+            yield Chunk(shard, path, first_line, lines, nbytes, line_index - len(lines))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 
@@ -104,3 +105,45 @@ def encode_text(
     return array
 
 
+
+
+def check_unicode(text: str, key: str, path: str, line_number: int) -> None:
+    """BadLineError when ``text`` holds a lone surrogate (from a JSON ``\\ud800`` escape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise BadLineError(
+            f"{_where(path, line_number)}: key {key!r} holds text that is not valid Unicode "
+            f"({error.reason} at character {error.start})",
+            "invalid_utf8",
+        ) from None
+
+
+def encode_many(
+    tokenizer: Tokenizer, texts: Sequence[str], key: str, path: str, first_line: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 ids of every text concatenated, int64[len(texts)] lengths).
+
+    Uses ``tokenizer.encode_batch(texts) -> (ids, lengths)`` when the tokenizer has
+    one (a native batch encoder), else ``encode`` per text.
+    """
+    batch = getattr(tokenizer, "encode_batch", None)
+    if batch is not None:
+        ids, lengths = batch(texts)
+        ids = np.asarray(ids).reshape(-1)
+        lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    else:
+        arrays = [encode_text(tokenizer, text, key, path, first_line) for text in texts]
+        lengths = np.fromiter(map(len, arrays), np.int64, count=len(arrays))
+        ids = np.fromiter(itertools.chain.from_iterable(arrays), np.int64, int(lengths.sum()))
+    if ids.size and ids.dtype.kind not in "iu":
+        raise DataError(
+            f"{path}, lines from {first_line}: tokenizer {tokenizer!r} returned {ids.dtype} "
+            "values, not integer ids"
+        )
+    if lengths.shape != (len(texts),) or int(lengths.sum()) != ids.size:
+        raise DataError(
+            f"tokenizer {tokenizer!r}: encode_batch returned {lengths.size} lengths summing to "
+            f"{int(lengths.sum())} for {len(texts)} texts and {ids.size} ids"
+        )
+    return ids.astype(np.int64, copy=False), lengths

@@ -16,8 +16,19 @@ class Tokenizer(Protocol):
     vocab_size: int
 
     def encode(self, text: str) -> Sequence[int] | np.ndarray:
-        """Token ids of ``text`` (1-D, integers in ``[0, vocab_size)``)."""
+        """Token ids of ``text`` (1-D, integers in ``[0, vocab_size)``).
+
+        A tokenizer may also have ``encode_batch(texts) -> (ids, lengths)``: every
+        text's ids concatenated and int64[len(texts)] lengths, used when present.
+        """
         ...
+
+
+@runtime_checkable
+class SentenceSplitter(Protocol):
+    """What ``--split-sentences`` needs: a text's sentences, in order."""
+
+    def split(self, text: str) -> list[str]: ...
 
 
 class ByteTokenizer:

@@ -37,7 +37,7 @@ def test_cli_plain_gz_zst_read_by_megatron(tmp_path, write_jsonl, megatron_index
     result = run_tool(
         "preprocess_data", f"--input={plain},{gz}", f"--input={tmp_path}/c_*.jsonl.zst",
         f"--output_prefix={out}/corpus", "--append_eod", "--workers=2", "--partitions=2",
-        "--log_interval=2",
+        "--keep_sequential_samples", "--log_interval=2",
     )
     assert "documents:   8" in result.stdout
     assert "bad lines:   0" in result.stdout
@@ -53,7 +53,8 @@ def test_cli_zstd_open_binary_in_process(tmp_path, write_jsonl, load_tool):
     zst = write_jsonl("in.jsonl.zst", records)
     tool = load_tool("preprocess_data")
     summary = preprocess_jsonl([zst], str(tmp_path / "o"), ByteTokenizer,
-                               open_binary=tool.open_binary, partitions=2)
+                               open_binary=tool.open_binary, partitions=2,
+                               keep_sequential_samples=True)
     assert read_documents(summary.output_prefixes["text"]) == expected_sequences(TEXTS * 3, False)
     data = open(zst, "rb").read()
     for name, damaged in [("corrupt", data[:-7] + b"garbage"), ("truncated", data[:-5])]:

@@ -86,7 +86,8 @@ def test_partitions_merge_to_identical_bytes(tmp_path, write_jsonl, partitions, 
     single = preprocess_jsonl([path], str(tmp_path / "single"), ByteTokenizer, append_eod=True)
     os.mkdir(tmp_path / "parts")
     sharded = preprocess_jsonl([path], str(tmp_path / "parts" / "o"), ByteTokenizer,
-                               append_eod=True, partitions=partitions, workers=2, chunk_lines=4)
+                               append_eod=True, partitions=partitions, workers=2, chunk_lines=4,
+                               keep_sequential_samples=True)
     assert files_of(single.output_prefixes["text"]) == files_of(sharded.output_prefixes["text"])
     assert sorted(os.listdir(tmp_path / "parts")) == ["o_text_document.bin", "o_text_document.idx"]
     assert sharded.partition_prefixes == {"text": []}
@@ -96,11 +97,11 @@ def test_keep_partitions_are_contiguous_shards(tmp_path, write_jsonl):
     records = _corpus(10)
     path = write_jsonl("in.jsonl", records)
     summary = preprocess_jsonl([path], str(tmp_path / "o"), ByteTokenizer, append_eod=True,
-                               partitions=3, keep_partitions=True)
+                               partitions=3, keep_partitions=True, keep_sequential_samples=True)
     shards = summary.partition_prefixes["text"]
     assert shards == [str(tmp_path / f"o_{k}_text_document") for k in range(3)]
     pieces = [read_documents(shard) for shard in shards]
-    assert [len(p) for p in pieces] == [3, 3, 4]
+    assert [len(p) for p in pieces] == [4, 4, 2]  # Megatron: ceil(10 / 3) lines a shard
     assert sum(pieces, []) == expected_sequences([r["text"] for r in records])
     assert sum(pieces, []) == read_documents(summary.output_prefixes["text"])
 

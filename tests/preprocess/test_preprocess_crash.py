@@ -36,7 +36,8 @@ import sys
 from preprocess_helpers import StallingTokenizer
 from megadata_core.preprocess import preprocess_jsonl
 preprocess_jsonl([sys.argv[1]], sys.argv[2], StallingTokenizer, append_eod=True,
-                 partitions=2, workers=int(sys.argv[3]), chunk_lines=2)
+                 partitions=2, workers=int(sys.argv[3]), chunk_lines=2,
+                 keep_sequential_samples=True)
 """
 
 
@@ -102,7 +103,8 @@ def test_killed_run_leaves_no_corpus_and_rerun_cleans_up(tmp_path, write_jsonl, 
     assert os.listdir(out) == [partial]
 
     summary = preprocess_jsonl([source], str(prefix), ByteTokenizer, append_eod=True,
-                               partitions=2, workers=workers, chunk_lines=3)
+                               partitions=2, workers=workers, chunk_lines=3,
+                               keep_sequential_samples=True)
     assert sorted(os.listdir(out)) == ["o_text_document.bin", "o_text_document.idx"]
     assert files_of(summary.output_prefixes["text"]) == expected
 
@@ -117,7 +119,8 @@ def test_keep_partitions_get_their_names_only_at_the_end(tmp_path, write_jsonl):
         seen.append(sorted(os.listdir(out)))
 
     summary = preprocess_jsonl([source], str(out / "o"), ByteTokenizer, partitions=2,
-                               keep_partitions=True, chunk_lines=2, progress=progress)
+                               keep_partitions=True, chunk_lines=2, progress=progress,
+                               keep_sequential_samples=True)
     assert len(seen) == 6
     assert all(len(names) == 1 and names[0].startswith(".o.partial.") for names in seen)
     assert sorted(os.listdir(out)) == sorted(

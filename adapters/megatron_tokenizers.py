@@ -1,0 +1,397 @@
+"""Megatron-LM's tokenizer types, read from the files Megatron users have.
+
+Each class meets ``megadata_core.preprocess.Tokenizer`` (``encode``, ``eod_id``,
+``vocab_size``) and adds ``encode_batch(texts) -> (ids, lengths)``, which runs the
+whole batch through the library's native batch encoder. Ids, EOD and vocabulary
+size are those Megatron-LM 0.16.1's ``tools/preprocess_data.py`` uses:
+
+=========================  =======================================  ==============================
+type                       files                                    EOD
+=========================  =======================================  ==============================
+GPT2BPETokenizer           vocab.json + merges.txt                  ``<|endoftext|>``
+BertWordPieceLowerCase     vocab.txt                                ``[EOS]`` (added after the
+/ BertWordPieceCase                                                 vocabulary, after ``[BOS]``)
+SentencePieceTokenizer,    x.model                                  the model's eos piece
+GPTSentencePieceTokenizer,
+Llama2Tokenizer
+TikTokenizer               Megatron's JSON ranks list               ``</s>`` (id 2)
+NullTokenizer              none (``vocab_size``)                    ``vocab_size``
+=========================  =======================================  ==============================
+
+Megatron builds GPT2BPE and BERT through its legacy classes when it runs offline
+(its default path asks the HuggingFace hub for ``gpt2`` / ``bert-large-*`` configs),
+so those follow ``megatron/training/tokenizer``; the others follow
+``megatron/core/tokenizers`` (the default of ``preprocess_data.py``). Files are
+only read locally.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import itertools
+import json
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from megadata_core.errors import DataError
+
+__all__ = [
+    "BertWordPieceTokenizer",
+    "GPT2BPETokenizer",
+    "MegatronTikTokenizer",
+    "NullTokenizer",
+    "SentencePieceTokenizer",
+    "TIKTOKEN_PATTERNS",
+    "batch_threads",
+    "flatten_ids",
+    "local_path",
+]
+
+# Megatron's tiktoken split patterns ("v1", "v2").
+TIKTOKEN_PATTERNS = {
+    "v1": r"[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",
+    "v2": (
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+        r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+        r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    ),
+}
+# Megatron's TikTokenizer special tokens; the rest of num_special_tokens are fillers.
+TIKTOKEN_SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<mask>", "<pad>", "<cls>", "<sep>")
+
+
+def local_path(path, flag: str, what: str, *, directory_ok: bool = False) -> str:
+    """``path`` as a string naming an existing local file (or directory when allowed)."""
+    if path is None or path == "":
+        raise DataError(f"{flag}: a {what} is required")
+    path = os.fspath(path)
+    if "://" in path:
+        raise DataError(f"{flag} {path}: must be a local {what}; downloading is not supported")
+    if os.path.isdir(path) and not directory_ok:
+        raise DataError(f"{flag} {path}: is a directory, expected a {what}")
+    if not (os.path.isfile(path) or (directory_ok and os.path.isdir(path))):
+        raise DataError(f"{flag} {path}: {what} not found")
+    return path
+
+
+def _read_text(path: str, flag: str, what: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return stream.read()
+    except UnicodeDecodeError as error:
+        raise DataError(
+            f"{flag} {path}: not a {what} (invalid UTF-8 at byte {error.start})"
+        ) from None
+
+
+def batch_threads() -> int:
+    """Threads a native batch encoder may use: one inside a worker process (the pool is
+    the parallelism; more would oversubscribe the cores), every core otherwise."""
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # read by tokenizers per call
+        return 1
+    return os.cpu_count() or 1
+
+
+def flatten_ids(lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(int64[sum n_i] ids, int64[len(lists)] lengths) of per-text id lists."""
+    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    ids = np.fromiter(
+        itertools.chain.from_iterable(lists), dtype=np.int64, count=int(lengths.sum())
+    )
+    return ids, lengths
+
+
+class _RustTokenizer:
+    """Shared encode/decode over a ``tokenizers.Tokenizer`` without added special tokens."""
+
+    _tokenizer = None
+
+    def encode(self, text: str) -> np.ndarray:
+        """int64[n] ids of ``text``."""
+        return np.array(self._tokenizer.encode(text, add_special_tokens=False).ids, np.int64)
+
+    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
+        encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
+        return flatten_ids([encoding.ids for encoding in encodings])
+
+    def decode(self, ids) -> str:
+        return self._tokenizer.decode([int(i) for i in np.asarray(ids).reshape(-1)])
+
+
+class GPT2BPETokenizer(_RustTokenizer):
+    """GPT-2 byte-level BPE from ``vocab.json`` and ``merges.txt`` (Megatron's GPT2BPETokenizer).
+
+    The merges file is read as Megatron reads it: its first line (``#version``) and
+    its last line (empty after the final newline) are skipped.
+    """
+
+    def __init__(self, vocab_file, merge_file) -> None:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+        self.vocab_file = local_path(vocab_file, "--vocab-file", "GPT-2 vocab.json file")
+        self.merge_file = local_path(merge_file, "--merge-file", "GPT-2 merges.txt file")
+        try:
+            vocab = json.loads(_read_text(self.vocab_file, "--vocab-file", "vocab.json"))
+        except json.JSONDecodeError as error:
+            raise DataError(
+                f"--vocab-file {self.vocab_file}: not a GPT-2 vocab.json ({error.msg} at line "
+                f"{error.lineno}); BERT's vocab.txt goes with BertWordPiece* types"
+            ) from None
+        if not isinstance(vocab, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in vocab.values()
+        ):
+            raise DataError(
+                f"--vocab-file {self.vocab_file}: a GPT-2 vocab.json maps token strings to ids"
+            )
+        lines = _read_text(self.merge_file, "--merge-file", "merges.txt").split("\n")[1:-1]
+        merges = [tuple(line.split()) for line in lines]
+        bad = next((i for i, pair in enumerate(merges) if len(pair) not in (0, 2)), None)
+        if bad is not None:
+            raise DataError(
+                f"--merge-file {self.merge_file}: line {bad + 2} is {lines[bad]!r}, not a pair "
+                "of tokens separated by a space"
+            )
+        merges = [pair for pair in merges if pair]  # blank lines never match, as in Megatron
+        try:
+            model = models.BPE(vocab=vocab, merges=merges)
+        except Exception as error:  # tokenizers raises its own Exception type
+            raise DataError(
+                f"--merge-file {self.merge_file}: does not fit --vocab-file "
+                f"{self.vocab_file}: {error}"
+            ) from error
+        tokenizer = Tokenizer(model)
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        tokenizer.decoder = decoders.ByteLevel()
+        self._tokenizer = tokenizer
+        batch_threads()
+        if "<|endoftext|>" not in vocab:
+            raise DataError(f"--vocab-file {self.vocab_file}: no '<|endoftext|>' token (the EOD)")
+        self.eod_id = int(vocab["<|endoftext|>"])
+        self.vocab_size = len(vocab)
+
+    def __repr__(self) -> str:
+        return f"GPT2BPETokenizer({self.vocab_file!r}, {self.merge_file!r})"
+
+
+class BertWordPieceTokenizer(_RustTokenizer):
+    """BERT WordPiece from ``vocab.txt`` (Megatron's BertWordPieceLowerCase/BertWordPieceCase).
+
+    Lower case also strips accents, as BERT's uncased models do. ``[BOS]`` and
+    ``[EOS]`` are appended to the vocabulary when absent; EOD is ``[EOS]``.
+    """
+
+    def __init__(self, vocab_file, lower_case: bool) -> None:
+        from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+        self.vocab_file = local_path(vocab_file, "--vocab-file", "BERT vocab.txt file")
+        self.lower_case = bool(lower_case)
+        text = _read_text(self.vocab_file, "--vocab-file", "BERT vocab.txt")
+        lines = text.split("\n")  # newlines already universal, as Megatron's readline sees them
+        if lines[-1] == "":
+            lines.pop()
+        vocab: dict[str, int] = {}
+        for index, line in enumerate(lines):
+            vocab[line.strip()] = index
+        if text.lstrip().startswith("{"):
+            raise DataError(
+                f"--vocab-file {self.vocab_file}: looks like a JSON vocabulary; BERT types take "
+                "a vocab.txt with one token a line (GPT2BPETokenizer takes vocab.json)"
+            )
+        if "[UNK]" not in vocab:
+            raise DataError(f"--vocab-file {self.vocab_file}: no '[UNK]' token in the BERT vocab")
+        model = models.WordPiece(vocab=dict(vocab), unk_token="[UNK]", max_input_chars_per_word=200)
+        tokenizer = Tokenizer(model)
+        tokenizer.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lower_case
+        )
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tokenizer.decoder = decoders.WordPiece()
+        self._tokenizer = tokenizer
+        batch_threads()
+        for token in ("[BOS]", "[EOS]"):  # Megatron adds these after the vocabulary
+            vocab.setdefault(token, len(vocab))
+        self.eod_id = vocab["[EOS]"]
+        self.vocab_size = len(vocab)
+
+    def __repr__(self) -> str:
+        return f"BertWordPieceTokenizer({self.vocab_file!r}, lower_case={self.lower_case})"
+
+
+class SentencePieceTokenizer:
+    """A SentencePiece ``.model`` (Megatron's SentencePieceTokenizer, GPTSentencePieceTokenizer,
+    Llama2Tokenizer): plain ``encode`` ids, EOD = the model's eos id, vocab_size = its pieces.
+    A model without an eos piece has ``eod_id`` -1, which ``--append-eod`` refuses."""
+
+    def __init__(self, model_file, type_name: str = "SentencePieceTokenizer") -> None:
+        import sentencepiece
+
+        self.model_file = local_path(model_file, "--tokenizer-model", "SentencePiece .model file")
+        self.type_name = type_name
+        with open(self.model_file, "rb") as stream:
+            proto = stream.read()
+        self._processor = sentencepiece.SentencePieceProcessor()
+        try:
+            self._processor.LoadFromSerializedProto(proto)
+        except (RuntimeError, OSError) as error:
+            raise DataError(
+                f"--tokenizer-model {self.model_file}: not a SentencePiece model ({error})"
+            ) from None
+        self.eod_id = int(self._processor.eos_id())
+        self.vocab_size = int(self._processor.get_piece_size())
+        self._threads = batch_threads()
+
+    def encode(self, text: str) -> np.ndarray:
+        """int64[n] ids of ``text``."""
+        return np.array(self._processor.encode(text, out_type=int), dtype=np.int64)
+
+    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
+        return flatten_ids(
+            self._processor.encode(list(texts), out_type=int, num_threads=self._threads)
+        )
+
+    def decode(self, ids) -> str:
+        return self._processor.decode([int(i) for i in np.asarray(ids).reshape(-1)])
+
+    def __getstate__(self):  # the processor itself does not pickle; reload from the file
+        return {"model_file": self.model_file, "type_name": self.type_name}
+
+    def __setstate__(self, state) -> None:
+        self.__init__(state["model_file"], state["type_name"])
+
+    def __repr__(self) -> str:
+        return f"SentencePieceTokenizer({self.model_file!r}, type_name={self.type_name!r})"
+
+
+class MegatronTikTokenizer:
+    """Megatron's TikTokenizer: a JSON list of ``{"rank", "token_bytes", "token_str"}``.
+
+    Ids 0..num_special_tokens-1 are special (``<unk> <s> </s> <mask> <pad> <cls> <sep>``
+    then ``<SPECIAL_k>`` fillers), BPE ranks follow, the first
+    ``vocab_size - num_special_tokens`` of them used. EOD is ``</s>`` (2). Special-token
+    strings in the text are encoded as those tokens (Megatron's ``allowed_special="all"``).
+    """
+
+    def __init__(
+        self,
+        path,
+        pattern: str = "v2",
+        num_special_tokens: int = 1000,
+        vocab_size: int | None = None,
+    ) -> None:
+        import tiktoken
+
+        self.path = local_path(path, "--tokenizer-model", "TikTokenizer JSON vocabulary file")
+        if pattern not in TIKTOKEN_PATTERNS:
+            raise DataError(f"--tiktoken-pattern: {pattern!r} is not one of 'v1', 'v2'")
+        vocab_size = 2**17 if vocab_size is None else int(vocab_size)
+        num_special_tokens = int(num_special_tokens)
+        if not len(TIKTOKEN_SPECIAL_TOKENS) <= num_special_tokens < vocab_size:
+            raise DataError(
+                f"--tiktoken-num-special-tokens: {num_special_tokens} must be at least "
+                f"{len(TIKTOKEN_SPECIAL_TOKENS)} and below --vocab-size {vocab_size}"
+            )
+        ranks = self._read_ranks(vocab_size - num_special_tokens, num_special_tokens)
+        specials = list(TIKTOKEN_SPECIAL_TOKENS) + [
+            f"<SPECIAL_{i}>" for i in range(len(TIKTOKEN_SPECIAL_TOKENS), num_special_tokens)
+        ]
+        self.pattern, self.num_special_tokens = pattern, num_special_tokens
+        self._threads = batch_threads()
+        self.eod_id = TIKTOKEN_SPECIAL_TOKENS.index("</s>")
+        self.vocab_size = vocab_size
+        self._encoding = tiktoken.Encoding(
+            name=f"megatron:{os.path.basename(self.path)}",
+            pat_str=TIKTOKEN_PATTERNS[pattern],
+            mergeable_ranks=ranks,
+            special_tokens={token: i for i, token in enumerate(specials)},
+        )
+
+    def _read_ranks(self, inner_size: int, offset: int) -> dict[bytes, int]:
+        where = f"--tokenizer-model {self.path}"
+        if not self.path.endswith(".json"):
+            raise DataError(f"{where}: TikTokenizer takes Megatron's JSON vocabulary (*.json)")
+        try:
+            vocab = json.loads(_read_text(self.path, "--tokenizer-model", "JSON vocabulary"))
+        except json.JSONDecodeError as error:
+            raise DataError(f"{where}: not JSON ({error.msg} at line {error.lineno})") from None
+        if not isinstance(vocab, list):
+            raise DataError(f"{where}: expected a JSON list of rank entries")
+        if len(vocab) < inner_size:
+            raise DataError(
+                f"{where}: {len(vocab)} ranks, fewer than --vocab-size minus "
+                f"--tiktoken-num-special-tokens = {inner_size}"
+            )
+        ranks: dict[bytes, int] = {}
+        for i, entry in enumerate(vocab[:inner_size]):
+            if not isinstance(entry, dict) or entry.keys() != {"rank", "token_bytes", "token_str"}:
+                raise DataError(f"{where}: entry {i} is not {{rank, token_bytes, token_str}}")
+            try:
+                token = base64.b64decode(entry["token_bytes"], validate=True)
+            except (binascii.Error, TypeError):
+                raise DataError(f"{where}: entry {i} has invalid base64 token_bytes") from None
+            if entry["rank"] != i or (i < 256 and token != bytes([i])):
+                raise DataError(f"{where}: entry {i} has rank {entry['rank']!r} / bytes {token!r}")
+            ranks[token] = i + offset
+        if len(ranks) != inner_size:
+            raise DataError(f"{where}: repeated token_bytes among the first {inner_size} ranks")
+        return ranks
+
+    def encode(self, text: str) -> np.ndarray:
+        """uint32[n] ids of ``text``."""
+        return self._encoding.encode_to_numpy(text, allowed_special="all")
+
+    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
+        return flatten_ids(self._encoding.encode_batch(
+            list(texts), num_threads=self._threads, allowed_special="all"
+        ))
+
+    def decode(self, ids) -> str:
+        return self._encoding.decode([int(i) for i in np.asarray(ids).reshape(-1)])
+
+    def __repr__(self) -> str:
+        return f"MegatronTikTokenizer({self.path!r}, pattern={self.pattern!r})"
+
+
+class NullTokenizer:
+    """Texts of space-separated integers are their own ids (Megatron's NullTokenizer).
+
+    EOD is ``vocab_size`` (the argument); the vocabulary holds ``vocab_size + 1`` ids.
+    """
+
+    def __init__(self, vocab_size) -> None:
+        if vocab_size is None or int(vocab_size) < 1:
+            raise DataError(
+                f"--vocab-size: NullTokenizer needs a vocabulary size >= 1, got {vocab_size}"
+            )
+        self.eod_id = int(vocab_size)
+        self.vocab_size = int(vocab_size) + 1
+
+    def encode(self, text: str) -> np.ndarray:
+        """int64[n] of ``int(x) for x in text.split(' ')``."""
+        try:
+            return np.array([int(x) for x in text.split(" ")], dtype=np.int64)
+        except (ValueError, OverflowError):
+            raise DataError(
+                f"NullTokenizer: text {text[:40]!r} is not integers separated by single spaces"
+            ) from None
+
+    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
+        arrays = [self.encode(text) for text in texts]
+        lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
+        ids = np.concatenate(arrays) if arrays else np.empty(0, np.int64)
+        return ids, lengths
+
+    def decode(self, ids) -> str:
+        return " ".join(str(int(i)) for i in np.asarray(ids).reshape(-1))
+
+    def __repr__(self) -> str:
+        return f"NullTokenizer(vocab_size={self.eod_id})"
