@@ -30,7 +30,8 @@ def run(*args, sentencex=True, env=None):
     return subprocess.run(
         [sys.executable, "-c", _RUN, "yes" if sentencex else "no-sentencex", *map(str, args)],
         capture_output=True, text=True, cwd=REPO, timeout=300,
-        env={**os.environ, "PYTHONPATH": str(REPO), "NLTK_DATA": "/nonexistent", **(env or {})},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tools")]),
+             "NLTK_DATA": "/nonexistent", **(env or {})},
     )
 
 
