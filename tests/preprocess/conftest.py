@@ -37,6 +37,8 @@ def load_tool():
     def load(name: str):
         module_name = f"_megadata_tool_{name}"
         if module_name not in sys.modules:
+            if str(REPO / "tools") not in sys.path:  # the tools import their shared tool_main
+                sys.path.append(str(REPO / "tools"))
             path = REPO / "tools" / f"{name}.py"
             spec = importlib.util.spec_from_file_location(module_name, path)
             module = importlib.util.module_from_spec(spec)

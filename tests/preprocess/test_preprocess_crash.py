@@ -21,7 +21,8 @@ from megadata_core import DataError
 from megadata_core.preprocess import ByteTokenizer, preprocess_jsonl
 
 HELPERS = pathlib.Path(__file__).resolve().parent
-TOOL_ENV = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's code, not an installed one
+# this checkout's code, not an installed one; tools/ for the tools' shared tool_main
+TOOL_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tools")])}
 
 
 def run_preprocess_tool(*args, **kwargs):
