@@ -1,5 +1,8 @@
 """Floor 1: the .bin/.idx pair and the byte sources it is read from."""
 
+# preprocess/outputs.py still reads temp_files from here; it lives on floor 0 now
+# (megadata_core.temp_files): import it from there.
+from megadata_core import temp_files  # noqa: F401
 from megadata_core.format.dtypes import optimal_dtype
 from megadata_core.format.reader import IndexedDataset, bin_path_of, idx_path_of
 from megadata_core.format.sources import ByteSource, open_source, register_scheme
