@@ -22,11 +22,11 @@ from collections.abc import Mapping
 import numpy as np
 
 from megadata_core.datasets import index_checks, masks, reading
-from megadata_core.datasets.buffers import BufferPool
 from megadata_core.datasets.cache_keys import data_identity, document_ids
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
 from megadata_core.datasets.positions import sample_positions
 from megadata_core.errors import DataError
+from megadata_core.handover.buffers import BufferPool
 from megadata_core.indices import (
     FeistelShuffle,
     cache_files,
