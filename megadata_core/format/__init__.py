@@ -1,4 +1,9 @@
-"""Floor 1: the .bin/.idx pair and the byte sources it is read from."""
+"""Floor 1: the .bin/.idx pair and the byte sources it is read from.
+
+Reader, writer and merge, the ``.idx`` layout, token dtypes, byte sources (local mmap or
+pread; a URL-scheme registry the adapters fill). May import floor 0 (errors, checks,
+temp_files) only.
+"""
 
 # preprocess/outputs.py still reads temp_files from here; it lives on floor 0 now
 # (megadata_core.temp_files): import it from there.
