@@ -44,10 +44,10 @@ import grain
 import numpy as np
 
 from megadata_core.checks import check_int
-from megadata_core.datasets import packing
-from megadata_core.datasets.buffers import BufferPool
 from megadata_core.datasets.fingerprint import fingerprint
 from megadata_core.errors import DataError
+from megadata_core.handover import pack
+from megadata_core.handover.buffers import BufferPool
 
 __all__ = [
     "GrainSource",
@@ -87,8 +87,8 @@ def _owned(batch: Mapping[str, Any], pool: BufferPool) -> dict[str, np.ndarray]:
     return {key: pool.copy(np.asarray(value)) for key, value in batch.items()}
 
 
-class PackedMicroBatch(packing.PackedBatch):
-    """A micro-batch as a worker ships it (:class:`megadata_core.datasets.packing.PackedBatch`:
+class PackedMicroBatch(pack.PackedBatch):
+    """A micro-batch as a worker ships it (:class:`megadata_core.handover.pack.PackedBatch`:
     the text once, the core's constants as recipes); :func:`unpack` gives it back."""
 
     __slots__ = ()
@@ -97,7 +97,7 @@ class PackedMicroBatch(packing.PackedBatch):
 def unpack(packed: PackedMicroBatch, pool: BufferPool | None = None) -> dict[str, np.ndarray]:
     """The micro-batch ``packed`` came from, as writable arrays that nothing else shares
     (the core's dtypes; in ``pool`` buffers when given)."""
-    return packing.unpack_arrays(packed, np.empty if pool is None else pool.empty)
+    return pack.unpack_arrays(packed, np.empty if pool is None else pool.empty)
 
 
 class _Layout:
@@ -164,7 +164,7 @@ def _received(element: Mapping[str, Any]) -> PackedMicroBatch:
 
 class _Unpack:
     """Grain ``map`` in the consuming process: the core's read-only layout without copying
-    (:func:`megadata_core.datasets.packing.view_arrays`), or with ``writable``
+    (:func:`megadata_core.handover.pack.view_arrays`), or with ``writable``
     :func:`unpack` into this process's pool."""
 
     def __init__(self, writable: bool = False) -> None:
@@ -176,7 +176,7 @@ class _Unpack:
         packed = element if isinstance(element, PackedMicroBatch) else _received(element)
         if self.writable:
             return unpack(packed, self._pool)
-        return packing.view_arrays(packed, self._constants)
+        return pack.view_arrays(packed, self._constants)
 
 
 #: Grain's reader for a batched pipeline: one element is a whole micro-batch that the core
@@ -289,7 +289,7 @@ class MicroBatchDataset(grain.MapDataset):
         self.global_batch = self.micro_batch_size * self.data_parallel_size
         self._length = (self.total_samples - self.consumed_samples) // self.global_batch
         self._pool = BufferPool()
-        self._packer = packing.Packer(PackedMicroBatch)
+        self._packer = pack.Packer(PackedMicroBatch)
 
     def __len__(self) -> int:
         return self._length

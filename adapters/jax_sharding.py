@@ -36,8 +36,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from megadata_core.datasets.packing import is_constant
 from megadata_core.errors import DataError
+from megadata_core.handover.pack import is_constant
 
 __all__ = ["DevicePrefetcher", "batch_sharding", "data_mesh", "global_batch", "prefetch_to_device"]
 

@@ -78,11 +78,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate_fn_map
 
-from megadata_core.datasets import packing
-from megadata_core.datasets.buffers import BufferPool
 from megadata_core.datasets.fingerprint import fingerprint
-from megadata_core.datasets.shm_ring import ConsumerRings, ProducerRing, SlotRef
 from megadata_core.errors import DataError
+from megadata_core.handover import pack
+from megadata_core.handover.buffers import BufferPool
+from megadata_core.handover.shm_ring import ConsumerRings, ProducerRing, SlotRef
 from megadata_core.samplers import PretrainingSampler
 
 __all__ = [
@@ -176,8 +176,8 @@ def batch_collate(batch: Any) -> Any:
     return batch
 
 
-class PackedBatch(packing.PackedBatch):
-    """A core batch as a worker ships it (:class:`megadata_core.datasets.packing.PackedBatch`:
+class PackedBatch(pack.PackedBatch):
+    """A core batch as a worker ships it (:class:`megadata_core.handover.pack.PackedBatch`:
     the [B, S + 1] text once in the core's token dtype, the core's shared constants as
     recipes). :meth:`unpack` gives Megatron's tensors; the DataLoader built by
     :func:`loader` unpacks after the hand-over, and torch's pin-memory thread unpacks,
@@ -193,7 +193,7 @@ class PackedBatch(packing.PackedBatch):
         ``np.empty``; it must return arrays that nothing else uses)."""
         if isinstance(self.text, SlotRef):  # in a worker's ring: read in place, once
             self.text = _RINGS.view(self.text)
-        arrays = packing.unpack_arrays(self, empty or np.empty, DTYPES)
+        arrays = pack.unpack_arrays(self, empty or np.empty, DTYPES)
         return {key: torch.from_numpy(array) for key, array in arrays.items()}
 
     def pin_memory(self) -> dict[str, torch.Tensor]:
@@ -219,7 +219,7 @@ class TorchDataset(Dataset):
     def __init__(self, dataset) -> None:
         self.dataset = dataset
         self._pool = BufferPool()
-        self._packer = packing.Packer(PackedBatch)
+        self._packer = pack.Packer(PackedBatch)
 
     def __len__(self) -> int:
         return len(self.dataset)

@@ -1,7 +1,13 @@
 """megadata: Megatron-compatible pretraining data in pure numpy.
 
 The core imports numpy and the standard library only; framework adapters live in
-the top-level ``adapters`` package.
+the top-level ``adapters`` package. Floors (a module imports only from its own floor or
+below; tests/test_layering.py checks it):
+
+0. ``errors``, ``checks``, ``temp_files``, ``handover/`` (batches between processes)
+1. ``format/`` (the .bin/.idx pair, byte sources)
+2. ``indices/`` (pure orders; nothing from format), ``preprocess/`` (text to corpora, on format)
+3. ``datasets/``, ``samplers``
 """
 
 from megadata_core import samplers

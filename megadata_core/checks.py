@@ -1,4 +1,4 @@
-"""Argument checks shared by every floor: each failure is a DataError naming the field."""
+"""Floor 0: argument checks shared by every floor; each failure is a DataError naming the field."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The one public error type of megadata."""
+"""Floor 0: the one public error type of megadata (imports nothing)."""
 
 
 class DataError(ValueError):

@@ -23,10 +23,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from megadata_core.datasets import index_checks
-from megadata_core.datasets.buffers import BufferPool
 from megadata_core.datasets.config import BLEND_ORDERS, SPLIT_NAMES
 from megadata_core.datasets.positions import sample_positions
 from megadata_core.errors import DataError
+from megadata_core.handover.buffers import BufferPool
 from megadata_core.indices import cache_files
 from megadata_core.indices.blending import (
     balanced_blending_indices,

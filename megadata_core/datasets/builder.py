@@ -59,16 +59,13 @@ from megadata_core.datasets.build_plan import (
 )
 from megadata_core.datasets.cache_keys import corpus_identity
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
-from megadata_core.datasets.gpt_dataset import (
-    FEISTEL_ARRAYS,
-    INDEX_ALGORITHM_VERSION,
-    GPTDataset,
-)
+from megadata_core.datasets.gpt_arrays import INDEX_ALGORITHM_VERSION, array_names
+from megadata_core.datasets.gpt_dataset import GPTDataset
 from megadata_core.datasets.mock import MockGPTLowLevelDataset
 from megadata_core.errors import DataError
 from megadata_core.format import IndexedDataset
 from megadata_core.indices import num_epochs, splits
-from megadata_core.indices.cache import GPT_ARRAYS, cached_result, pack_arrays, unpack_arrays
+from megadata_core.indices.cache import cached_result, pack_arrays, unpack_arrays
 from megadata_core.indices.feistel import ALGORITHM as FEISTEL_ALGORITHM
 from megadata_core.indices.feistel import ROUNDS as FEISTEL_ROUNDS
 
@@ -297,7 +294,7 @@ class _Builder:
         return found
 
     def _gpt_names(self) -> tuple[str, ...]:
-        return GPT_ARRAYS if self.config.shuffle == "megatron" else FEISTEL_ARRAYS
+        return array_names(self.config.shuffle)
 
     def _bundle_description(
         self,

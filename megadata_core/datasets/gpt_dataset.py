@@ -2,15 +2,16 @@
 
 Values equal megatron-core 0.16.1's ``GPTDataset`` for the same corpus, document ids,
 sample count, split and config (dtypes may differ: tokens, labels and position ids are
-int32 by default, for JAX; int64 on request). Indices are built as Megatron's
-``_build_document_sample_shuffle_indices`` (one ``RandomState(random_seed)`` for the
-document index, then the shuffle index; separate final epoch; the valid split honours
-``drop_last_partial_validation_sequence``), through the on-disk cache when
-``config.path_to_cache`` is set (:mod:`megadata_core.indices.cache`).
+int32 by default, for JAX; int64 on request). The dataset gets its index arrays from one
+call, :func:`megadata_core.datasets.gpt_arrays.gpt_arrays` (given, loaded from the
+on-disk cache when ``config.path_to_cache`` is set, or built as Megatron's
+``_build_document_sample_shuffle_indices``), and answers ``len``, ``[i]`` and
+``__getitems__`` from them.
 
 ``shuffle="feistel"`` replaces both RandomState permutations by keyed Feistel bijections
-(:mod:`megadata_core.indices.feistel`): the document order is still materialized (the
-sample index needs it), the sample order is computed on the fly; not Megatron-compatible.
+(:mod:`megadata_core.indices.sample_order`): the document order is still materialized
+while building (the sample index needs it), the sample order is computed on the fly;
+not Megatron-compatible.
 """
 
 from __future__ import annotations
@@ -21,59 +22,16 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from megadata_core.datasets import index_checks, masks, reading
-from megadata_core.datasets.buffers import BufferPool
-from megadata_core.datasets.cache_keys import data_identity, document_ids
+from megadata_core.datasets import gpt_arrays, index_checks, masks, reading
+from megadata_core.datasets.cache_keys import document_ids
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
 from megadata_core.datasets.positions import sample_positions
 from megadata_core.errors import DataError
-from megadata_core.indices import (
-    FeistelShuffle,
-    cache_files,
-    feistel_document_index,
-    gpt_indices,
-    num_epochs,
-    sample_index,
-    samples_in_epochs,
-    separate_final_epoch,
-    tokens_per_epoch,
-)
-from megadata_core.indices.cache import GPT_ARRAYS, load_or_build
-from megadata_core.indices.feistel import ALGORITHM as FEISTEL_ALGORITHM
-from megadata_core.indices.feistel import ROUNDS as FEISTEL_ROUNDS
-from megadata_core.indices.feistel import FeistelDocumentIndex
+from megadata_core.handover.buffers import BufferPool
+from megadata_core.indices import cache_files
+from megadata_core.indices.sample_order import feistel_orders
 
-#: Bumped whenever an index algorithm changes its output (invalidates cache entries).
-INDEX_ALGORITHM_VERSION = 3
-# Feistel mode stores only the sample index and [first sample of the final epoch, epochs]:
-# the document and sample orders are computed on demand.
-FEISTEL_ARRAYS = ("sample_index", "feistel_split")
 TOKEN_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
-
-
-class FeistelOrder:
-    """The Feistel sample order: ``[0, first)`` and ``[first, total)`` each permuted by
-    their own key (Megatron's two-range shuffle when the final epoch is separate)."""
-
-    def __init__(self, first: int, total: int, seed: int) -> None:
-        self.first, self.total = int(first), int(total)
-        self._head = FeistelShuffle(self.first, seed, 0) if self.first else None
-        rest = self.total - self.first
-        self._tail = FeistelShuffle(rest, seed, 1) if rest else None
-
-    def __len__(self) -> int:
-        return self.total
-
-    def __getitem__(self, positions: np.ndarray) -> np.ndarray:
-        """int [B] positions in ``[0, total)`` -> int64 [B] sample index rows."""
-        positions = np.asarray(positions, dtype=np.int64)
-        out = np.empty(positions.shape, dtype=np.int64)
-        head = positions < self.first
-        if head.any():
-            out[head] = self._head[positions[head]]
-        if not head.all():
-            out[~head] = self._tail[positions[~head] - self.first] + self.first
-        return out
 
 
 def _split_name(split: object) -> str:
@@ -146,9 +104,6 @@ class GPTDataset:
             num_samples = int(num_samples)
         self.num_samples = num_samples
         self._extra = int(config.add_extra_token_to_sequence)
-        self._drop_last = (
-            config.drop_last_partial_validation_sequence if self.split == "valid" else True
-        )
         self.token_dtype = self._check_dtypes(token_dtype)
         self.eod_id = config.eod_id
         self.pad_id = self._resolve_pad()
@@ -160,10 +115,12 @@ class GPTDataset:
         self._pool: BufferPool | None = None
         self._constants: dict[tuple[str, int], np.ndarray] = {}
         self._entry: str | None = None  # where arrays that are not cache files came from
-        if arrays is None:
-            self._load_indices()
-        else:
-            self._set_arrays(self._check_given(arrays))
+        self._set_arrays(
+            gpt_arrays.gpt_arrays(
+                config, indexed, self.indices, self._ids_description, num_samples,
+                self.split, given=arrays,
+            )
+        )
 
     # -- construction -----------------------------------------------------------------
 
@@ -175,15 +132,6 @@ class GPTDataset:
         if pool is None:
             pool = self._pool = BufferPool()
         return pool
-
-    def _check_given(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Precomputed index arrays (``arrays=``): exactly the names this shuffle mode
-        stores (values are trusted: e.g. a cache entry keyed by this dataset's inputs)."""
-        names = GPT_ARRAYS if self.config.shuffle == "megatron" else FEISTEL_ARRAYS
-        arrays = dict(arrays)
-        if sorted(arrays) != sorted(names):
-            raise DataError(f"arrays: got {sorted(arrays)}, expected {sorted(names)}")
-        return arrays
 
     def _sibling(
         self,
@@ -269,91 +217,15 @@ class GPTDataset:
 
     def description(self) -> dict:
         """Every input of the index arrays (the cache key is its sha256)."""
-        config = self.config
-        description = {
-            "kind": "megadata.GPTDataset",
-            "algorithm": INDEX_ALGORITHM_VERSION,
-            "split": self.split,
-            "random_seed": config.random_seed,
-            "sequence_length": config.sequence_length,
-            "add_extra_token_to_sequence": config.add_extra_token_to_sequence,
-            "drop_last_partial_sequence": self._drop_last,
-            "num_samples": self.num_samples,
-            "shuffle": config.shuffle,
-            "documents": self._ids_description,
-            "data": data_identity(self.indexed),
-        }
-        if config.shuffle == "feistel":
-            description["feistel_rounds"] = FEISTEL_ROUNDS
-            description["feistel_algorithm"] = FEISTEL_ALGORITHM
-        return description
+        return gpt_arrays.describe(
+            self.config, self.indexed, self._ids_description, self.num_samples, self.split
+        )
 
     def _document_ids(self) -> np.ndarray | range:
         """The ids the index functions read: ``range(lo, hi)`` for consecutive ids (no
         id array is read, gathered or tiled), else the ids array."""
         span = self._ids_description.get("range")
         return range(*span) if span is not None else self.indices
-
-    def _build(self) -> dict[str, np.ndarray]:
-        config = self.config
-        lengths = self.indexed.sequence_lengths
-        ids = self._document_ids()
-        tokens = tokens_per_epoch(lengths, ids)
-        if tokens == 0:
-            raise DataError(
-                f"indices: the {len(self.indices)} documents of the {self.split} split "
-                "hold no tokens"
-            )
-        length, seed = config.sequence_length, config.random_seed
-        if config.shuffle == "megatron":
-            arrays = gpt_indices(
-                lengths,
-                ids,
-                length,
-                self.num_samples,
-                seed,
-                add_extra_token=bool(self._extra),
-                drop_last_partial_sequence=self._drop_last,
-            )
-            return dict(zip(GPT_ARRAYS, arrays))
-        epochs = num_epochs(tokens, length, self.num_samples, self._extra)
-        ids = self.indices
-        if isinstance(ids, range):  # the Feistel functions take an array
-            ids = np.arange(ids.start, ids.stop, dtype=np.int32)
-        documents = feistel_document_index(ids, epochs, seed)
-        samples = sample_index(
-            lengths, documents, length, epochs, tokens, self._drop_last, self._extra
-        )
-        del documents  # recomputed on demand by FeistelDocumentIndex; never stored
-        first = len(samples) - 1
-        if separate_final_epoch(epochs, tokens, length, self.num_samples, self._extra):
-            first = samples_in_epochs(epochs - 1, tokens, length, self._extra)
-        return {
-            "sample_index": samples,
-            "feistel_split": np.array([first, epochs], dtype=np.int64),
-        }
-
-    def _load_indices(self) -> None:
-        names = GPT_ARRAYS if self.config.shuffle == "megatron" else FEISTEL_ARRAYS
-        if len(self.indices) == 0:
-            if self.num_samples == 0:
-                self._set_arrays(self._empty_arrays(names))
-                return
-            raise DataError(f"indices: no documents in the {self.split} split")
-        directory = self.config.path_to_cache
-        description = self.description() if directory is not None else {}  # no key needed
-        arrays = load_or_build(directory, description, self.split, self._build, names=names)
-        self._set_arrays(arrays)
-
-    @staticmethod
-    def _empty_arrays(names: tuple[str, ...]) -> dict[str, np.ndarray]:
-        arrays = {
-            "document_index": np.empty(0, np.int32),
-            "sample_index": np.zeros((1, 2), np.int32),
-            "shuffle_index": np.empty(0, np.uint32),
-            "feistel_split": np.array([0, 1], np.int64),
-        }
-        return {name: arrays[name] for name in names}
 
     def _set_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         self._arrays = arrays  # memory maps stay here (pickled as file names)
@@ -364,12 +236,9 @@ class GPTDataset:
             self.document_index = np.asarray(arrays["document_index"])
             self.shuffle_index = np.asarray(arrays["shuffle_index"])
         else:
-            first, epochs = (int(value) for value in arrays["feistel_split"])
-            seed = self.config.random_seed
-            span = self._ids_description.get("range")  # consecutive ids: no id scan
-            ids = self.indices if span is None else range(*span)
-            self.document_index = FeistelDocumentIndex(ids, epochs, seed)
-            self.shuffle_index = FeistelOrder(first, total, seed)
+            self.document_index, self.shuffle_index = feistel_orders(
+                self._document_ids(), arrays["feistel_split"], total, self.config.random_seed
+            )
         if len(self.shuffle_index) != total:
             raise DataError(f"shuffle_index: {len(self.shuffle_index)} entries for {total} samples")
 

@@ -1,4 +1,9 @@
-"""Floor 1: the .bin/.idx pair and the byte sources it is read from."""
+"""Floor 1: the .bin/.idx pair and the byte sources it is read from.
+
+Reader, writer and merge, the ``.idx`` layout, token dtypes, byte sources (local mmap or
+pread; a URL-scheme registry the adapters fill). May import floor 0 (errors, checks,
+temp_files) only.
+"""
 
 from megadata_core.format.dtypes import optimal_dtype
 from megadata_core.format.reader import IndexedDataset, bin_path_of, idx_path_of

@@ -16,8 +16,9 @@ import os
 
 import numpy as np
 
+from megadata_core import temp_files
 from megadata_core.errors import DataError
-from megadata_core.format import idx_layout, temp_files
+from megadata_core.format import idx_layout
 from megadata_core.format.dtypes import code_of
 from megadata_core.format.reader import IndexedDataset, bin_path_of, idx_path_of
 from megadata_core.format.sources import is_local, local_path

@@ -1,9 +1,13 @@
 """Floor 2: pure functions over numpy arrays that order documents and samples.
 
+May import floor 0 (errors, checks, temp_files) and nothing from format, datasets or
+above: the indices see arrays, never files (except the on-disk cache, :mod:`.cache`).
+
 Megatron-exact (megatron-core 0.16.1, bit-identical values): :func:`tokens_per_epoch`,
 :func:`num_epochs`, :func:`separate_final_epoch`, :func:`document_index`,
 :func:`sample_index`, :func:`shuffle_index`, and :func:`gpt_indices` for the three at
-once. Lazy, O(1)-memory alternative: the Feistel bijection (:class:`FeistelShuffle`).
+once. Lazy, O(1)-memory alternative: the Feistel bijection (:class:`FeistelShuffle`; a GPT
+dataset's Feistel-mode arrays and orders in :mod:`.sample_order`).
 Blending: :func:`megatron_blending_indices`, :func:`megatron_exhaustive_blending_indices`
 (Megatron-exact) and :func:`balanced_blending_indices` (every dataset within one sample
 of its share in every prefix). Splits: :func:`parse_split`, :func:`split_matrix`,

@@ -66,8 +66,8 @@ from typing import TypeVar
 
 import numpy as np
 
+from megadata_core import temp_files
 from megadata_core.errors import DataError
-from megadata_core.format import temp_files
 from megadata_core.indices import cache_files
 from megadata_core.indices.cache_files import (
     array_crc,
@@ -308,7 +308,7 @@ def _write_atomically(path: str, write: Callable) -> None:
     """``write(stream)`` into a temporary file next to ``path``, renamed onto it. No
     fsync (see the module docstring): the rename is atomic and a file torn by a crash
     fails the load checks and is rebuilt. Temporaries of ``path`` that dead writers on
-    this host left behind are removed first (``format.temp_files``)."""
+    this host left behind are removed first (:mod:`megadata_core.temp_files`)."""
     directory, name = os.path.split(path)
     temp_files.remove_stale(directory, [name])
     handle, temporary = temp_files.create_file(directory, name)

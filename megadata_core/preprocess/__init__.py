@@ -1,9 +1,13 @@
-"""JSON-lines text to Megatron ``.bin/.idx`` corpora (Megatron's ``tools/preprocess_data.py``).
+"""Floor 2, beside indices: JSON-lines text to ``.bin/.idx`` corpora (Megatron's
+``tools/preprocess_data.py``). May import format and floor 0 (errors, checks,
+temp_files); never indices, datasets, samplers or a framework.
 
 Modules, in the order the data flows: ``reading`` (opening inputs, cutting them into
 chunks of lines), ``records`` (one JSON line to its texts), ``encoding`` (a chunk to
-token arrays), ``pool`` (chunks through worker processes, in order), ``pipeline`` (the
-driver, :func:`preprocess_jsonl`). ``tokenizers`` holds the protocol and ByteTokenizer.
+token arrays), ``pool`` (chunks through worker processes, in order), ``outputs`` (the
+staging directory and the corpora written into it), ``pipeline`` (the driver,
+:func:`preprocess_jsonl`). ``tokenizers`` holds the protocol and ByteTokenizer (the
+adapters fill the protocol with real tokenizers).
 """
 
 from megadata_core.preprocess.encoding import TokenizedChunk, tokenize_chunk

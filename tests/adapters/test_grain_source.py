@@ -14,7 +14,7 @@ import pytest
 from adapter_helpers import deadline, gpt_dataset, write_corpus
 
 import megadata_core as mdc
-from megadata_core.datasets import packing
+from megadata_core.handover import pack
 
 grain = pytest.importorskip("grain")
 grain_source = pytest.importorskip("adapters.grain_source")
@@ -291,8 +291,8 @@ def _core_layout(batch: dict) -> None:
     of one text buffer, constants shared read-only arrays."""
     for key, value in batch.items():
         assert not value.flags.writeable, key
-    assert packing.text_of(batch["tokens"], batch["labels"]) is not None
-    assert packing.is_constant(batch["position_ids"])
+    assert pack.text_of(batch["tokens"], batch["labels"]) is not None
+    assert pack.is_constant(batch["position_ids"])
 
 
 def _owned(batch: dict) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("tensorstore")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # loopback/
 
 from cloud_helpers import (  # noqa: E402
     BUCKET,
@@ -24,7 +24,13 @@ from cloud_helpers import (  # noqa: E402
     corpus_objects,
     write_corpus,
 )
-from object_stores import FakeGcsServer, FaultProxy, MotoS3Server, RangeFileServer  # noqa: E402
+
+from loopback.object_stores import (  # noqa: E402
+    FakeGcsServer,
+    FaultProxy,
+    MotoS3Server,
+    RangeFileServer,
+)
 
 
 @pytest.fixture(scope="session")

@@ -11,10 +11,10 @@ import threading
 import numpy as np
 import pytest
 from cloud_helpers import CORPORA, EOD, configure_cache
-from object_stores import FaultProxy, MotoS3Server, free_port
 
 import megadata_core as mdc
 from adapters import tensorstore_bins
+from loopback.object_stores import FaultProxy, MotoS3Server, free_port
 
 
 def assert_same_items(remote: mdc.IndexedDataset, local: mdc.IndexedDataset) -> None:

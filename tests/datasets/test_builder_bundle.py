@@ -19,7 +19,7 @@ from builder_oracle import assert_same_split, megatron_build, ours_config
 from gpt_oracle import write_corpus
 
 import megadata_core as mdc
-from megadata_core.datasets import builder
+from megadata_core.datasets import builder, gpt_arrays
 from megadata_core.datasets.builder import build_datasets
 from megadata_core.format import reader
 
@@ -91,7 +91,7 @@ def test_warm_build_loads_the_bundle_and_builds_nothing(corpora, tmp_path, monke
     def no_build(*args, **kwargs):
         raise AssertionError("a cache hit built an index")
 
-    monkeypatch.setattr(mdc.GPTDataset, "_build", no_build)
+    monkeypatch.setattr(gpt_arrays, "build_arrays", no_build)
     monkeypatch.setattr(mdc.BlendedDataset, "_build", no_build)
     monkeypatch.setattr(mdc.format.idx_layout, "validate_arrays", no_build)
     calls = []

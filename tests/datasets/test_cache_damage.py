@@ -14,6 +14,7 @@ import pytest
 from cache_helpers import dataset, flip_middle, make_corpus
 
 import megadata_core as mdc
+from megadata_core.datasets import gpt_arrays
 from megadata_core.indices import cache
 
 
@@ -72,7 +73,7 @@ def test_damage_in_a_read_only_cache_is_a_data_error_naming_the_file(
         monkeypatch.setattr(
             os, "access", lambda p, mode: mode != os.W_OK and real_access(p, mode)
         )
-        monkeypatch.setattr(mdc.GPTDataset, "_build", pytest.fail)
+        monkeypatch.setattr(gpt_arrays, "build_arrays", pytest.fail)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             with pytest.raises(mdc.DataError, match=os.path.basename(path)):

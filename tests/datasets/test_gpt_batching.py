@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import megadata_core as mdc
-from megadata_core.datasets import gpt_dataset, reading
+from megadata_core.datasets import gpt_arrays, reading
 from megadata_core.indices import sample_index
 
 FLAGS = dict(reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True)
@@ -118,7 +118,7 @@ def test_cache_hit_skips_building(prefix, tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("rebuilt on a cache hit")
 
-    monkeypatch.setattr(gpt_dataset, "gpt_indices", refuse)
+    monkeypatch.setattr(gpt_arrays, "gpt_indices", refuse)
     again = ours_dataset(prefix, 1000, "train", **kw)
     np.testing.assert_array_equal(again.shuffle_index, first.shuffle_index)
     for changed in (dict(add_extra_token_to_sequence=False), dict(sequence_length=17)):

@@ -56,11 +56,11 @@ def _environment() -> dict[str, str]:
 def _serve_s3(workdir: Path, env: dict[str, str]):
     """moto's S3 server with bucket ``corpora`` holding out/code_text_document; the
     endpoint and test credentials go into ``env`` as a user's environment would hold them."""
-    sys.path.insert(0, str(ROOT / "tools"))
+    sys.path.insert(0, str(ROOT))
     try:
-        from object_stores import MotoS3Server
+        from loopback.object_stores import MotoS3Server
     finally:
-        sys.path.remove(str(ROOT / "tools"))
+        sys.path.remove(str(ROOT))
     server = MotoS3Server()
     client = server.client()
     client.create_bucket(Bucket=BUCKET)

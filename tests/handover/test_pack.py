@@ -1,4 +1,4 @@
-"""megadata_core.datasets.packing: a packed batch unpacks to the same, independent arrays."""
+"""megadata_core.handover.pack: a packed batch unpacks to the same, independent arrays."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from megadata_core.datasets import packing
+from megadata_core.handover import pack
 
 
 def core_like_batch(batch: int = 3, length: int = 5) -> dict[str, np.ndarray]:
@@ -28,26 +28,26 @@ def core_like_batch(batch: int = 3, length: int = 5) -> dict[str, np.ndarray]:
 
 def test_text_of_and_recipes():
     batch = core_like_batch()
-    text = packing.text_of(batch["tokens"], batch["labels"])
+    text = pack.text_of(batch["tokens"], batch["labels"])
     np.testing.assert_array_equal(text[:, :-1], batch["tokens"])
     np.testing.assert_array_equal(text[:, 1:], batch["labels"])
-    assert packing.text_of(batch["tokens"], batch["labels"].copy()) is None
-    assert packing.text_of(batch["tokens"], batch["tokens"]) is None
-    assert packing.recipe_of(batch["loss_mask"]) == ("full", 1.0)
-    assert packing.recipe_of(batch["position_ids"]) == ("arange",)
-    assert packing.recipe_of(np.array([[1, 2], [2, 1]])) is None
-    assert packing.is_constant(batch["loss_mask"]) and not packing.is_constant(batch["extra"])
-    assert not packing.is_constant(batch["tokens"])  # a view
+    assert pack.text_of(batch["tokens"], batch["labels"].copy()) is None
+    assert pack.text_of(batch["tokens"], batch["tokens"]) is None
+    assert pack.recipe_of(batch["loss_mask"]) == ("full", 1.0)
+    assert pack.recipe_of(batch["position_ids"]) == ("arange",)
+    assert pack.recipe_of(np.array([[1, 2], [2, 1]])) is None
+    assert pack.is_constant(batch["loss_mask"]) and not pack.is_constant(batch["extra"])
+    assert not pack.is_constant(batch["tokens"])  # a view
 
 
 @pytest.mark.parametrize("dtypes", [None, {"tokens": np.int64, "loss_mask": np.float64}])
 def test_pack_pickle_unpack_round_trip(dtypes):
     batch = core_like_batch()
-    packed = packing.Packer()(batch)
+    packed = pack.Packer()(batch)
     assert packed.text is not None and set(packed.arrays) == {"extra"}
     assert set(packed.constants) == {"loss_mask", "position_ids"}
     shipped = pickle.loads(pickle.dumps(packed))
-    out = packing.unpack_arrays(shipped, dtypes=dtypes)
+    out = pack.unpack_arrays(shipped, dtypes=dtypes)
     assert list(out) == list(batch)
     for key, value in batch.items():
         np.testing.assert_array_equal(out[key], value, err_msg=key)
@@ -61,9 +61,9 @@ def test_pack_pickle_unpack_round_trip(dtypes):
 
 def test_a_batch_without_the_text_layout_ships_every_key():
     batch = {"tokens": np.zeros((2, 3), np.int32), "labels": np.ones((2, 3), np.int32)}
-    packed = packing.Packer()(batch)
+    packed = pack.Packer()(batch)
     assert packed.text is None and set(packed.arrays) == {"tokens", "labels"}
-    out = packing.unpack_arrays(packed)
+    out = pack.unpack_arrays(packed)
     np.testing.assert_array_equal(out["labels"], batch["labels"])
 
 
@@ -72,15 +72,15 @@ def test_view_arrays_gives_the_core_layout_without_copies():
     constants: dict = {}
     views = []
     for _ in range(3):
-        shipped = pickle.loads(pickle.dumps(packing.Packer()(batch)))
-        out = packing.view_arrays(shipped, constants)
+        shipped = pickle.loads(pickle.dumps(pack.Packer()(batch)))
+        out = pack.view_arrays(shipped, constants)
         assert list(out) == list(batch)
         for key, value in batch.items():
             np.testing.assert_array_equal(out[key], value, err_msg=key)
             assert out[key].dtype == value.dtype and not out[key].flags.writeable, key
         assert np.shares_memory(out["tokens"], shipped.text)  # views, not copies
-        assert packing.text_of(out["tokens"], out["labels"]) is not None
-        assert packing.is_constant(out["loss_mask"]) and packing.is_constant(out["position_ids"])
+        assert pack.text_of(out["tokens"], out["labels"]) is not None
+        assert pack.is_constant(out["loss_mask"]) and pack.is_constant(out["position_ids"])
         views.append(out)
     assert views[0]["loss_mask"] is views[2]["loss_mask"]  # one array per constant
     assert len(constants) == 2
@@ -90,7 +90,7 @@ def test_view_arrays_gives_the_core_layout_without_copies():
 
 def test_view_arrays_keeps_a_bounded_number_of_constants():
     constants: dict = {}
-    for length in range(1, packing.CONSTANTS_KEPT + 5):
-        packed = packing.Packer()(core_like_batch(length=length))
-        packing.view_arrays(packed, constants)
-        assert len(constants) <= packing.CONSTANTS_KEPT
+    for length in range(1, pack.CONSTANTS_KEPT + 5):
+        packed = pack.Packer()(core_like_batch(length=length))
+        pack.view_arrays(packed, constants)
+        assert len(constants) <= pack.CONSTANTS_KEPT

@@ -1,4 +1,4 @@
-"""Packing a batch for the hand-over from a worker process: fewer bytes, same arrays.
+"""A batch packed for the hand-over from a worker process: fewer bytes, same arrays.
 
 A core batch holds ``tokens`` and ``labels`` as views of one [B, S + 1] text buffer and
 shares read-only constants between batches (an all-ones loss mask, 0..S-1 position ids).

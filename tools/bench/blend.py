@@ -31,7 +31,8 @@ import sys
 import time
 
 import numpy as np
-from peers import quiet_import
+
+from bench.peers import quiet_import
 
 WEIGHTS = (0.4, 0.3, 0.2, 0.1)
 GENERAL_WEIGHTS = tuple(float(np.sqrt(w)) for w in WEIGHTS)  # no period

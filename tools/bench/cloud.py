@@ -5,7 +5,7 @@ Usage::
     python tools/bench.py cloud                            # full run (~3-5 min, 2 cores)
     python tools/bench.py cloud --scale 0.1 --repeats 1    # smoke run
 
-Both stores run on 127.0.0.1 (tools/object_stores.py). One uint16 corpus per store is
+Both stores run on 127.0.0.1 (loopback/object_stores.py). One uint16 corpus per store is
 written locally, uploaded, and a train ``GPTDataset`` (S = 4096 + 1 extra token) is built
 over the local copy; its index cache then serves the remote datasets too (the cache key is
 the data's identity, not its path), so only reads are timed. Every batch is 32 random
@@ -40,7 +40,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from bench_gpt import (
+
+from bench.gpt import (
     EOD,
     INDEX_SEED,
     MEAN_LENGTH,
@@ -49,6 +50,7 @@ from bench_gpt import (
     write_token_corpus,
 )
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BATCH = 32
 THREADS = 16
 BUCKET = "megadata-bench"
@@ -118,11 +120,10 @@ def _upload_corpus(bench, name: str, tokens: int, rng) -> str:
 
 
 def suite_cloud(bench) -> None:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from object_stores import FakeGcsServer, FaultProxy, MotoS3Server
-    from peers import quiet_import
-
+    sys.path.insert(0, ROOT)  # loopback/ is not installed: it lives beside tools/
     from adapters import tensorstore_bins
+    from bench.peers import quiet_import
+    from loopback.object_stores import FakeGcsServer, FaultProxy, MotoS3Server
 
     rng = np.random.default_rng(bench.seed)
     batches = max(2, bench.repeats)

@@ -62,7 +62,8 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     ).strip()
 
 import numpy as np  # noqa: E402
-from bench_gpt import (  # noqa: E402
+
+from bench.gpt import (  # noqa: E402
     MEAN_LENGTH,
     SEQUENCE,
     lognormal_lengths,

@@ -1,5 +1,8 @@
 """Temporary files named after their writer, and removal of those whose writer is dead.
 
+Floor 0 (numpy and the standard library; from the core only ``errors``): every floor that
+writes files uses it (the format's writer, the index cache, preprocessing).
+
 Every temporary path is ``{directory}/.{label}.{pid}@{host}.{random}.tmp``: ``label``
 says what it becomes (``corpus.bin``, ``K-P-sample_index.npy``), ``pid@host`` who writes
 it. ``host`` is the host name plus a short hash of the kernel's boot id and the

@@ -1,4 +1,4 @@
-"""Items of tools/bench.py's ``format`` suite for preprocessing with real tokenizers.
+"""Items of the ``format`` suite (tools/bench/format.py) for preprocessing with real tokenizers.
 
 Usage::
 

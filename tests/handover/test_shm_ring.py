@@ -1,4 +1,4 @@
-"""megadata_core.datasets.shm_ring: arrays handed over through reused shared memory."""
+"""megadata_core.handover.shm_ring: arrays handed over through reused shared memory."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pickle
 import numpy as np
 import pytest
 
-from megadata_core.datasets import shm_ring
+from megadata_core.handover import shm_ring
 
 
 def test_put_and_view_round_trip_and_reuse_slots():

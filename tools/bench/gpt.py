@@ -22,7 +22,7 @@ Items:
   copying the same pieces from a flat memory map (the floor of any reader in Python).
 * ``cache``: constructing the P1 dataset again from its cache (IndexedDataset open
   included), in this process, median of the repeats; and ours in the cache's three
-  verification states (tools/bench_cache_states.py): every byte checked (the first
+  verification states (tools/bench/cache_states.py): every byte checked (the first
   start after a build), files vouched for by the entry's verified-files list (a
   restart), no check (the floor).
 
@@ -47,8 +47,9 @@ import time
 import warnings
 
 import numpy as np
-from bench_cache_states import time_states
-from peers import proc_status, quiet_import
+
+from bench.cache_states import time_states
+from bench.peers import proc_status, quiet_import
 
 SEQUENCE = 4096
 INDEX_SEED = 1234
@@ -60,6 +61,12 @@ SIGMA = 1.0
 MIB = 1024 * 1024
 SIDES = ("ours", "feistel", "megatron")
 LABELS = {"ours": "ours (megatron shuffle)", "feistel": "ours (feistel shuffle)"}
+TOOLS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where bench imports from
+# The build child: argv[1] puts tools/ on the path, argv[2] holds the JSON arguments.
+_CHILD = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "from bench.gpt import _child_main; _child_main(sys.argv[1:])"
+)
 
 
 def progress(message: str) -> None:
@@ -197,7 +204,7 @@ def value_digest(array) -> str:
 
 
 def build_child(side: str, prefix: str, num_samples: int, cache: str, head: int) -> dict:
-    """One build, measured; runs in a fresh interpreter (``bench_gpt.py child ...``).
+    """One build, measured; runs in a fresh interpreter (:data:`_CHILD`).
 
     ``head`` is the number of samples before the final epoch: where a separate final
     epoch splits the shuffle index into two permutations.
@@ -245,7 +252,7 @@ def build_child(side: str, prefix: str, num_samples: int, cache: str, head: int)
 def run_build_child(side: str, prefix: str, num_samples: int, cache: str, head: int) -> dict:
     arguments = json.dumps([side, prefix, num_samples, cache, head])
     process = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "child", arguments],
+        [sys.executable, "-c", _CHILD, TOOLS, arguments],
         capture_output=True,
         text=True,
         check=False,
@@ -678,8 +685,3 @@ def _child_main(argv: list[str]) -> None:
     result = build_child(side, prefix, num_samples, cache, head)
     print("RESULT " + json.dumps(result), flush=True)
 
-
-if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] != "child":
-        sys.exit("usage: python tools/bench.py gpt (this file is the gpt suite)")
-    _child_main(sys.argv[2:])

@@ -26,7 +26,7 @@ Items:
   each small .idx once and validates nothing it has already validated; megatron opens
   and loads every member's cached index files. Right after the cold build the cache
   files are new, so this warm start checks every byte of them; ours is then timed again
-  in the cache's three verification states (tools/bench_cache_states.py): every byte
+  in the cache's three verification states (tools/bench/cache_states.py): every byte
   checked, files vouched for by their verified-files lists (a restart), no check.
 
 Checks: the lengths of every split and member dataset are equal, and the blend's
@@ -46,8 +46,9 @@ import time
 import warnings
 
 import numpy as np
-from bench_cache_states import STATES, time_states
-from peers import quiet_import
+
+from bench.cache_states import STATES, time_states
+from bench.peers import quiet_import
 
 DOCUMENTS = 200
 MEAN_LENGTH = 200

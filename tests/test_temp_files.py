@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import megadata_core as mdc
-from megadata_core.format import temp_files
+from megadata_core import temp_files
 from megadata_core.indices import cache
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 # Opens a writer on argv[1], writes, then either dies by SIGKILL ("die") or waits for a
 # line on stdin and finalizes ("live").

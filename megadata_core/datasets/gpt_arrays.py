@@ -1,0 +1,149 @@
+"""The index arrays of one GPT dataset, in one call: given, loaded from the cache, or built.
+
+:func:`gpt_arrays` is what :class:`~megadata_core.datasets.gpt_dataset.GPTDataset` calls
+once to get its arrays. ``shuffle="megatron"``: ``document_index``, ``sample_index`` and
+``shuffle_index``, built as Megatron's ``_build_document_sample_shuffle_indices``
+(:func:`megadata_core.indices.gpt_indices`; the valid split honours
+``drop_last_partial_validation_sequence``). ``shuffle="feistel"``: ``sample_index`` and
+``feistel_split`` (:mod:`megadata_core.indices.sample_order`). With
+``config.path_to_cache`` they go through the on-disk cache
+(:mod:`megadata_core.indices.cache`), keyed by :func:`describe`: cached arrays are
+memory-mapped and name their file (see :mod:`megadata_core.datasets.index_checks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from megadata_core.datasets.cache_keys import data_identity
+from megadata_core.datasets.config import GPTDataConfig
+from megadata_core.errors import DataError
+from megadata_core.indices import gpt_indices, tokens_per_epoch
+from megadata_core.indices.cache import GPT_ARRAYS, load_or_build
+from megadata_core.indices.feistel import ALGORITHM as FEISTEL_ALGORITHM
+from megadata_core.indices.feistel import ROUNDS as FEISTEL_ROUNDS
+from megadata_core.indices.sample_order import FEISTEL_ARRAYS, feistel_gpt_indices
+
+#: Bumped whenever an index algorithm changes its output (invalidates cache entries).
+INDEX_ALGORITHM_VERSION = 3
+
+
+def array_names(shuffle: str) -> tuple[str, ...]:
+    """The arrays a dataset of this shuffle mode stores."""
+    return GPT_ARRAYS if shuffle == "megatron" else FEISTEL_ARRAYS
+
+
+def drops_last(config: GPTDataConfig, split: str) -> bool:
+    """Whether a last partial sample is dropped: always, but for the valid split when
+    ``drop_last_partial_validation_sequence`` is False (as Megatron)."""
+    return config.drop_last_partial_validation_sequence if split == "valid" else True
+
+
+def describe(
+    config: GPTDataConfig, indexed, documents: dict, num_samples: int | None, split: str
+) -> dict:
+    """Every input of the index arrays (the cache key is its sha256); ``documents`` is
+    the ids' description (:func:`megadata_core.datasets.cache_keys.document_ids`)."""
+    description = {
+        "kind": "megadata.GPTDataset",
+        "algorithm": INDEX_ALGORITHM_VERSION,
+        "split": split,
+        "random_seed": config.random_seed,
+        "sequence_length": config.sequence_length,
+        "add_extra_token_to_sequence": config.add_extra_token_to_sequence,
+        "drop_last_partial_sequence": drops_last(config, split),
+        "num_samples": num_samples,
+        "shuffle": config.shuffle,
+        "documents": documents,
+        "data": data_identity(indexed),
+    }
+    if config.shuffle == "feistel":
+        description["feistel_rounds"] = FEISTEL_ROUNDS
+        description["feistel_algorithm"] = FEISTEL_ALGORITHM
+    return description
+
+
+def build_arrays(
+    config: GPTDataConfig,
+    indexed,
+    ids: np.ndarray | range,
+    num_samples: int | None,
+    split: str,
+) -> dict[str, np.ndarray]:
+    """The arrays of :func:`array_names`, built in memory from the split's ids (a range
+    for consecutive ids: no id array is read, gathered or tiled)."""
+    lengths = indexed.sequence_lengths
+    tokens = tokens_per_epoch(lengths, ids)
+    if tokens == 0:
+        raise DataError(f"indices: the {len(ids)} documents of the {split} split hold no tokens")
+    options = dict(
+        add_extra_token=bool(config.add_extra_token_to_sequence),
+        drop_last_partial_sequence=drops_last(config, split),
+    )
+    length, seed = config.sequence_length, config.random_seed
+    if config.shuffle == "megatron":
+        arrays = gpt_indices(lengths, ids, length, num_samples, seed, **options)
+        return dict(zip(GPT_ARRAYS, arrays))
+    return feistel_gpt_indices(lengths, ids, length, num_samples, seed, tokens, **options)
+
+
+def _empty(names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    arrays = {
+        "document_index": np.empty(0, np.int32),
+        "sample_index": np.zeros((1, 2), np.int32),
+        "shuffle_index": np.empty(0, np.uint32),
+        "feistel_split": np.array([0, 1], np.int64),
+    }
+    return {name: arrays[name] for name in names}
+
+
+def gpt_arrays(
+    config: GPTDataConfig,
+    indexed,
+    ids: np.ndarray | range,
+    documents: dict,
+    num_samples: int | None,
+    split: str,
+    *,
+    given: Mapping[str, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
+    """The index arrays of one GPT dataset (names: :func:`array_names`).
+
+    Args:
+        config: the dataset's :class:`GPTDataConfig`.
+        indexed: the corpus (an :class:`megadata_core.IndexedDataset` or mock data).
+        ids: the split's document ids, checked (``range(lo, hi)`` or an int [D] array).
+        documents: their description (``{"count", "range"}`` or ``{"count", "sha256"}``).
+        num_samples: samples requested, or None for one epoch.
+        split: ``"train"``, ``"valid"`` or ``"test"``.
+        given: precomputed arrays (e.g. from the builder's cache bundle, keyed by every
+            input above): used as given after checking their names; nothing is built.
+
+    Returns:
+        ``{name: array}``: built in memory, or memory-mapped read-only from the cache.
+    """
+    names = array_names(config.shuffle)
+    if given is not None:
+        given = dict(given)
+        if sorted(given) != sorted(names):
+            raise DataError(f"arrays: got {sorted(given)}, expected {sorted(names)}")
+        return given
+    if len(ids) == 0:
+        if num_samples == 0:
+            return _empty(names)
+        raise DataError(f"indices: no documents in the {split} split")
+    span = documents.get("range")
+    build_ids = range(*span) if span is not None else ids
+    directory = config.path_to_cache
+    description = {}  # no key is needed (nor the corpus sampled) without a cache
+    if directory is not None:
+        description = describe(config, indexed, documents, num_samples, split)
+    return load_or_build(
+        directory,
+        description,
+        split,
+        lambda: build_arrays(config, indexed, build_ids, num_samples, split),
+        names=names,
+    )
