@@ -76,10 +76,26 @@ def install() -> types.ModuleType:
         module = importlib.import_module(f"{__name__}.{name}")
         sys.modules[f"{PACKAGE}.{name}"] = module
         setattr(package, name, module)
-    parent = sys.modules.get("megatron.core")
-    if parent is not None:
-        parent.datasets = package
+    _parent().datasets = package
     return package
+
+
+def _parent() -> types.ModuleType:
+    """``megatron.core``, imported (it may import datasets modules: ours are in place),
+    or, without megatron-core installed, an empty package so ``import
+    megatron.core.datasets`` resolves."""
+    try:
+        return importlib.import_module("megatron.core")
+    except ImportError:
+        pass
+    megatron = sys.modules.get("megatron")
+    if megatron is None:
+        megatron = sys.modules["megatron"] = types.ModuleType("megatron")
+        megatron.__path__ = []
+    core = sys.modules["megatron.core"] = types.ModuleType("megatron.core")
+    core.__path__ = []
+    megatron.core = core
+    return core
 
 
 def installed() -> bool:

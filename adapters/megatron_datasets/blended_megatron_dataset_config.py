@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.megatron_datasets._errors import require
+from adapters.megatron_datasets._errors import MegatronCompatError, require
 from adapters.megatron_datasets.utils import Split, log_single_rank, normalize
 
 logger = logging.getLogger(__name__)
@@ -74,17 +74,10 @@ class BlendedMegatronDatasetConfig:
                         logger, logging.INFO, f"blend not provided for {split.name} split"
                     )
                     continue
-                require(
-                    blend[1] is None or len(blend[0]) == len(blend[1]),
-                    f"blend_per_split[{split.name}]: {len(blend[0])} prefixes but "
-                    f"{len(blend[1])} weights",
-                )
+                _check_blend(f"blend_per_split[{split.name}]", blend)
         else:
             if self.blend is not None:
-                require(
-                    self.blend[1] is None or len(self.blend[0]) == len(self.blend[1]),
-                    f"blend: {len(self.blend[0])} prefixes but {len(self.blend[1])} weights",
-                )
+                _check_blend("blend", self.blend)
                 require(self.split is not None, "split: must be given with blend")
             else:
                 self.mock = True
@@ -95,6 +88,15 @@ class BlendedMegatronDatasetConfig:
             self.split_matrix = convert_split_vector_to_split_matrix(
                 parse_and_normalize_split(self.split)
             )
+
+
+def _check_blend(field: str, blend) -> None:
+    """As many weights as prefixes (or no weights)."""
+    prefixes, weights = blend
+    if weights is not None and len(prefixes) != len(weights):
+        raise MegatronCompatError(
+            f"{field}: {len(prefixes)} prefixes but {len(weights)} weights ({weights!r})"
+        )
 
 
 def parse_and_normalize_split(split: str) -> list[float]:

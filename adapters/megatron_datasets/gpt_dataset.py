@@ -132,8 +132,12 @@ def _low_level_corpus(dataset):
 
 
 def _tensors(sample: dict) -> dict:
-    """A megadata sample (numpy) as Megatron's dict of tensors (no copies)."""
-    return {key: torch.from_numpy(value) for key, value in sample.items()}
+    """A megadata sample (numpy) as Megatron's dict of writable tensors (copies only of
+    read-only arrays)."""
+    return {
+        key: torch.from_numpy(value if value.flags.writeable else value.copy())
+        for key, value in sample.items()
+    }
 
 
 class GPTDataset(MegatronDataset):
