@@ -40,6 +40,7 @@ from bench_builder import suite_builder
 from bench_cloud import suite_cloud
 from bench_gpt import suite_gpt
 from bench_loaders import suite_loaders
+from bench_megatron import suite_megatron
 from peers import quiet_import
 
 FLAGS = flags.FLAGS
@@ -709,6 +710,7 @@ SUITES: dict[str, Callable[[Bench], None]] = {
     "blend": suite_blend,
     "loaders": suite_loaders,
     "cloud": suite_cloud,
+    "megatron": suite_megatron,
 }
 
 

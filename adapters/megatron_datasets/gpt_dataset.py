@@ -236,7 +236,64 @@ class GPTDataset(MegatronDataset):
         """Sample ``idx`` (None: the padding sample) as Megatron's dict of tensors."""
         if torch.is_tensor(idx):
             idx = int(idx)
+        if idx is not None and self._plain_samples():
+            text = self._unpadded_text(idx)
+            if text is not None:
+                ones, positions = self._constants()
+                tensor = torch.from_numpy(text)
+                return {
+                    "tokens": tensor[:-1],
+                    "labels": tensor[1:],
+                    "loss_mask": ones.clone(),
+                    "position_ids": positions,  # shared, as megatron-core's cached one
+                }
         return _tensors(self.core[idx])
+
+    def _plain_samples(self) -> bool:
+        """Whether samples need no mask work: no resets, no EOD loss mask, no attention
+        mask, an extra token, a pad id the corpus cannot hold. One sample is then just
+        its text: Megatron's per-sample loop reads it directly instead of through the
+        core's batched path (built for whole batches, slower for one sample)."""
+        plain = self.__dict__.get("_plain")
+        if plain is None:
+            config, core = self.config, self.core
+            dtype = numpy.dtype(core.indexed.dtype)
+            plain = (
+                not (config.reset_position_ids or config.reset_attention_mask)
+                and not (config.eod_mask_loss or config.create_attention_mask)
+                and bool(config.add_extra_token_to_sequence)
+                and dtype.kind in "iu"
+                and not numpy.iinfo(dtype).min <= core.pad_id <= numpy.iinfo(dtype).max
+                and isinstance(self.dataset, IndexedDataset)
+            )
+            self.__dict__["_plain"] = plain
+        return plain
+
+    def _constants(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The all-ones loss mask (cloned per sample) and the 0..S-1 position ids."""
+        cached = self.__dict__.get("_constant_tensors")
+        if cached is None:
+            length = self.config.sequence_length
+            cached = (torch.ones(length, dtype=torch.float), torch.arange(length, dtype=torch.long))
+            self.__dict__["_constant_tensors"] = cached
+        return cached
+
+    def _unpadded_text(self, idx: int) -> numpy.ndarray | None:
+        """int64 [S + 1] text of sample ``idx``, or None when it is padded (partial)."""
+        row = int(self.shuffle_index[idx])
+        first, first_offset = (int(v) for v in self.sample_index[row])
+        last, last_offset = (int(v) for v in self.sample_index[row + 1])
+        documents, corpus = self.document_index, self.dataset.corpus
+        if first == last:
+            text = corpus.get(int(documents[first]), first_offset, last_offset - first_offset + 1)
+        else:
+            parts = [corpus.get(int(documents[first]), first_offset)]
+            parts += [corpus.get(int(d)) for d in documents[first + 1 : last]]
+            parts.append(corpus.get(int(documents[last]), 0, last_offset + 1))
+            text = numpy.concatenate(parts)
+        if len(text) != self.config.sequence_length + 1:
+            return None
+        return text.astype(numpy.int64)
 
     def _query_document_sample_shuffle_indices(
         self, idx: int

@@ -83,13 +83,14 @@ def test_mock(tmp_path):
     sequence_length=st.integers(1, 24),
     weighted=st.booleans(),
     extra=st.booleans(),
+    attention=st.booleans(),
 )
-def test_random_blends(data, count, sequence_length, weighted, extra):
+def test_random_blends(data, count, sequence_length, weighted, extra, attention):
     with tempfile.TemporaryDirectory() as directory:
-        _random_blend(directory, data, count, sequence_length, weighted, extra)
+        _random_blend(directory, data, count, sequence_length, weighted, extra, attention)
 
 
-def _random_blend(directory, data, count, sequence_length, weighted, extra):
+def _random_blend(directory, data, count, sequence_length, weighted, extra, attention):
     prefixes = make_corpora(directory, count, (10, 30), seed=count * 31 + sequence_length)
     weights = (
         data.draw(st.lists(st.integers(1, 9), min_size=count, max_size=count))
@@ -100,7 +101,8 @@ def _random_blend(directory, data, count, sequence_length, weighted, extra):
     if not weighted:
         sizes = [size if size else None for size in sizes]
     kw = dict(random_seed=data.draw(st.integers(0, 2**31)), sequence_length=sequence_length,
-              blend=(prefixes, weights), split="70,20,10", add_extra_token_to_sequence=extra)
+              blend=(prefixes, weights), split="70,20,10", add_extra_token_to_sequence=extra,
+              create_attention_mask=attention)
     try:
         them = build(theirs, "GPTDataset", sizes, **kw)
     except (AssertionError, IndexError, ValueError, RuntimeError) as error:
