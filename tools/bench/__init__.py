@@ -1,6 +1,7 @@
 """The benchmark suites of ``python tools/bench.py SUITE``, one module each.
 
-``format``, ``gpt``, ``builder``, ``blend``, ``loaders``, ``cloud`` (:data:`SUITES`); the
+``format``, ``gpt``, ``builder``, ``blend``, ``loaders``, ``cloud``, ``megatron``
+(:data:`SUITES`); the
 harness they share (:mod:`bench.harness`: the report, measuring, comparing), the cache
 states they time (:mod:`bench.cache_states`) and the peers' imports (:mod:`bench.peers`).
 Imported as ``bench`` with tools/ on the path (as ``python tools/bench.py`` runs): this
@@ -16,6 +17,7 @@ from bench.format import suite_format
 from bench.gpt import suite_gpt
 from bench.harness import Bench
 from bench.loaders import suite_loaders
+from bench.megatron import suite_megatron
 
 # Adding a suite: write ``def suite_x(bench: Bench) -> None`` and list it here.
 SUITES: dict[str, Callable[[Bench], None]] = {
@@ -25,4 +27,5 @@ SUITES: dict[str, Callable[[Bench], None]] = {
     "blend": suite_blend,
     "loaders": suite_loaders,
     "cloud": suite_cloud,
+    "megatron": suite_megatron,
 }

@@ -1,0 +1,317 @@
+"""``megatron.core.datasets.blended_megatron_dataset_builder``: splits from a config.
+
+``BlendedMegatronDatasetBuilder(cls, sizes, is_built_on_rank, config).build()`` returns
+``[train, valid, test]`` as megatron-core does: None for a split without data, a ``cls``
+instance for a single unweighted prefix, else a :class:`BlendedDataset`; size None = the
+whole split, size 0 = an empty dataset.
+
+GPT datasets (``GPTDataset``, ``MockGPTDataset`` and subclasses that keep their
+constructor) are built by :func:`megadata_core.build_datasets` in one call (its thread
+pool and build bundle: a warm start of a 1,000-prefix blend loads one cache entry) and
+wrapped. Any other :class:`MegatronDataset` subclass is built by Megatron's recipe here,
+through its own ``build_low_level_dataset`` / ``numel_low_level_dataset`` / constructor.
+
+With torch.distributed initialized, rank 0 builds first (writing the index cache), then,
+after a barrier, the other ranks build (loading it); a rank whose ``is_built_on_rank()``
+is False gets None for every split. Every rank must call ``build()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy
+import torch
+
+import megadata_core as mdc
+from adapters.megatron_datasets._errors import require
+from adapters.megatron_datasets.blended_dataset import BlendedDataset
+from adapters.megatron_datasets.gpt_dataset import (
+    GPTDataset,
+    GPTDatasetConfig,
+    MockGPTDataset,
+    MockGPTLowLevelDataset,
+    core_config,
+)
+from adapters.megatron_datasets.indexed_dataset import IndexedDataset, _check_counts
+from adapters.megatron_datasets.megatron_dataset import MegatronDataset
+from adapters.megatron_datasets.object_storage_utils import is_object_storage_path
+from adapters.megatron_datasets.utils import Split, log_single_rank, normalize
+
+logger = logging.getLogger(__name__)
+
+MidLevelDataset = MegatronDataset
+
+_GPT_HOOKS = (
+    "__init__",
+    "build_low_level_dataset",
+    "numel_low_level_dataset",
+    "_key_config_attributes",
+)
+
+
+def _served_by_core(cls: type, config) -> bool:
+    """Whether ``cls`` builds exactly as GPTDataset / MockGPTDataset (megadata's builder
+    can then build every split at once)."""
+    if not isinstance(config, GPTDatasetConfig):
+        return False
+    base = MockGPTDataset if config.mock else GPTDataset
+    if not issubclass(cls, base):
+        return False
+    return all(getattr(cls, name) is getattr(base, name) for name in _GPT_HOOKS)
+
+
+class BlendedMegatronDatasetBuilder:
+    """Builds the train/valid/test datasets of ``config`` (megatron-core's signature).
+
+    Args:
+        cls: the mid-level dataset class (a :class:`MegatronDataset` subclass).
+        sizes: samples per split (None: the whole split; 0: an empty dataset).
+        is_built_on_rank: with torch.distributed, whether this rank builds at all.
+        config: a :class:`BlendedMegatronDatasetConfig`.
+    """
+
+    def __init__(
+        self,
+        cls: type[MidLevelDataset],
+        sizes: list[int | None],
+        is_built_on_rank: Callable[[], bool],
+        config,
+    ) -> None:
+        self.cls = cls
+        self.sizes = sizes
+        self.is_built_on_rank = is_built_on_rank
+        self.config = config
+        require(len(sizes) == len(Split), f"sizes: {sizes!r} must give one size per split")
+        if config.mock:
+            return
+        for split in Split:
+            if config.blend_per_split is None:
+                blend = config.blend
+            else:
+                blend = config.blend_per_split[split.value]
+                if blend is None:
+                    continue
+            if sizes[split.value] is None:
+                require(
+                    blend[1] is None,
+                    f"sizes: the {split.name} size is None but its blend has weights "
+                    f"{blend[1]!r}; weighted blends need a size (with multiple validation "
+                    "sets, give the validation datasets no weights)",
+                )
+
+    def build(self) -> list:
+        """``[train, valid, test]``; call on every rank."""
+        if torch.distributed.is_initialized():
+            rank = torch.distributed.get_rank()
+            datasets = self._build_on_rank() if rank == 0 else None
+            torch.distributed.barrier()
+            if rank != 0:
+                datasets = self._build_on_rank()
+        else:
+            datasets = self._build_here()
+        for dataset in datasets:
+            if isinstance(dataset, BlendedDataset) and len(dataset) > 0:
+                require(
+                    dataset.size is None or dataset.size == len(dataset),
+                    f"blend: {len(dataset)} samples built, {dataset.size} asked",
+                )
+            elif isinstance(dataset, MegatronDataset) and len(dataset) > 0:
+                require(
+                    dataset.num_samples is None or dataset.num_samples <= len(dataset),
+                    f"num_samples: {dataset.num_samples} asked, {len(dataset)} built",
+                )
+        return datasets
+
+    def _build_on_rank(self) -> list:
+        if not self.is_built_on_rank():
+            return [None] * len(Split)
+        return self._build_here()
+
+    def _build_here(self) -> list:
+        if _served_by_core(self.cls, self.config):
+            return self._build_with_core()
+        return self._build_generic()
+
+    # -- GPT: megadata's builder ----------------------------------------------------
+
+    def _build_with_core(self) -> list:
+        config = self.config
+        vocab_size = None
+        if config.mock:
+            vocab_size = config.tokenizer.vocab_size
+        else:
+            for prefix in _prefixes(config):
+                if is_object_storage_path(prefix):
+                    require(
+                        config.object_storage_cache_path is not None,
+                        f"object_storage_cache_path: needed for {prefix}",
+                    )
+        built = mdc.build_datasets(
+            core_config(config),
+            list(self.sizes),
+            mock=config.mock,
+            vocab_size=vocab_size,
+            max_workers=None if config.num_dataset_builder_threads > 1 else 1,
+            token_dtype=numpy.int64,
+        )
+        corpora: dict[int, object] = {}
+
+        def low_level(corpus):
+            view = corpora.get(id(corpus))
+            if view is None:
+                if isinstance(corpus, mdc.IndexedDataset):
+                    view = IndexedDataset._of(corpus, config)
+                    if config.sequences_per_dataset:
+                        counts = config.sequences_per_dataset.get(corpus.path_prefix)
+                        _check_counts(corpus.idx_path, view.index, counts, None)
+                else:
+                    view = MockGPTLowLevelDataset._of(corpus)
+                corpora[id(corpus)] = view
+            return view
+
+        def wrap(dataset):
+            if dataset is None:
+                return None
+            if isinstance(dataset, list):
+                return [wrap(member) for member in dataset]
+            if isinstance(dataset, mdc.BlendedDataset):
+                members = [wrap(member) for member in dataset.datasets]
+                return BlendedDataset._wrap(dataset, members, config)
+            return self.cls._wrap(dataset, low_level(dataset.indexed), config)
+
+        return [wrap(dataset) for dataset in built]
+
+    # -- any MegatronDataset: Megatron's recipe -----------------------------------------
+
+    def _build_generic(self) -> list:
+        config = self.config
+        if config.mock:
+            return self._mid_level(None, config.split_matrix, self.sizes)
+        if config.blend:
+            prefixes, weights = config.blend
+            if weights is not None:
+                weights = normalize(weights)
+            if len(prefixes) == 1 and weights is None:
+                return self._mid_level(prefixes[0], config.split_matrix, self.sizes)
+            return self._blends(
+                prefixes, weights, config.split_matrix, self.sizes, range(len(Split))
+            )
+        datasets = [None] * len(Split)
+        for i in range(len(Split)):
+            blend = config.blend_per_split[i]
+            if blend is None:
+                continue
+            prefixes, weights = blend
+            if weights is not None:
+                weights = normalize(weights)
+            matrix = [None] * len(Split)
+            matrix[i] = (0.0, 1.0)
+            sizes = [0] * len(Split)
+            sizes[i] = self.sizes[i]
+            if len(prefixes) == 1:
+                datasets[i] = self._mid_level(prefixes[0], matrix, sizes)[i]
+            elif config.multiple_validation_sets and i == Split.valid.value:
+                if config.full_validation:
+                    require(
+                        sizes[i] is None,
+                        f"sizes: full_validation needs a None valid size, got {sizes[i]}",
+                    )
+                datasets[i] = [self._mid_level(prefix, matrix, sizes)[i] for prefix in prefixes]
+            else:
+                datasets[i] = self._blends(prefixes, weights, matrix, sizes, [i])[i]
+        return datasets
+
+    def _blends(self, prefixes, weights, matrix, sizes, splits) -> list:
+        """A BlendedDataset per split in ``splits`` over one mid-level dataset per prefix."""
+        if weights is None:
+            per_dataset = [[None] * len(Split) for _ in prefixes]
+        else:
+            target = _get_size_per_split_per_dataset(weights, sizes)
+            per_dataset = _get_size_per_split_per_dataset(
+                weights, sizes, surplus=self.config.mid_level_dataset_surplus
+            )
+        members = self._mid_levels_parallel(prefixes, matrix, per_dataset)
+        blends = [None] * len(Split)
+        for i in splits:
+            if matrix[i] is None:
+                continue
+            split_weights = weights
+            if weights is not None and sizes[i] is not None:
+                size = sum(row[i] for row in target)
+            elif weights is None:
+                split_weights = [len(member) for member in members[i]]
+                size = None if sizes[i] is None else min(sizes[i], sum(split_weights))
+            else:
+                raise mdc.DataError(f"sizes: the {Split(i).name} blend has weights but no size")
+            blends[i] = BlendedDataset(members[i], split_weights, size, self.config)
+        return blends
+
+    def _mid_levels_parallel(self, prefixes, matrix, per_dataset) -> list[list]:
+        """``[split][prefix]`` mid-level datasets, built in the config's thread count."""
+        threads = max(1, int(self.config.num_dataset_builder_threads))
+        jobs = list(zip(prefixes, per_dataset))
+        if threads == 1 or len(jobs) <= 1:
+            rows = [self._mid_level(prefix, matrix, sizes) for prefix, sizes in jobs]
+        else:
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                rows = list(pool.map(lambda job: self._mid_level(*job[:1], matrix, job[1]), jobs))
+        return [list(column) for column in zip(*rows)] if rows else [[] for _ in Split]
+
+    def _mid_level(self, dataset_path, matrix, sizes) -> list:
+        """The ``cls`` dataset of each split of one low-level dataset (None where the
+        split matrix has no range)."""
+        low_level = self.cls.build_low_level_dataset(dataset_path, self.config)
+        count = self.cls.numel_low_level_dataset(low_level)
+        datasets = []
+        for i, split in enumerate(Split):
+            if matrix[i] is None:
+                datasets.append(None)
+                continue
+            begin = int(round(matrix[i][0] * float(count)))
+            end = int(round(matrix[i][1] * float(count)))
+            indices = numpy.arange(begin, end, dtype=numpy.int32)
+            datasets.append(
+                self.cls(low_level, dataset_path, indices, sizes[i], split, self.config)
+            )
+        return datasets
+
+    @staticmethod
+    def build_generic_dataset(cls, is_built_on_rank: Callable, synchronize_ranks: bool, *args):
+        """``cls(*args)``, on rank 0 first when torch.distributed is initialized (then
+        a barrier if ``synchronize_ranks``, then the other ranks); None on ranks where
+        ``is_built_on_rank()`` is False."""
+        if not torch.distributed.is_initialized():
+            return cls(*args)
+        rank = torch.distributed.get_rank()
+        dataset = cls(*args) if rank == 0 and is_built_on_rank() else None
+        if synchronize_ranks:
+            torch.distributed.barrier()
+        if rank != 0 and is_built_on_rank():
+            dataset = cls(*args)
+        return dataset
+
+
+def _prefixes(config) -> list[str]:
+    blends = [config.blend] if config.blend else list(config.blend_per_split or [])
+    return [prefix for blend in blends if blend for prefix in blend[0]]
+
+
+def _get_size_per_split_per_dataset(
+    normalized_weights: list[float], target_size_per_split: list[int | None], surplus: float = 0.0
+) -> list[list[int]]:
+    """``[dataset][split]`` samples to build: ``ceil(ceil(size * w) * (1 + surplus))``."""
+    require(
+        numpy.isclose(sum(normalized_weights), 1.0),
+        f"weights: {normalized_weights!r} are not normalized",
+    )
+    return [
+        [int(math.ceil(math.ceil(size * weight) * (1 + surplus))) for size in target_size_per_split]
+        for weight in normalized_weights
+    ]
+
+
+__all__ = ["BlendedMegatronDatasetBuilder", "log_single_rank"]

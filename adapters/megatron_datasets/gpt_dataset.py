@@ -1,0 +1,371 @@
+"""``megatron.core.datasets.gpt_dataset``: GPT samples computed by megadata.
+
+:class:`GPTDataset` holds a :class:`megadata_core.GPTDataset` (``ds.core``) and answers
+as megatron-core's class: ``document_index``, ``sample_index``, ``shuffle_index`` (the
+same values), ``len``, and ``ds[i]`` as a dict of torch tensors with Megatron's keys,
+dtypes and values (long tokens/labels/position ids, float loss mask, bool attention mask
+``[1, S, S]``); ``ds[None]`` is the batch-padding sample (loss mask all 0).
+
+One difference, on purpose: megatron-core caches the loss mask of the first sample it
+serves and zeroes pad positions of later samples in that cached tensor, so its values
+depend on the order samples are read. Here every sample's values depend on the sample
+alone (megatron-core's values when each sample is read first).
+
+The index cache is megadata's (``path_to_cache``, content-addressed, written atomically);
+with ``path_to_cache=None`` the indices are built in memory (megatron-core writes them
+next to the corpus). ``fast_cache_load`` and ``defer_npy_index_mmap`` are accepted and
+need nothing: cache hits are memory-mapped and cheap anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy
+import torch
+
+import megadata_core as mdc
+from adapters.megatron_datasets._errors import require
+from adapters.megatron_datasets.blended_megatron_dataset_config import (
+    BlendedMegatronDatasetConfig,
+)
+from adapters.megatron_datasets.indexed_dataset import IndexedDataset
+from adapters.megatron_datasets.megatron_dataset import MegatronDataset, pad_token_id
+from adapters.megatron_datasets.object_storage_utils import (
+    ObjectStorageConfig,
+    is_object_storage_path,
+)
+from adapters.megatron_datasets.utils import Split
+from megadata_core.datasets import mock as core_mock
+
+logger = logging.getLogger(__name__)
+
+#: Megatron's sample dtypes: tokens, labels and position ids are torch.long.
+TOKEN_DTYPE = numpy.int64
+
+
+@dataclass
+class GPTDatasetConfig(BlendedMegatronDatasetConfig):
+    """Configuration of GPT datasets (megatron-core's fields and defaults)."""
+
+    reset_position_ids: bool | None = None
+    reset_attention_mask: bool | None = None
+    eod_mask_loss: bool | None = None
+    create_attention_mask: bool = True
+    drop_last_partial_validation_sequence: bool = True
+    add_extra_token_to_sequence: bool = True
+    object_storage_cache_path: str | None = None
+    data_parallel_size: int = 1
+    sequence_parallel_size: int = 0
+    hybrid_context_parallel: bool = False
+    sequences_per_dataset: dict[str, tuple[int, int]] | None = None
+    token_dtype_code: int | None = field(init=False, default=None)
+    context_parallel_size: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.tokenizer is not None, "tokenizer: GPTDatasetConfig needs a tokenizer")
+        for name in ("reset_position_ids", "reset_attention_mask", "eod_mask_loss"):
+            require(getattr(self, name) is not None, f"{name}: must be set (True or False)")
+        vocab_size = getattr(self.tokenizer, "vocab_size", None)
+        if vocab_size is not None:
+            self.token_dtype_code = 4 if vocab_size > numpy.iinfo(numpy.uint16).max + 1 else 8
+        if self.sequences_per_dataset is not None:
+            require(
+                self.token_dtype_code is not None,
+                "sequences_per_dataset: needs a tokenizer with a vocab_size",
+            )
+
+
+def _eod(config) -> int | None:
+    try:
+        return int(config.tokenizer.eod)
+    except Exception:
+        return None
+
+
+def core_config(config: BlendedMegatronDatasetConfig, **changes) -> mdc.GPTDataConfig:
+    """The :class:`megadata_core.GPTDataConfig` of a Megatron config (Megatron's blend
+    order and shuffle, the tokenizer's EOD and Megatron's pad rule)."""
+    per_split = (
+        config.blend_per_split if config.blend_per_split and any(config.blend_per_split) else None
+    )
+    fields = dict(
+        random_seed=config.random_seed,
+        sequence_length=config.sequence_length,
+        blend=config.blend,
+        blend_per_split=per_split,
+        split=None if per_split else config.split,
+        path_to_cache=config.path_to_cache,
+        mmap_bin_files=bool(config.mmap_bin_files),
+        mid_level_dataset_surplus=config.mid_level_dataset_surplus,
+        reset_position_ids=bool(getattr(config, "reset_position_ids", False)),
+        reset_attention_mask=bool(getattr(config, "reset_attention_mask", False)),
+        eod_mask_loss=bool(getattr(config, "eod_mask_loss", False)),
+        create_attention_mask=bool(getattr(config, "create_attention_mask", True)),
+        drop_last_partial_validation_sequence=bool(
+            getattr(config, "drop_last_partial_validation_sequence", True)
+        ),
+        add_extra_token_to_sequence=bool(getattr(config, "add_extra_token_to_sequence", True)),
+        multiple_validation_sets=bool(config.multiple_validation_sets),
+        full_validation=bool(config.full_validation),
+        eod_id=_eod(config),
+        pad_id=pad_token_id(config),
+        shuffle="megatron",
+        blend_order="megatron",
+    )
+    fields.update(changes)
+    return mdc.GPTDataConfig(**fields)
+
+
+def _low_level_corpus(dataset):
+    """The megadata corpus behind a low-level dataset (ours or megadata's)."""
+    if isinstance(dataset, IndexedDataset):
+        return dataset.corpus
+    if isinstance(dataset, (mdc.IndexedDataset, core_mock.MockGPTLowLevelDataset)):
+        return dataset
+    raise mdc.DataError(
+        f"dataset: a GPTDataset reads an IndexedDataset or MockGPTLowLevelDataset, "
+        f"got {type(dataset).__name__}"
+    )
+
+
+def _tensors(sample: dict) -> dict:
+    """A megadata sample (numpy) as Megatron's dict of writable tensors (copies only of
+    read-only arrays)."""
+    return {
+        key: torch.from_numpy(value if value.flags.writeable else value.copy())
+        for key, value in sample.items()
+    }
+
+
+class GPTDataset(MegatronDataset):
+    """megatron-core's GPTDataset (same constructor), computed by megadata."""
+
+    def __init__(
+        self,
+        indexed_dataset: IndexedDataset,
+        dataset_path: str | None,
+        indexed_indices: numpy.ndarray,
+        num_samples: int | None,
+        index_split: Split,
+        config: GPTDatasetConfig,
+    ) -> None:
+        super().__init__(
+            indexed_dataset, dataset_path, indexed_indices, num_samples, index_split, config
+        )
+        require(
+            indexed_indices is not None,
+            "indexed_indices: megadata needs the split's document indices (got None)",
+        )
+        self.core = mdc.GPTDataset(
+            _low_level_corpus(indexed_dataset),
+            indexed_indices,
+            num_samples,
+            core_config(config, blend=None, blend_per_split=None, split=None),
+            split=index_split.name,
+            token_dtype=TOKEN_DTYPE,
+        )
+
+    @classmethod
+    def _wrap(cls, core: mdc.GPTDataset, low_level, config) -> GPTDataset:
+        """The Megatron view of a megadata GPTDataset built by the builder."""
+        self = cls.__new__(cls)
+        MegatronDataset.__init__(
+            self,
+            low_level,
+            None if isinstance(low_level, MockGPTLowLevelDataset) else low_level.path_prefix,
+            core.indices,
+            core.num_samples,
+            Split[core.split],
+            config,
+        )
+        self.core = core
+        return self
+
+    @staticmethod
+    def numel_low_level_dataset(low_level_dataset: IndexedDataset) -> int:
+        """Sequences: GPT splits a corpus by sequence."""
+        return low_level_dataset.sequence_lengths.shape[0]
+
+    @staticmethod
+    def build_low_level_dataset(dataset_path: str, config: GPTDatasetConfig) -> IndexedDataset:
+        """The corpus at ``dataset_path`` (object storage needs object_storage_cache_path)."""
+        if is_object_storage_path(dataset_path):
+            require(
+                config.object_storage_cache_path is not None,
+                f"object_storage_cache_path: needed for {dataset_path}",
+            )
+            return IndexedDataset(
+                dataset_path,
+                multimodal=False,
+                mmap=False,
+                object_storage_config=ObjectStorageConfig(
+                    path_to_idx_cache=config.object_storage_cache_path
+                ),
+            )
+        counts = None
+        if config.sequences_per_dataset:
+            counts = config.sequences_per_dataset[dataset_path]
+        return IndexedDataset(
+            dataset_path,
+            multimodal=False,
+            mmap=config.mmap_bin_files,
+            fast_cache_load=config.fast_cache_load,
+            sequences_per_dataset=counts,
+            dtype_code=config.token_dtype_code if counts else None,
+        )
+
+    @property
+    def document_index(self) -> numpy.ndarray:
+        return self.core.document_index
+
+    @property
+    def sample_index(self) -> numpy.ndarray:
+        return self.core.sample_index
+
+    @property
+    def shuffle_index(self) -> numpy.ndarray:
+        return self.core.shuffle_index
+
+    def __len__(self) -> int:
+        return len(self.core)
+
+    def __getitem__(self, idx: int | None) -> dict[str, torch.Tensor]:
+        """Sample ``idx`` (None: the padding sample) as Megatron's dict of tensors."""
+        if torch.is_tensor(idx):
+            idx = int(idx)
+        if idx is not None and self._plain_samples():
+            text = self._unpadded_text(idx)
+            if text is not None:
+                ones, positions = self._constants()
+                tensor = torch.from_numpy(text)
+                return {
+                    "tokens": tensor[:-1],
+                    "labels": tensor[1:],
+                    "loss_mask": ones.clone(),
+                    "position_ids": positions,  # shared, as megatron-core's cached one
+                }
+        return _tensors(self.core[idx])
+
+    def _plain_samples(self) -> bool:
+        """Whether samples need no mask work: no resets, no EOD loss mask, no attention
+        mask, an extra token, a pad id the corpus cannot hold. One sample is then just
+        its text: Megatron's per-sample loop reads it directly instead of through the
+        core's batched path (built for whole batches, slower for one sample)."""
+        plain = self.__dict__.get("_plain")
+        if plain is None:
+            config, core = self.config, self.core
+            dtype = numpy.dtype(core.indexed.dtype)
+            plain = (
+                not (config.reset_position_ids or config.reset_attention_mask)
+                and not (config.eod_mask_loss or config.create_attention_mask)
+                and bool(config.add_extra_token_to_sequence)
+                and dtype.kind in "iu"
+                and not numpy.iinfo(dtype).min <= core.pad_id <= numpy.iinfo(dtype).max
+                and isinstance(self.dataset, IndexedDataset)
+            )
+            self.__dict__["_plain"] = plain
+        return plain
+
+    def _constants(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The all-ones loss mask (cloned per sample) and the 0..S-1 position ids."""
+        cached = self.__dict__.get("_constant_tensors")
+        if cached is None:
+            length = self.config.sequence_length
+            cached = (torch.ones(length, dtype=torch.float), torch.arange(length, dtype=torch.long))
+            self.__dict__["_constant_tensors"] = cached
+        return cached
+
+    def _unpadded_text(self, idx: int) -> numpy.ndarray | None:
+        """int64 [S + 1] text of sample ``idx``, or None when it is padded (partial)."""
+        row = int(self.shuffle_index[idx])
+        first, first_offset = (int(v) for v in self.sample_index[row])
+        last, last_offset = (int(v) for v in self.sample_index[row + 1])
+        documents, corpus = self.document_index, self.dataset.corpus
+        if first == last:
+            text = corpus.get(int(documents[first]), first_offset, last_offset - first_offset + 1)
+        else:
+            parts = [corpus.get(int(documents[first]), first_offset)]
+            parts += [corpus.get(int(d)) for d in documents[first + 1 : last]]
+            parts.append(corpus.get(int(documents[last]), 0, last_offset + 1))
+            text = numpy.concatenate(parts)
+        if len(text) != self.config.sequence_length + 1:
+            return None
+        return text.astype(numpy.int64)
+
+    def _query_document_sample_shuffle_indices(
+        self, idx: int
+    ) -> tuple[numpy.ndarray, numpy.ndarray]:
+        """The raw text (int64 [S + extra], pads = the pad id) and the document ids of
+        sample ``idx``, as megatron-core returns them (for subclasses that reuse it)."""
+        extra = int(self.config.add_extra_token_to_sequence)
+        row = int(self.shuffle_index[idx])
+        (first, first_offset), (last, last_offset) = (
+            self.sample_index[row],
+            self.sample_index[row + 1],
+        )
+        documents = numpy.asarray(self.document_index[int(first) : int(last) + 1], numpy.int64)
+        parts = []
+        for i, document in enumerate(documents.tolist()):
+            offset = int(first_offset) if i == 0 else 0
+            end = int(last_offset) + extra if i == len(documents) - 1 else None
+            length = None if end is None else end - offset
+            part = self.dataset.get(document, offset=offset, length=length)
+            parts.append(part[0] if isinstance(part, tuple) else part)
+        text = (
+            numpy.concatenate(parts).astype(numpy.int64) if parts else numpy.empty(0, numpy.int64)
+        )
+        width = self.config.sequence_length + extra
+        if len(text) < width:
+            text = numpy.concatenate(
+                [text, numpy.full(width - len(text), self._pad_token_id, numpy.int64)]
+            )
+        return text, documents
+
+
+class MockGPTLowLevelDataset(core_mock.MockGPTLowLevelDataset):
+    """megatron-core's mock corpus from a tokenizer (``vocab_size``, ``eod``): 100,000
+    documents, lengths from ``default_rng(0)``, tokens ``(1 .. L-1) % V`` then EOD."""
+
+    seed: int = core_mock.MOCK_SEED
+    size: int = core_mock.MOCK_DOCUMENTS
+    max_sequence_length: int = core_mock.MOCK_MAX_LENGTH
+
+    def __init__(self, tokenizer) -> None:
+        super().__init__(tokenizer.vocab_size, tokenizer.eod)
+        self.eod_token = self.eod_id
+
+    @classmethod
+    def _of(cls, corpus: core_mock.MockGPTLowLevelDataset) -> MockGPTLowLevelDataset:
+        self = cls.__new__(cls)
+        self.__dict__.update(corpus.__dict__)
+        self.eod_token = self.eod_id
+        return self
+
+
+class MockGPTDataset(GPTDataset):
+    """GPT samples of the mock corpus (``config.mock``: neither blend given)."""
+
+    def __init__(
+        self,
+        dataset: MockGPTLowLevelDataset,
+        dataset_path: str | None,
+        indices: numpy.ndarray,
+        num_samples: int,
+        index_split: Split,
+        config: GPTDatasetConfig,
+    ) -> None:
+        require(config.mock, "config: MockGPTDataset needs a mock config (no blend)")
+        super().__init__(dataset, dataset_path, indices, num_samples, index_split, config)
+
+    @staticmethod
+    def numel_low_level_dataset(low_level_dataset: MockGPTLowLevelDataset) -> int:
+        return len(low_level_dataset)
+
+    @staticmethod
+    def build_low_level_dataset(
+        dataset_path: str | None, config: GPTDatasetConfig
+    ) -> MockGPTLowLevelDataset:
+        return MockGPTLowLevelDataset(config.tokenizer)
