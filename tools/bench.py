@@ -15,6 +15,8 @@ Suites (the first positional argument; ``--only`` picks items within one):
     blend    blend indices: Megatron's order and the balanced one, several weightings
     loaders  Grain, torch and JAX adapter paths against the core's raw batched read
     cloud    shuffled batches from local S3 / GCS servers, requests per batch
+    megatron the megatron.core.datasets drop-in (adapters/megatron_datasets) beside
+             megatron-core: builder cold / warm start, GPTDataset.__getitem__ loop
 
 The first positional argument names the suite; a suite is one function in
 ``bench.SUITES`` (tools/bench/: one module per suite, the shared harness, the peers'

@@ -128,3 +128,9 @@ def test_bench_cloud_smoke(tmp_path):
         assert metric in out, f"missing row {metric!r}:\n{out}"
     for reader in ("ours", "google-cloud-storage", "megatron _S3BinReader"):
         assert f"first batch equals the local corpus ({reader}): yes" in out, out
+
+
+def test_bench_megatron_smoke(tmp_path):
+    out = _run_suite("megatron", tmp_path)
+    for metric in ("cold", "warm", "__getitem__"):
+        assert metric in out, f"missing row {metric!r}:\n{out}"
