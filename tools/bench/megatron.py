@@ -28,17 +28,12 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import warnings
 
 import numpy as np
 
 from bench.builder import (
-    SEED,
     SEQUENCE,
-    SPLIT,
-    SURPLUS,
     _timed,
-    _Tokenizer,
     import_megatron,
     median,
     progress,
@@ -50,27 +45,16 @@ READS = 2000
 
 
 def _compat_build(blend, sizes, cache: str):
+    """The same build as megatron-core's (bench.builder.megatron_build), through the
+    compat package's classes."""
     from adapters.megatron_datasets.blended_megatron_dataset_builder import (
         BlendedMegatronDatasetBuilder,
     )
     from adapters.megatron_datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
-    config = GPTDatasetConfig(
-        random_seed=SEED,
-        sequence_length=SEQUENCE,
-        blend=blend,
-        split=SPLIT,
-        mid_level_dataset_surplus=SURPLUS,
-        path_to_cache=cache,
-        tokenizer=_Tokenizer(),
-        reset_position_ids=False,
-        reset_attention_mask=False,
-        eod_mask_loss=False,
-        create_attention_mask=False,
+    return _megatron_build(
+        (BlendedMegatronDatasetBuilder, GPTDataset, GPTDatasetConfig), blend, sizes, cache
     )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return BlendedMegatronDatasetBuilder(GPTDataset, list(sizes), lambda: True, config).build()
 
 
 def _megatron_build(megatron, blend, sizes, cache: str):
