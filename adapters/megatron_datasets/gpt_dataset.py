@@ -20,6 +20,7 @@ need nothing: cache hits are memory-mapped and cheap anyway.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy
@@ -38,6 +39,7 @@ from adapters.megatron_datasets.object_storage_utils import (
 )
 from adapters.megatron_datasets.utils import Split
 from megadata_core.datasets import mock as core_mock
+from megadata_core.errors import DataError
 
 logger = logging.getLogger(__name__)
 
@@ -249,6 +251,11 @@ class GPTDataset(MegatronDataset):
                 }
         return _tensors(self.core[idx])
 
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_reader", None)  # a closure over the open corpus: remade at first read
+        return state
+
     def _plain_samples(self) -> bool:
         """Whether samples need no mask work: no resets, no EOD loss mask, no attention
         mask, an extra token, a pad id the corpus cannot hold. One sample is then just
@@ -280,20 +287,66 @@ class GPTDataset(MegatronDataset):
 
     def _unpadded_text(self, idx: int) -> numpy.ndarray | None:
         """int64 [S + 1] text of sample ``idx``, or None when it is padded (partial)."""
-        row = int(self.shuffle_index[idx])
-        first, first_offset = (int(v) for v in self.sample_index[row])
-        last, last_offset = (int(v) for v in self.sample_index[row + 1])
-        documents, corpus = self.document_index, self.dataset.corpus
-        if first == last:
-            text = corpus.get(int(documents[first]), first_offset, last_offset - first_offset + 1)
-        else:
-            parts = [corpus.get(int(documents[first]), first_offset)]
-            parts += [corpus.get(int(d)) for d in documents[first + 1 : last]]
-            parts.append(corpus.get(int(documents[last]), 0, last_offset + 1))
-            text = numpy.concatenate(parts)
+        read = self.__dict__.get("_reader")
+        if read is None:
+            read = self.__dict__["_reader"] = self._text_reader()
+        text = read(idx)
         if len(text) != self.config.sequence_length + 1:
             return None
         return text.astype(numpy.int64)
+
+    def _text_reader(self) -> Callable[[int], numpy.ndarray]:
+        """``read(idx)``: the tokens of sample ``idx`` (corpus dtype). A memory-mapped
+        corpus is sliced from its flat token view (one ``check_bin`` stat a sample, not one
+        per document); others are read through ``corpus.get``."""
+        shuffle, samples = self.core.shuffle_index, self.core.sample_index
+        documents, corpus = self.core.document_index, self.dataset.corpus
+        tokens = corpus.token_view()
+        if tokens is None or corpus.multimodal:
+
+            def read(idx: int) -> numpy.ndarray:
+                row = int(shuffle[idx])
+                first, first_offset = (int(v) for v in samples[row])
+                last, last_offset = (int(v) for v in samples[row + 1])
+                if first == last:
+                    return corpus.get(
+                        int(documents[first]), first_offset, last_offset - first_offset + 1
+                    )
+                parts = [corpus.get(int(documents[first]), first_offset)]
+                parts += [corpus.get(int(d)) for d in documents[first + 1 : last]]
+                parts.append(corpus.get(int(documents[last]), 0, last_offset + 1))
+                return numpy.concatenate(parts)
+
+            return read
+        pointers, lengths = corpus.sequence_pointers, corpus.sequence_lengths
+        itemsize = corpus.dtype.itemsize
+        check_bin = corpus.check_bin
+
+        def read(idx: int) -> numpy.ndarray:
+            row = int(shuffle[idx])
+            first, first_offset = (int(v) for v in samples[row])
+            last, last_offset = (int(v) for v in samples[row + 1])
+            check_bin()
+            ids = documents[first : last + 1]
+            # sequence i is tokens[pointers[i] // itemsize :][: lengths[i]] (pointers are
+            # whole tokens: checked when the corpus was opened)
+            begin = pointers[ids] // itemsize
+            end = begin + lengths[ids]
+            stop = int(begin[-1]) + last_offset + 1
+            begin[0] += first_offset
+            if begin[0] > end[0] or not begin[-1] <= stop <= end[-1]:
+                raise DataError(
+                    f"{corpus.path_prefix}: sample {idx} (sample_index row {row}) points "
+                    f"outside its documents {ids.tolist()}"
+                )
+            end[-1] = stop
+            if len(ids) == 1:
+                return tokens[begin[0] : end[0]]
+            return numpy.concatenate(
+                [tokens[b:e] for b, e in zip(begin.tolist(), end.tolist())]
+            )
+
+        return read
 
     def _query_document_sample_shuffle_indices(
         self, idx: int

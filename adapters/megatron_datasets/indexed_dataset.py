@@ -307,13 +307,20 @@ class IndexedDataset:
 
     @classmethod
     def _of(cls, corpus: mdc.IndexedDataset, config=None) -> IndexedDataset:
-        """Megatron's view of an already open megadata corpus."""
+        """Megatron's view of an already open megadata corpus (an object-storage one as
+        Megatron's GPTDataset opens it: ``mmap=False``, the config's
+        ``object_storage_cache_path``)."""
         self = cls.__new__(cls)
+        storage = None
+        if is_object_storage_path(corpus.path_prefix):
+            storage = ObjectStorageConfig(
+                path_to_idx_cache=getattr(config, "object_storage_cache_path", None)
+            )
         self.initialize(
             corpus.path_prefix,
             corpus.multimodal,
-            corpus.mmap,
-            None,
+            corpus.mmap and storage is None,
+            storage,
             getattr(config, "fast_cache_load", False),
             None,
             None,
