@@ -91,11 +91,7 @@ def encode_text(
     try:
         ids = tokenizer.encode(text)
     except UnicodeEncodeError as error:
-        raise BadLineError(
-            f"{_where(path, line_number)}: key {key!r} holds text that is not valid Unicode "
-            f"({error.reason} at character {error.start})",
-            "invalid_utf8",
-        ) from None
+        raise _not_unicode(error, key, path, line_number) from None
     array = np.asarray(ids).reshape(-1)
     if array.size and array.dtype.kind not in "iu":
         raise DataError(
@@ -105,18 +101,20 @@ def encode_text(
     return array
 
 
-
-
 def check_unicode(text: str, key: str, path: str, line_number: int) -> None:
     """BadLineError when ``text`` holds a lone surrogate (from a JSON ``\\ud800`` escape)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise BadLineError(
-            f"{_where(path, line_number)}: key {key!r} holds text that is not valid Unicode "
-            f"({error.reason} at character {error.start})",
-            "invalid_utf8",
-        ) from None
+        raise _not_unicode(error, key, path, line_number) from None
+
+
+def _not_unicode(error: UnicodeEncodeError, key: str, path: str, line_number: int):
+    return BadLineError(
+        f"{_where(path, line_number)}: key {key!r} holds text that is not valid Unicode "
+        f"({error.reason} at character {error.start})",
+        "invalid_utf8",
+    )
 
 
 def encode_many(

@@ -216,17 +216,23 @@ def _blend_timer(side: str) -> BlendTimer:
     return BlendTimer(BlendedDataset, "_build_indices")
 
 
+def many_prefix_blend(bench, count: int, suite: str) -> tuple:
+    """``count`` small corpora with lognormal weights: ``(blend, sizes, megatron)``, the
+    blend as ``(prefixes, weights)``, sizes [150 n, 10 n, 0], megatron-core's classes or
+    None."""
+    rng = np.random.default_rng(bench.seed)
+    data = bench.path("corpora", "x")
+    progress(f"{suite}: writing {count:,} corpora of {DOCUMENTS} documents")
+    prefixes = write_corpora(os.path.dirname(data), count, rng)
+    weights = rng.lognormal(0.0, 1.0, count).tolist()
+    return (prefixes, weights), [150 * count, 10 * count, 0], import_megatron(bench.workdir)
+
+
 def suite_builder(bench) -> None:
     """Startup of a blend of many small corpora: cold (fresh cache) and warm (cache hit)."""
     count = bench.scaled(1000)
-    rng = np.random.default_rng(bench.seed)
-    data = bench.path("corpora", "x")
-    progress(f"builder: writing {count:,} corpora of {DOCUMENTS} documents")
-    prefixes = write_corpora(os.path.dirname(data), count, rng)
-    weights = rng.lognormal(0.0, 1.0, count).tolist()
-    blend = (prefixes, weights)
-    sizes = [150 * count, 10 * count, 0]
-    megatron = import_megatron(bench.workdir)
+    blend, sizes, megatron = many_prefix_blend(bench, count, "builder")
+    prefixes, weights = blend
     if megatron is None:
         bench.note("megatron-core is not installed: its column is n/a.")
     sides = {"ours": lambda cache: ours_build(blend, sizes, cache)}

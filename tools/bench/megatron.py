@@ -26,7 +26,6 @@ Checks: split lengths, blend indices and the sampled values are equal.
 from __future__ import annotations
 
 import gc
-import os
 import shutil
 import tempfile
 
@@ -35,10 +34,9 @@ import numpy as np
 from bench.builder import (
     SEQUENCE,
     _timed,
-    import_megatron,
+    many_prefix_blend,
     median,
     progress,
-    write_corpora,
 )
 
 GOALS = {"cold": 0.5, "warm": 0.1, "getitem": 1.0}  # time ratios ours / megatron-core
@@ -71,14 +69,8 @@ def _read_all(dataset, indices) -> list:
 def suite_megatron(bench) -> None:
     """Builder cold / warm start and the __getitem__ loop, compat vs megatron-core."""
     count = bench.scaled(1000, minimum=2)
-    rng = np.random.default_rng(bench.seed)
-    data = bench.path("corpora", "x")
-    progress(f"megatron: writing {count:,} corpora")
-    prefixes = write_corpora(os.path.dirname(data), count, rng)
-    weights = rng.lognormal(0.0, 1.0, count).tolist()
-    blend = (prefixes, weights)
-    sizes = [150 * count, 10 * count, 0]
-    megatron = import_megatron(bench.workdir)
+    blend, sizes, megatron = many_prefix_blend(bench, count, "megatron")
+    prefixes, weights = blend
     if megatron is None:
         bench.note("megatron-core is not installed: nothing to compare the compat layer with.")
         return
