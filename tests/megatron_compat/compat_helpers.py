@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import warnings
 
 import numpy as np
@@ -111,3 +112,14 @@ def assert_same_dataset(a, b, rng: np.random.Generator, samples: int = 4) -> Non
     if len(a):
         for index in {0, len(a) - 1, *rng.integers(0, len(a), samples).tolist()}:
             assert_same_sample(fresh_sample(a, index), b[index])
+
+
+def make_corpora(directory, count: int, documents=(20, 60), seed: int = 0) -> list[str]:
+    """Prefixes of ``count`` fresh small corpora in ``directory``."""
+    rng = np.random.default_rng(seed)
+    prefixes = []
+    for i in range(count):
+        n = int(rng.integers(*documents))
+        prefix = os.path.join(str(directory), f"corpus_{i}")
+        prefixes.append(write_corpus(prefix, rng.integers(1, 40, n), rng))
+    return prefixes

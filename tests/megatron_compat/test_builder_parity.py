@@ -7,8 +7,7 @@ import tempfile
 import numpy as np
 import pytest
 import torch
-from compat_helpers import assert_same_dataset, build, ours, theirs
-from conftest import make_corpora
+from compat_helpers import assert_same_dataset, build, make_corpora, ours, theirs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -7,8 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from compat_helpers import build, ours
-from conftest import make_corpora
+from compat_helpers import build, make_corpora, ours
 
 pytest.importorskip("tensorstore")
 pytest.importorskip("moto")
