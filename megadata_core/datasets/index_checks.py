@@ -28,8 +28,13 @@ def origin(arrays: Mapping[str, object], name: str, entry: str | None) -> str:
     return entry or IN_MEMORY
 
 
-def out_of_range(name: str, what: str, value: int, high: int, where: str) -> DataError:
-    return DataError(f"{name}: {what} {value} is out of range [0, {high}) (in {where})")
+def out_of_range(
+    name: str, what: str, value: int, high: int, where: str | None = None
+) -> DataError:
+    """``name: what value is out of range [0, high) (in where)``; no ``(in ...)`` when
+    ``where`` is None (the caller adds it, see :func:`with_origin`)."""
+    suffix = "" if where is None else f" (in {where})"
+    return DataError(f"{name}: {what} {value} is out of range [0, {high}){suffix}")
 
 
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from megadata_core.datasets.index_checks import first_outside, out_of_range, unsigned
 from megadata_core.errors import DataError
 
 _BEGIN_END = np.array([0, 1], dtype=np.int64)
 _BEGIN_END_U64 = np.array([0, 1], dtype=np.uint64)  # uint64 + int64 would be float64
-_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _multiples: dict[int, np.ndarray] = {}  # step -> read-only int64 0, step, 2 * step, ...
 
 
@@ -109,10 +109,10 @@ def locate_pieces(
             gathers index with unsigned views, so a negative value raises as one too
             large does instead of counting from the end.
     """
-    unsigned = _unsigned(rows)
-    step = _BEGIN_END_U64 if unsigned.dtype == np.uint64 else _BEGIN_END
+    rows_u = unsigned(rows)
+    step = _BEGIN_END_U64 if rows_u.dtype == np.uint64 else _BEGIN_END
     try:
-        bounds = sample_index[unsigned[:, None] + step]  # [B, 2, 2]: (b, o), (e, f)
+        bounds = sample_index[rows_u[:, None] + step]  # [B, 2, 2]: (b, o), (e, f)
     except IndexError:
         raise _outside("shuffle_index", "sample row", rows, len(sample_index) - 1) from None
     begin = bounds[:, 0, 0]
@@ -128,14 +128,14 @@ def locate_pieces(
     position += _counting(total)
     try:  # a computed document index (Feistel) checks its own positions
         document = document_index[
-            _unsigned(position) if isinstance(document_index, np.ndarray) else position
+            unsigned(position) if isinstance(document_index, np.ndarray) else position
         ]
     except IndexError:
         positions = bounds[:, :, 0].reshape(-1)
         raise _outside("sample_index", "document_index position", positions,
                        len(document_index)) from None
     try:
-        length = sequence_lengths[_unsigned(document)].astype(np.int64)
+        length = sequence_lengths[unsigned(document)].astype(np.int64)
     except IndexError:
         raise _outside("document_index", "document id", document,
                        len(sequence_lengths)) from None
@@ -147,18 +147,9 @@ def locate_pieces(
     return Pieces(document, length, first, offset)
 
 
-def _unsigned(values: np.ndarray) -> np.ndarray:
-    """A signed integer array as the unsigned view of its bytes (negative values become
-    huge: indexing with them raises instead of counting from the end)."""
-    if values.dtype.kind != "i":
-        return values
-    return values.view(_UNSIGNED[values.dtype.itemsize])
-
-
 def _outside(name: str, what: str, values: np.ndarray, high: int) -> DataError:
-    values = np.asarray(values).astype(np.int64)
-    bad = int(values[np.argmax((values < 0) | (values >= high))])
-    return DataError(f"{name}: {what} {bad} is out of range [0, {high})")
+    return out_of_range(name, what, first_outside(np.asarray(values).astype(np.int64), high),
+                        high)
 
 
 def flat_tokens(indexed) -> np.ndarray | None:
