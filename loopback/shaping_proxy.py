@@ -175,10 +175,10 @@ class ShapingProxy:
 
         async def paced(data: bytes) -> None:
             nonlocal sent
+            sent += len(data)
+            self.body_bytes += len(data)  # counted before the client can see the bytes
             to_client.write(data)
             await to_client.drain()
-            sent += len(data)
-            self.body_bytes += len(data)
             if self.bandwidth:
                 wait = started + sent / self.bandwidth - self._clock()
                 if wait > 0:
