@@ -127,7 +127,10 @@ class FakeGcsServer:
         for name, source in objects.items():
             target = os.path.join(self._data, name)
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copyfile(source, target)
+            try:
+                os.link(source, target)  # read once at start: a link spares the copy
+            except OSError:
+                shutil.copyfile(source, target)
         self._process = subprocess.Popen(
             [
                 fake_gcs_binary(),

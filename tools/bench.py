@@ -14,7 +14,8 @@ Suites (the first positional argument; ``--only`` picks items within one):
     builder  build_datasets of many-prefix blends, cold and warm (cache bundle)
     blend    blend indices: Megatron's order and the balanced one, several weightings
     loaders  Grain, torch and JAX adapter paths against the core's raw batched read
-    cloud    shuffled batches from local S3 / GCS servers, requests per batch
+    cloud    shuffled batches from s3rver / fake-gcs-server behind a latency and
+             bandwidth shaping proxy: ours, megatron-core, boto3 / GCS client pools
     megatron the megatron.core.datasets drop-in (adapters/megatron_datasets) beside
              megatron-core: builder cold / warm start, GPTDataset.__getitem__ loop
 

@@ -1,33 +1,41 @@
-"""The ``cloud`` suite of tools/bench.py: shuffled GPT batches from object storage.
+"""The ``cloud`` suite of tools/bench.py: shuffled GPT batches from object stores with
+real latency.
 
 Usage::
 
-    python tools/bench.py cloud                            # full run (~3-5 min, 2 cores)
-    python tools/bench.py cloud --scale 0.1 --repeats 1    # smoke run
+    python tools/bench.py cloud --repeats 3                # full run (~6-10 min, 2 cores)
+    python tools/bench.py cloud --scale 0.01 --repeats 1   # smoke run
 
-Both stores run on 127.0.0.1 (loopback/object_stores.py). One uint16 corpus per store is
-written locally, uploaded, and a train ``GPTDataset`` (S = 4096 + 1 extra token) is built
-over the local copy; its index cache then serves the remote datasets too (the cache key is
-the data's identity, not its path), so only reads are timed. Every batch is 32 random
-sample indices, the same for every reader of a store; a sample's pieces (document,
-offset, length) come from that index, so all readers fetch the same bytes:
+One uint16 corpus of ~1.1 GiB (x scale; random tokens, lognormal documents of mean ~500)
+is written once into the bench cache (``$MEGADATA_BENCH_CACHE``, default
+``~/.cache/megadata/bench``; free disk is checked first) and served by
 
-* ``gcs``: fake-gcs-server holding a ~128 MiB .bin (x scale). Ours:
-  ``GPTDataset.__getitems__`` on ``gs://`` (TensorStore, all ranges of the batch in one
-  ``ts.Batch``). Peer: ``google-cloud-storage`` ranged downloads
-  (``blob.download_as_bytes(start, end)``), one per piece, in a 16-thread pool.
-* ``s3``: moto's S3 server holding a ~288 MiB .bin (x scale): just over one 256 MiB chunk.
-  Ours as above on ``s3://``. Peer: megatron-core's ``IndexedDataset`` on ``s3://``
-  (``ObjectStorageConfig``, ``_S3BinReader`` with its default 256 MiB chunks), one
-  ``get(document, offset, length)`` per piece, as its ``GPTDataset.__getitem__`` does.
-  moto answers a range request by reading the whole object (~0.15 s for 300 MiB), which
-  charges every request by object size instead of bytes sent: ratios only.
-* ``first-batch``: time from nothing (cold .idx cache) to the first batch, ours vs
-  Megatron on the S3 store (ours: open + index cache hit + batch; Megatron: open, which
-  downloads the .idx, + the batch's reads), and ours alone on the GCS store.
+* ``s3``: s3rver (npm, installed once into the cache; it streams just the asked range from
+  its files, where moto reads the whole object per request), 2 node processes, and
+* ``gcs``: fake-gcs-server,
 
-Requests per batch are counted by a pass through a counting proxy (not timed). The first
-batch of every reader is compared with the local corpus's tokens (a failing check).
+each behind :class:`loopback.shaping_proxy.ShapingProxy` on 127.0.0.1: 20 ms first-byte
+latency per request and 100 MB/s per connection. A train ``GPTDataset`` (S = 4096 + 1) is
+built over the local copy; its index cache serves the remote datasets (the cache key is
+the data's identity), so only reads are timed. Every batch is 32 random sample indices,
+the same for every reader; a sample's pieces (document, offset, length) come from that
+index, so every reader fetches the same bytes. Readers:
+
+* ours: ``GPTDataset.__getitems__`` on ``s3://`` / ``gs://`` (TensorStore, all ranges of a
+  batch in one ``ts.Batch``);
+* megatron-core's ``IndexedDataset`` on ``s3://`` (``_S3BinReader``, 256 MiB chunk per
+  miss), one ``get`` per piece as its ``GPTDataset.__getitem__`` does. A miss moves 256
+  MiB through the 100 MB/s connection (~2.7 s) and a shuffled sample misses several
+  times, so a whole batch takes minutes: it reads each batch's samples in order for at
+  most ``MEGATRON_BUDGET_S`` (at least one sample) and its rate is tokens read / time;
+* a boto3 (S3) or google-cloud-storage (GCS) pool of 16 threads, one ranged GET per piece.
+
+Rows: tokens/s per reader, time to the first batch on a cold ``.idx`` cache (open +
+batch; Megatron's batch part extrapolated from its samples), requests per batch counted
+at the proxy, and the client CPU seconds per batch (the process's CPU minus the proxy
+thread's) -- on 2 shared cores the node server's CPU per request bounds every reader
+that sends one request per piece. Every reader's first batch is compared with the local
+corpus's tokens (a failing check).
 """
 
 from __future__ import annotations
@@ -41,25 +49,54 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from bench.gpt import (
-    EOD,
-    INDEX_SEED,
-    MEAN_LENGTH,
-    SEQUENCE,
-    lognormal_lengths,
-    write_token_corpus,
-)
+from bench.gpt import EOD, INDEX_SEED, MEAN_LENGTH, SEQUENCE, VOCAB, lognormal_lengths, write_idx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BATCH = 32
 THREADS = 16
 BUCKET = "megadata-bench"
-GCS_TOKENS = 64 << 20  # 128 MiB of uint16
-S3_TOKENS = 144 << 20  # ~288 MiB: just over one of Megatron's 256 MiB chunks
+TOKENS = 576 << 20  # 1.125 GiB of uint16: over four of Megatron's 256 MiB chunks
+LATENCY_S = 0.020
+BANDWIDTH = 100e6
+S3RVER_PROCESSES = 2
+MEGATRON_BUDGET_S = 40.0
 
 
 def progress(message: str) -> None:
     print(f"  .. {message}", file=sys.stderr, flush=True)
+
+
+def cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.environ.get("MEGADATA_BENCH_CACHE") or os.path.join(base, "megadata", "bench")
+
+
+def cached_corpus(directory: str, tokens: int, seed: int) -> str | None:
+    """A uint16 corpus of ~``tokens`` random tokens in ``directory``, written once (None
+    when the disk lacks room for it twice over). The ``.idx`` is renamed into place last,
+    so its presence means the pair is complete."""
+    prefix = os.path.join(directory, f"cloud-corpus-{tokens}-{seed}")
+    if os.path.exists(prefix + ".idx") and os.path.exists(prefix + ".bin"):
+        return prefix
+    os.makedirs(directory, exist_ok=True)
+    if shutil.disk_usage(directory).free < 4 * tokens + (1 << 30):
+        return None
+    rng = np.random.default_rng(seed)
+    lengths = lognormal_lengths(rng, max(1, tokens // MEAN_LENGTH))
+    ends = np.cumsum(lengths, dtype=np.int64)
+    progress(f"writing a {int(ends[-1]) * 2 >> 20} MiB corpus into {directory} (once)")
+    temporary = f"{prefix}.{os.getpid()}.tmp"
+    with open(temporary + ".bin", "wb") as stream:
+        for begin in range(0, int(ends[-1]), 32 << 20):
+            end = min(int(ends[-1]), begin + (32 << 20))
+            block = rng.integers(1, VOCAB, end - begin, dtype=np.uint16)
+            inside = ends[(ends > begin) & (ends <= end)] - 1 - begin
+            block[inside] = EOD
+            block.tofile(stream)
+    write_idx(temporary, lengths)
+    os.replace(temporary + ".bin", prefix + ".bin")
+    os.replace(temporary + ".idx", prefix + ".idx")
+    return prefix
 
 
 def _dataset(prefix: str, cache: str):
@@ -107,240 +144,247 @@ def _same(batch, expected: np.ndarray) -> bool:
     return bool(batch.shape == expected.shape and (batch == expected).all())
 
 
-def _median_rate(times: list[float]) -> float:
-    return BATCH * SEQUENCE / statistics.median(times)
+def _thread_cpu(native_id: int) -> float:
+    """CPU seconds of one thread of this process (Linux; 0 elsewhere)."""
+    try:
+        with open(f"/proc/self/task/{native_id}/stat") as stream:
+            fields = stream.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
-def _upload_corpus(bench, name: str, tokens: int, rng) -> str:
-    prefix = bench.path("cloud", name, "corpus")
-    lengths = lognormal_lengths(rng, max(1, tokens // MEAN_LENGTH))
-    progress(f"{name}: writing a {int(lengths.sum()) * 2 >> 20} MiB corpus")
-    write_token_corpus(prefix, lengths, rng)
-    return prefix
+class _Reader:
+    """One reader's measurements: seconds, requests and client CPU per batch."""
+
+    def __init__(self, name: str, read, proxy) -> None:
+        self.name, self.read, self.proxy = name, read, proxy
+        self.times: list[float] = []
+        self.requests: list[int] = []
+        self.cpu: list[float] = []
+
+    def run(self, indices) -> object:
+        self.proxy.reset_counts()
+        proxy_cpu = _thread_cpu(self.proxy.native_id)
+        cpu, start = time.process_time(), time.perf_counter()
+        result = self.read(indices)
+        self.times.append(time.perf_counter() - start)
+        self.cpu.append(time.process_time() - cpu - (_thread_cpu(self.proxy.native_id) - proxy_cpu))
+        self.requests.append(self.proxy.requests)
+        return result
+
+    def rate(self) -> float | None:
+        return BATCH * SEQUENCE / statistics.median(self.times) if self.times else None
 
 
-def suite_cloud(bench) -> None:
-    sys.path.insert(0, ROOT)  # loopback/ is not installed: it lives beside tools/
-    from adapters import tensorstore_bins
-    from bench.peers import quiet_import
-    from loopback.object_stores import FakeGcsServer, FaultProxy, MotoS3Server
-
-    rng = np.random.default_rng(bench.seed)
-    batches = max(2, bench.repeats)
+def _environment(bench) -> None:
     os.environ.update(
-        AWS_ACCESS_KEY_ID="bench",
-        AWS_SECRET_ACCESS_KEY="bench",
-        AWS_REGION="us-east-1",
         GOOGLE_AUTH_TOKEN_FOR_TESTING="bench",
         GCE_METADATA_ROOT="127.0.0.1:9",
+        AWS_REGION="us-east-1",
         AWS_SHARED_CREDENTIALS_FILE=bench.path("no-aws-credentials"),
         AWS_CONFIG_FILE=bench.path("no-aws-config"),
     )
 
+
+def suite_cloud(bench) -> None:
+    sys.path.insert(0, ROOT)  # loopback/ is not installed: it lives beside tools/
+    from loopback.shaping_proxy import ShapingProxy
+
+    _environment(bench)
+    cache = cache_dir()
+    prefix = cached_corpus(cache, bench.scaled(TOKENS, 1 << 20), bench.seed)
+    if prefix is None:
+        bench.note(f"cloud: skipped, {cache} lacks free disk for the corpus")
+        return
+    bench.note(
+        f"cloud: {os.path.getsize(prefix + '.bin') / 2**30:.2f} GiB .bin; proxy: "
+        f"{LATENCY_S * 1000:g} ms first-byte latency, {BANDWIDTH / 1e6:g} MB/s per connection"
+    )
+    index_cache = os.path.join(cache, "cloud-index-cache")
+    local = _dataset(prefix, index_cache)
+    rng = np.random.default_rng(bench.seed)
+    rows = rng.integers(0, len(local), (max(1, bench.repeats) + 1, BATCH))
+    expected = np.asarray(local.__getitems__(rows[0])["tokens"])
+    objects = {f"{BUCKET}/corpus.{ext}": f"{prefix}.{ext}" for ext in ("bin", "idx")}
+    if bench.wants("s3"):
+        _s3(bench, local, rows, expected, objects, index_cache, ShapingProxy)
     if bench.wants("gcs"):
-        prefix = _upload_corpus(bench, "gcs", bench.scaled(GCS_TOKENS, 1 << 20), rng)
-        local = _dataset(prefix, bench.path("cloud", "gcs", "index_cache"))
-        objects = {f"{BUCKET}/gcs/corpus.{ext}": f"{prefix}.{ext}" for ext in ("bin", "idx")}
-        server = FakeGcsServer(objects)
-        try:
-            os.environ["TENSORSTORE_GCS_HTTP_URL"] = server.endpoint
-            os.environ["STORAGE_EMULATOR_HOST"] = server.endpoint
-            tensorstore_bins.configure(cache_dir=bench.path("cloud", "gcs", "idx_cache"))
-            index_cache = bench.path("cloud", "gcs", "index_cache")
-            start = time.perf_counter()  # cold .idx cache: fetch, index cache hit, one batch
-            remote = _dataset(f"gs://{BUCKET}/gcs/corpus", index_cache)
-            remote.__getitems__(rng.integers(0, len(remote), BATCH))
-            first = time.perf_counter() - start
-            bench.row("first batch, cold .idx cache (gcs; no peer)", "s", "lower", first, None, 1)
-            _gcs_rows(bench, server, remote, local, rng, batches, progress, FaultProxy)
-        finally:
-            server.stop()
-
-    if bench.wants("s3") or bench.wants("first-batch"):
-        prefix = _upload_corpus(bench, "s3", bench.scaled(S3_TOKENS, 1 << 20), rng)
-        local = _dataset(prefix, bench.path("cloud", "s3", "index_cache"))
-        server = MotoS3Server()
-        try:
-            client = server.client()
-            client.create_bucket(Bucket=BUCKET)
-            for ext in ("bin", "idx"):
-                client.upload_file(f"{prefix}.{ext}", BUCKET, f"s3/corpus.{ext}")
-            os.environ["AWS_ENDPOINT_URL"] = server.endpoint
-            megatron = quiet_import(
-                "megatron.core.datasets.indexed_dataset",
-                "megatron.core.datasets.object_storage_utils",
-            )
-            _s3_rows(bench, server, prefix, local, rng, batches, progress, megatron, FaultProxy)
-        finally:
-            server.stop()
+        _gcs(bench, local, rows, expected, objects, index_cache, ShapingProxy)
 
 
-def _requests_per_batch(proxy_class, endpoint: str, env: str, read) -> float:
-    """Requests one call of ``read`` issues, counted by a proxy in front of the store."""
-    proxy = proxy_class(endpoint)
-    saved = os.environ[env]
+def _first_batch_ours(bench, store: str, url: str, index_cache: str, indices):
+    """(seconds, tokens): open on a cold .idx cache, index cache hit, one batch."""
+    from adapters import tensorstore_bins
+
+    tensorstore_bins.configure(cache_dir=bench.path("cloud", store, "idx_cache"))
+    start = time.perf_counter()
+    remote = _dataset(url, index_cache)
+    tokens = remote.__getitems__(indices)["tokens"]
+    return time.perf_counter() - start, tokens, remote
+
+
+def _timed_batches(bench, store: str, readers: list[_Reader], rows) -> None:
+    for repeat, indices in enumerate(rows[1:]):
+        for reader in readers if repeat % 2 == 0 else readers[::-1]:
+            reader.run(indices)
+        progress(f"{store} batch {repeat + 1}/{len(rows) - 1}")
+
+
+def _report(bench, store: str, ours: _Reader, peer: _Reader, label: str) -> None:
+    runs = len(ours.times)
+    bench.row(f"{store}: shuffled 32x4097 batches, peer = {label}", "tokens/s", "higher",
+              ours.rate(), peer.rate(), runs)  # fmt: skip
+    bench.row(f"{store}: requests per batch at the proxy, peer = {label}", "requests", "lower",
+              statistics.median(ours.requests), statistics.median(peer.requests), runs)  # fmt: skip
+    bench.row(f"{store}: client CPU per batch, peer = {label}", "s", "lower",
+              statistics.median(ours.cpu), statistics.median(peer.cpu), runs)  # fmt: skip
+
+
+def _s3(bench, local, rows, expected, objects, index_cache, proxy_class) -> None:
+    import boto3
+    from botocore.config import Config
+
+    from bench.peers import quiet_import
+    from loopback import s3rver
+
     try:
-        os.environ[env] = proxy.endpoint
-        read()  # opens the stores through the proxy
-        proxy.reset_counts()
-        read()
-        return float(proxy.requests)
+        server = s3rver.S3rverServer(objects, processes=S3RVER_PROCESSES)
+    except s3rver.S3rverUnavailableError as error:
+        bench.note(f"s3: skipped, s3rver is not available ({error})")
+        return
+    proxy = proxy_class(server.endpoints, LATENCY_S, BANDWIDTH)
+    try:
+        os.environ.update(
+            AWS_ACCESS_KEY_ID=s3rver.ACCESS_KEY,
+            AWS_SECRET_ACCESS_KEY=s3rver.SECRET_KEY,
+            AWS_ENDPOINT_URL=proxy.endpoint,
+        )
+        url = f"s3://{BUCKET}/corpus"
+        first, tokens, remote = _first_batch_ours(bench, "s3", url, index_cache, rows[0])
+        bench.check("s3: first batch equals the local corpus (ours)", _same(tokens, expected))
+
+        client = boto3.client("s3", config=Config(max_pool_connections=THREADS))
+        pool = ThreadPoolExecutor(THREADS)
+        pointers = local.indexed.sequence_pointers
+
+        def boto(indices):
+            def fetch(piece):
+                sequence, start, length = piece
+                begin = int(pointers[sequence]) + start * 2
+                body = client.get_object(
+                    Bucket=BUCKET, Key="corpus.bin", Range=f"bytes={begin}-{begin + length * 2 - 1}"
+                )["Body"].read()
+                return np.frombuffer(body, dtype=np.uint16)
+
+            pieces = _pieces(local, indices)
+            arrays = iter(pool.map(fetch, [piece for sample in pieces for piece in sample]))
+            return _assemble([[next(arrays) for _ in sample] for sample in pieces])
+
+        ours = _Reader("ours", lambda indices: remote.__getitems__(indices)["tokens"], proxy)
+        pool_reader = _Reader("boto3", boto, proxy)
+        bench.check("s3: first batch equals the local corpus (boto3 pool)",
+                    _same(boto(rows[0]), expected))  # fmt: skip
+        _timed_batches(bench, "s3", [ours, pool_reader], rows)
+        _report(bench, "s3", ours, pool_reader, "boto3 range GETs x16")
+        pool.shutdown()
+
+        megatron = quiet_import(
+            "megatron.core.datasets.indexed_dataset",
+            "megatron.core.datasets.object_storage_utils",
+        )
+        if megatron is None:
+            bench.row("first batch, cold .idx cache (s3)", "s", "lower", first, None, 1)
+            bench.note("s3: megatron-core is not installed: no _S3BinReader rows")
+            return
+        _megatron_rows(bench, megatron, local, rows, expected, url, proxy, ours, first)
     finally:
-        os.environ[env] = saved
         proxy.stop()
+        server.stop()
 
 
-def _gcs_rows(bench, server, remote, local, rng, batches, progress, proxy_class) -> None:
+def _megatron_rows(bench, megatron, local, rows, expected, url, proxy, ours, first) -> None:
+    indexed_module, storage_module = megatron
+    idx_cache = bench.path("cloud", "s3", "megatron_idx_cache")
+    os.makedirs(idx_cache, exist_ok=True)
+    budget = max(1.0, MEGATRON_BUDGET_S * min(1.0, bench.scale * 10))
+
+    def read_budgeted(indexed, indices):
+        """(seconds, samples read, their tokens) within the budget, at least one sample."""
+        parts, start = [], time.perf_counter()
+        for sample in _pieces(local, indices):
+            parts.append([indexed.get(document, offset, size) for document, offset, size in sample])
+            if time.perf_counter() - start > budget:
+                break
+        return time.perf_counter() - start, len(parts), _assemble(parts)
+
+    proxy.reset_counts()
+    start = time.perf_counter()
+    config = storage_module.ObjectStorageConfig(path_to_idx_cache=idx_cache)
+    indexed = indexed_module.IndexedDataset(url, mmap=False, object_storage_config=config)
+    opened = time.perf_counter() - start
+    seconds, samples, tokens = read_budgeted(indexed, rows[0])
+    bench.check("s3: first batch equals the local corpus (megatron _S3BinReader)",
+                _same(tokens, expected[:samples]))  # fmt: skip
+    bench.row("first batch, cold .idx cache (s3; megatron: open + its batch rate)", "s",
+              "lower", first, opened + seconds * BATCH / samples, 1)  # fmt: skip
+
+    proxy.reset_counts()
+    seconds, samples, _ = read_budgeted(indexed, rows[1])
+    requests = proxy.requests * BATCH / samples
+    bench.row("s3: shuffled 32x4097 batches, peer = megatron _S3BinReader", "tokens/s",
+              "higher", ours.rate(), samples * SEQUENCE / seconds, 1)  # fmt: skip
+    bench.row("s3: requests per batch at the proxy, peer = megatron (256 MiB each)",
+              "requests", "lower", statistics.median(ours.requests), requests, 1)  # fmt: skip
+    bench.note(
+        f"s3: megatron read {samples} of {BATCH} samples within its {budget:g} s budget; "
+        "its rate and requests per batch are scaled from those samples"
+    )
+
+
+def _gcs(bench, local, rows, expected, objects, index_cache, proxy_class) -> None:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
     from requests.adapters import HTTPAdapter
 
-    client = storage.Client(project="bench", credentials=AnonymousCredentials())
-    # A connection per thread (requests' default pool of 10 would drop some).
-    client._http.mount("http://", HTTPAdapter(pool_connections=THREADS, pool_maxsize=THREADS))
-    blob = client.bucket(BUCKET).blob("gcs/corpus.bin")
-    pool = ThreadPoolExecutor(THREADS)
+    from loopback.object_stores import FakeGcsServer
 
-    def peer(indices):
-        pieces = _pieces(local, indices)
+    server = FakeGcsServer(objects)
+    proxy = proxy_class(server.endpoint, LATENCY_S, BANDWIDTH)
+    try:
+        os.environ["TENSORSTORE_GCS_HTTP_URL"] = proxy.endpoint
+        os.environ["STORAGE_EMULATOR_HOST"] = proxy.endpoint
+        url = f"gs://{BUCKET}/corpus"
+        first, tokens, remote = _first_batch_ours(bench, "gcs", url, index_cache, rows[0])
+        bench.check("gcs: first batch equals the local corpus (ours)", _same(tokens, expected))
+        bench.row("first batch, cold .idx cache (gcs; no peer)", "s", "lower", first, None, 1)
 
-        def fetch(piece):
-            sequence, start, length = piece
-            begin = int(local.indexed.sequence_pointers[sequence]) + start * 2
-            data = blob.download_as_bytes(start=begin, end=begin + length * 2 - 1)
-            return np.frombuffer(data, dtype=np.uint16)
+        client = storage.Client(project="bench", credentials=AnonymousCredentials())
+        # A connection per thread (requests' default pool of 10 would drop some).
+        client._http.mount("http://", HTTPAdapter(pool_connections=THREADS, pool_maxsize=THREADS))
+        blob = client.bucket(BUCKET).blob("corpus.bin")
+        pool = ThreadPoolExecutor(THREADS)
+        pointers = local.indexed.sequence_pointers
 
-        flat = [piece for sample in pieces for piece in sample]
-        arrays = iter(pool.map(fetch, flat))
-        return _assemble([[next(arrays) for _ in sample] for sample in pieces])
+        def gcs(indices):
+            def fetch(piece):
+                sequence, start, length = piece
+                begin = int(pointers[sequence]) + start * 2
+                data = blob.download_as_bytes(start=begin, end=begin + length * 2 - 1)
+                return np.frombuffer(data, dtype=np.uint16)
 
-    def ours(indices):
-        return remote.__getitems__(indices)["tokens"]
+            pieces = _pieces(local, indices)
+            arrays = iter(pool.map(fetch, [piece for sample in pieces for piece in sample]))
+            return _assemble([[next(arrays) for _ in sample] for sample in pieces])
 
-    rows = rng.integers(0, len(local), (batches + 1, BATCH))
-    expected = np.asarray(local.__getitems__(rows[0])["tokens"])
-    first_ours, first_peer = ours(rows[0]), peer(rows[0])
-    bench.check("gcs: first batch equals the local corpus (ours)", _same(first_ours, expected))
-    bench.check(
-        "gcs: first batch equals the local corpus (google-cloud-storage)",
-        _same(first_peer, expected),
-    )
-    times_ours, times_peer = [], []
-    for repeat, indices in enumerate(rows[1:]):
-        order = [("ours", ours), ("peer", peer)]
-        for name, read in order if repeat % 2 == 0 else order[::-1]:
-            start = time.perf_counter()
-            read(indices)
-            (times_ours if name == "ours" else times_peer).append(time.perf_counter() - start)
-        progress(f"gcs batch {repeat + 1}/{batches}")
-    bench.row("gcs: shuffled 32x4097 batches, peer = GCS client x16", "tokens/s", "higher",
-              _median_rate(times_ours), _median_rate(times_peer), batches)  # fmt: skip
-    requests = _requests_per_batch(
-        proxy_class, server.endpoint, "TENSORSTORE_GCS_HTTP_URL",
-        lambda: _dataset_through_env(remote).__getitems__(rows[1]),
-    )  # fmt: skip
-    pieces = sum(len(sample) for sample in _pieces(local, rows[1]))
-    bench.row("gcs: requests per batch (peer: one per piece)", "requests", "lower",
-              requests, float(pieces), 1)  # fmt: skip
-    pool.shutdown()
-
-
-def _dataset_through_env(dataset):
-    """The same dataset reopened (pickled), so its stores follow the current environment."""
-    import pickle
-
-    return pickle.loads(pickle.dumps(dataset))
-
-
-def _s3_rows(bench, server, prefix, local, rng, batches, progress, megatron, proxy_class):
-    from adapters import tensorstore_bins
-
-    url = f"s3://{BUCKET}/s3/corpus"
-    index_cache = bench.path("cloud", "s3", "index_cache")
-    rows = rng.integers(0, len(local), (batches + 1, BATCH))
-    expected = np.asarray(local.__getitems__(rows[0])["tokens"])
-
-    # time to the first batch, cold .idx caches
-    idx_cache = bench.path("cloud", "s3", "idx_cache_first")
-    tensorstore_bins.configure(cache_dir=idx_cache)
-    start = time.perf_counter()
-    remote = _dataset(url, index_cache)
-    first_ours = remote.__getitems__(rows[0])["tokens"]
-    first_batch_ours = time.perf_counter() - start
-    bench.check("s3: first batch equals the local corpus (ours)", _same(first_ours, expected))
-
-    if megatron is None:
-        bench.row("first batch, cold .idx cache (s3)", "s", "lower", first_batch_ours, None, 1)
-        bench.row("s3: shuffled 32x4097 batches", "tokens/s", "higher", None, None, 0)
-        return
-    indexed_module, storage_module = megatron
-    megatron_cache = bench.path("cloud", "s3", "megatron_idx_cache")
-    shutil.rmtree(megatron_cache, ignore_errors=True)
-    os.makedirs(megatron_cache)
-
-    def open_megatron():
-        config = storage_module.ObjectStorageConfig(path_to_idx_cache=megatron_cache)
-        return indexed_module.IndexedDataset(url, mmap=False, object_storage_config=config)
-
-    def megatron_batch(indexed, indices):
-        pieces = _pieces(local, indices)
-        return _assemble(
-            [[indexed.get(sequence, start, length) for sequence, start, length in sample]
-             for sample in pieces]
-        )  # fmt: skip
-
-    start = time.perf_counter()
-    theirs_indexed = open_megatron()
-    first_theirs = megatron_batch(theirs_indexed, rows[0])
-    first_batch_theirs = time.perf_counter() - start
-    bench.check(
-        "s3: first batch equals the local corpus (megatron _S3BinReader)",
-        _same(first_theirs, expected),
-    )
-    bench.row("first batch, cold .idx cache (s3)", "s", "lower",
-              first_batch_ours, first_batch_theirs, 1)  # fmt: skip
-
-    times_ours, times_theirs, misses = [], [], []
-    reader = theirs_indexed.bin_reader
-    for repeat, indices in enumerate(rows[1:]):
-        order = [("ours", None), ("theirs", None)]
-        for name, _ in order if repeat % 2 == 0 else order[::-1]:
-            start = time.perf_counter()
-            if name == "ours":
-                remote.__getitems__(indices)
-                times_ours.append(time.perf_counter() - start)
-            else:
-                before = _chunk_fetches(reader)
-                megatron_batch(theirs_indexed, indices)
-                times_theirs.append(time.perf_counter() - start)
-                misses.append(_chunk_fetches(reader) - before)
-        progress(f"s3 batch {repeat + 1}/{batches}")
-    bench.row("s3: shuffled 32x4097 batches, peer = megatron", "tokens/s", "higher",
-              _median_rate(times_ours), _median_rate(times_theirs), batches)  # fmt: skip
-    requests = _requests_per_batch(
-        proxy_class, server.endpoint, "AWS_ENDPOINT_URL",
-        lambda: _dataset_through_env(remote).__getitems__(rows[1]),
-    )  # fmt: skip
-    bench.row("s3: requests per batch (peer: 256 MiB chunks)", "requests", "lower",
-              requests, float(statistics.median(misses)), batches)  # fmt: skip
-    bench.note(
-        "s3: Megatron's requests are 256 MiB chunk fetches (each a cache miss); ours are "
-        "byte ranges of the batch's pieces. moto reads the whole object for every range "
-        "request, so each of our requests costs about what one of Megatron's does on the "
-        "server side."
-    )
-
-
-def _chunk_fetches(reader) -> int:
-    """How many chunks megatron's _S3BinReader fetched so far (counted by wrapping it)."""
-    if not hasattr(reader, "_bench_fetches"):
-        reader._bench_fetches = 0
-        client = reader._client
-        original = client.get_object
-
-        def counted(*args, **kwargs):
-            reader._bench_fetches += 1
-            return original(*args, **kwargs)
-
-        client.get_object = counted
-    return reader._bench_fetches
+        ours = _Reader("ours", lambda indices: remote.__getitems__(indices)["tokens"], proxy)
+        peer = _Reader("google-cloud-storage", gcs, proxy)
+        bench.check("gcs: first batch equals the local corpus (google-cloud-storage)",
+                    _same(peer.run(rows[0]), expected))  # fmt: skip
+        peer.times.clear(), peer.requests.clear(), peer.cpu.clear()
+        _timed_batches(bench, "gcs", [ours, peer], rows)
+        _report(bench, "gcs", ours, peer, "GCS client range reads x16")
+        pool.shutdown()
+    finally:
+        proxy.stop()
+        server.stop()
