@@ -174,3 +174,23 @@ def test_gzip_inputs_are_whole_file_tasks(tmp_path):
     bounds = [t.start for t in tasks[1:]] + [size]
     assert all(data[b - 1:b] == b"\n" for b in bounds[1:])  # every cut on a line end
     assert len(tasks) - 1 == len(set(bounds)) - 1 < 5 + 1
+
+
+def test_tool_task_plan_matches_its_default_run(tmp_path):
+    paths = write_inputs(tmp_path, texts(25))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tools")])}
+    common = [sys.executable, str(REPO / "tools" / "preprocess_data.py"), "--input",
+              f"{paths['jsonl']},{paths['parquet']}", "--append_eod", "--noprogress"]
+    planned = subprocess.run(
+        [*common, "--output_prefix", str(tmp_path / "p"), "--task_size", "0.0002",
+         "--workers", "2"], capture_output=True, text=True, env=env, timeout=120)
+    assert planned.returncode == 0, planned.stderr
+    assert "documents:   50" in planned.stdout
+    reference = preprocess_jsonl([paths["jsonl"], paths["jsonl"]], str(tmp_path / "r"),
+                                 ByteTokenizer, append_eod=True)
+    assert files_of(str(tmp_path / "p_text_document")) == files_of(
+        reference.output_prefixes["text"])
+    refused = subprocess.run(
+        [*common, "--output_prefix", str(tmp_path / "q"), "--task_size", "1",
+         "--partitions", "2"], capture_output=True, text=True, env=env, timeout=120)
+    assert refused.returncode != 0 and "--partitions 2: Megatron's partitions" in refused.stderr
