@@ -26,14 +26,22 @@ from absl import app, flags
 from adapters.sentence_splitters import ENGINES, load_splitter
 from adapters.text_tokenizers import TOKENIZER_TYPES, load_tokenizer
 from megadata_core import DataError
-from megadata_core.preprocess import PreprocessSummary, open_input, preprocess_jsonl
+from megadata_core.preprocess import (
+    PreprocessSummary,
+    local_engine,
+    open_input,
+    preprocess_jsonl,
+    preprocess_tasks,
+)
+from megadata_core.preprocess.plan import is_table
 
 OUR_TYPES = ["bytes", "huggingface", "tiktoken"]
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string(
-    "input", None, "Input files or globs (.jsonl, .jsonl.gz, .jsonl.zst); comma-separated "
-    "and/or repeated. Globs expand in sorted order."
+    "input", None, "Input files or globs (.jsonl, .jsonl.gz, .jsonl.zst; .parquet with "
+    "--task_size, --json_keys naming columns); comma-separated and/or repeated. Globs expand "
+    "in sorted order."
 )
 flags.DEFINE_string(
     "output_prefix", None,
@@ -109,6 +117,31 @@ flags.DEFINE_integer(
     lower_bound=0,
 )
 flags.DEFINE_bool("progress", True, "Show a tqdm progress bar on stderr.")
+flags.DEFINE_enum(
+    "engine", "local", ["local", "ray"],
+    "Task-plan engine: local (a process pool of --workers) or ray (one Ray task per planned "
+    "task; --ray_address). --engine ray implies the task plan (--task_size, default 256)."
+)
+flags.DEFINE_float(
+    "task_size", None,
+    "Task plan mode (resumable, for any machine count): cut the inputs into tasks of about "
+    "this many MB (plain .jsonl on line ends; a .gz/.zst file whole; parquet by row groups), "
+    "each written as a shard with a manifest under {output_prefix}.work/, then merged in plan "
+    "order. The corpus is the input order: byte-identical to the default single-process run "
+    "(without --partitions) for any engine, worker count or task size. Rerun the same command "
+    "after a crash to finish the job; a work directory of another command is refused.",
+    lower_bound=1e-6,
+)
+flags.DEFINE_bool("keep_shards", False, "Task plan: keep {output_prefix}.work/ after merging.")
+flags.DEFINE_bool(
+    "no_merge", False,
+    "Task plan: do not merge; leave the shards in {output_prefix}.work/ and write "
+    "{output_prefix}_{key}_{level}.data_args ('tokens prefix' pairs) for --data_args_path."
+)
+flags.DEFINE_string("ray_address", None, "--engine ray: cluster address (default: start a "
+                    "local cluster for this run).")
+flags.DEFINE_integer("ray_max_in_flight", None, "--engine ray: tasks submitted at once "
+                     "(default: 2 per cluster CPU).", lower_bound=1)
 
 # Megatron's flags that take several values ("--json-keys a b"), as our list flags.
 _LIST_FLAGS = {"json_keys"}
@@ -351,6 +384,83 @@ def splitter_factory():
     return factory
 
 
+def task_mode() -> bool:
+    """True for the task plan (--task_size or --engine ray); its flags checked."""
+    planned = FLAGS.task_size is not None or FLAGS.engine == "ray"
+    if not planned:
+        given = [f"--{n}" for n in ("keep_shards", "no_merge") if FLAGS[n].value]
+        given += ["--ray_address"] if FLAGS.ray_address else []
+        if given:
+            raise DataError(f"{', '.join(given)}: only with the task plan (--task_size or "
+                            "--engine ray)")
+        return False
+    if FLAGS.partitions > 1 or FLAGS.keep_sequential_samples or FLAGS.keep_partitions:
+        raise DataError(
+            f"--partitions {FLAGS.partitions}: Megatron's partitions and the task plan "
+            "(--task_size, --engine ray) do not mix; the plan already shards the work"
+        )
+    if FLAGS.ray_address and FLAGS.engine != "ray":
+        raise DataError("--ray_address: only with --engine ray")
+    return True
+
+
+def _file_identity(path: str | None):
+    if path is None or not os.path.exists(path):
+        return path
+    stat = os.stat(path)
+    return [os.path.abspath(path), stat.st_size, stat.st_mtime_ns]
+
+
+def output_command() -> dict:
+    """The flags besides inputs and keys that change output bytes (the plan fingerprint),
+    tokenizer files by path, size and mtime."""
+    return {
+        "tokenizer_type": FLAGS.tokenizer_type,
+        **{name: _file_identity(FLAGS[name].value)
+           for name in ("tokenizer_file", "vocab_file", "merge_file", "tokenizer_model")},
+        **{name: FLAGS[name].value
+           for name in ("vocab_size", "tiktoken_pattern", "tiktoken_num_special_tokens",
+                        "legacy_tokenizer", "eod_token", "split_sentences", "keep_newlines",
+                        "lang", "sentence_splitter")},
+    }
+
+
+def run_tasks(inputs, factory, splitter, progress) -> PreprocessSummary:
+    """The task plan on the engine --engine names."""
+    if FLAGS.engine == "ray":
+        from adapters.ray_preprocess import ray_engine
+
+        engine = ray_engine(FLAGS.ray_address, max_in_flight=FLAGS.ray_max_in_flight,
+                            progress=FLAGS.progress)
+        task_progress = None  # the Ray engine's own bar
+    else:
+        engine = local_engine(FLAGS.workers)
+        task_progress = progress
+    table_reader = None
+    if any(is_table(path) for path in inputs):
+        from adapters.parquet_records import ParquetReader
+
+        table_reader = ParquetReader()
+    size = FLAGS.task_size if FLAGS.task_size is not None else 256
+    return preprocess_tasks(
+        inputs,
+        os.path.expanduser(FLAGS.output_prefix),
+        factory,
+        task_size=max(1, round(size * 1e6)),
+        engine=engine,
+        json_keys=FLAGS.json_keys,
+        append_eod=FLAGS.append_eod,
+        skip_bad_lines=FLAGS.skip_bad_lines,
+        open_binary=open_binary,
+        table_reader=table_reader,
+        splitter_factory=splitter,
+        merge=not FLAGS.no_merge,
+        keep_shards=FLAGS.keep_shards,
+        command=output_command(),
+        progress=task_progress,
+    )
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -368,21 +478,24 @@ def main(argv: list[str]) -> None:
                 break
         progress = _Progress(FLAGS.progress, FLAGS.log_interval)
         try:
-            summary = preprocess_jsonl(
-                inputs,
-                os.path.expanduser(FLAGS.output_prefix),
-                factory,
-                json_keys=FLAGS.json_keys,
-                append_eod=FLAGS.append_eod,
-                workers=FLAGS.workers,
-                partitions=FLAGS.partitions,
-                keep_partitions=FLAGS.keep_partitions,
-                skip_bad_lines=FLAGS.skip_bad_lines,
-                open_binary=open_binary,
-                progress=progress,
-                splitter_factory=splitter,
-                keep_sequential_samples=FLAGS.keep_sequential_samples,
-            )
+            if task_mode():
+                summary = run_tasks(inputs, factory, splitter, progress)
+            else:
+                summary = preprocess_jsonl(
+                    inputs,
+                    os.path.expanduser(FLAGS.output_prefix),
+                    factory,
+                    json_keys=FLAGS.json_keys,
+                    append_eod=FLAGS.append_eod,
+                    workers=FLAGS.workers,
+                    partitions=FLAGS.partitions,
+                    keep_partitions=FLAGS.keep_partitions,
+                    skip_bad_lines=FLAGS.skip_bad_lines,
+                    open_binary=open_binary,
+                    progress=progress,
+                    splitter_factory=splitter,
+                    keep_sequential_samples=FLAGS.keep_sequential_samples,
+                )
         finally:
             progress.close()
     except DataError as error:

@@ -39,6 +39,7 @@ class TokenizedChunk:
     blank_lines: int = 0
     bad_lines: dict[str, int] = field(default_factory=dict)
     bad_examples: list[str] = field(default_factory=list)
+    nbytes: int = 0  # input bytes the records came from (set by the reader that knows)
 
     @property
     def lengths(self) -> dict[str, np.ndarray]:
@@ -93,25 +94,14 @@ def tokenize_chunk(
             if len(examples) < MAX_EXAMPLES:
                 examples.append(str(error))
             continue
-        if splitter is not None:
-            values = [splitter.split(value) for value in values]
         offsets.append(offset)
         texts.append(values)
-    last_line = first_line + len(lines) - 1
-    tokens, sequence_lengths, document_sequences = {}, {}, {}
-    for index, key in enumerate(json_keys):
-        if splitter is None:
-            pieces = [document[index] for document in texts]
-            per_document = np.ones(len(texts), dtype=np.int64)
-        else:
-            pieces = [sentence for document in texts for sentence in document[index]]
-            per_document = np.fromiter(
-                (len(document[index]) for document in texts), np.int64, count=len(texts)
-            )
-        ids, lengths = encode_many(tokenizer, pieces, key, path, first_line)
-        ids, lengths, counts = _documents(ids, lengths, per_document, tokenizer, append_eod)
-        tokens[key] = _as_token_dtype(ids, np.dtype(dtype), path, first_line, last_line)
-        sequence_lengths[key], document_sequences[key] = lengths, counts
+    columns = [[document[index] for document in texts] for index in range(len(json_keys))]
+    tokens, sequence_lengths, document_sequences = encode_columns(
+        columns, tokenizer, json_keys, path=path, first_line=first_line,
+        last_line=first_line + len(lines) - 1, append_eod=append_eod, dtype=dtype,
+        splitter=splitter,
+    )
     return TokenizedChunk(
         documents=len(texts),
         tokens=tokens,
@@ -122,6 +112,40 @@ def tokenize_chunk(
         bad_lines=dict(bad),
         bad_examples=examples,
     )
+
+
+def encode_columns(
+    columns: Sequence[Sequence[str]],
+    tokenizer: Tokenizer,
+    json_keys: Sequence[str],
+    *,
+    path: str,
+    first_line: int,
+    last_line: int,
+    append_eod: bool,
+    dtype: np.typing.DTypeLike,
+    splitter: SentenceSplitter | None,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Texts of D documents, one column (list[str], length D) per key, to token arrays.
+
+    Returns per key: tokens (``dtype``), int64 sequence lengths and int64[D] sequences
+    per document, as :class:`TokenizedChunk` holds them. ``first_line``/``last_line``
+    only name the records in messages.
+    """
+    tokens, sequence_lengths, document_sequences = {}, {}, {}
+    for key, column in zip(json_keys, columns):
+        if splitter is None:
+            pieces = list(column)
+            per_document = np.ones(len(pieces), dtype=np.int64)
+        else:
+            split = [splitter.split(value) for value in column]
+            pieces = [sentence for sentences in split for sentence in sentences]
+            per_document = np.fromiter(map(len, split), np.int64, count=len(split))
+        ids, lengths = encode_many(tokenizer, pieces, key, path, first_line)
+        ids, lengths, counts = _documents(ids, lengths, per_document, tokenizer, append_eod)
+        tokens[key] = _as_token_dtype(ids, np.dtype(dtype), path, first_line, last_line)
+        sequence_lengths[key], document_sequences[key] = lengths, counts
+    return tokens, sequence_lengths, document_sequences
 
 
 def _documents(

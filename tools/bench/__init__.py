@@ -18,6 +18,7 @@ from bench.gpt import suite_gpt
 from bench.harness import Bench
 from bench.loaders import suite_loaders
 from bench.megatron import suite_megatron
+from bench.preprocess_scale import suite_preprocess_scale
 
 # Adding a suite: write ``def suite_x(bench: Bench) -> None`` and list it here.
 SUITES: dict[str, Callable[[Bench], None]] = {
@@ -28,4 +29,5 @@ SUITES: dict[str, Callable[[Bench], None]] = {
     "loaders": suite_loaders,
     "cloud": suite_cloud,
     "megatron": suite_megatron,
+    "preprocess": suite_preprocess_scale,
 }

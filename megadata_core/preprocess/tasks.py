@@ -1,0 +1,230 @@
+"""Running one planned task: read its records, tokenize, write its shards, then its manifest.
+
+:class:`TaskRunner` is picklable (it carries factories, not a tokenizer) and builds its
+tokenizer once per process, so any engine can ship it to workers: the local process pool
+(:func:`local_engine`) or Ray (``adapters/ray_preprocess.py``). An engine is a callable
+``engine(runner, tasks) -> iterator of manifests`` (any order; the driver puts them in
+plan order).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import BinaryIO
+
+import numpy as np
+
+from megadata_core.errors import DataError
+from megadata_core.format import IndexedDatasetWriter
+from megadata_core.preprocess.encoding import (
+    MAX_EXAMPLES,
+    TokenizedChunk,
+    encode_columns,
+    tokenize_chunk,
+)
+from megadata_core.preprocess.outputs import write_documents
+from megadata_core.preprocess.plan import TableReader, Task
+from megadata_core.preprocess.reading import _BOM, _reading
+from megadata_core.preprocess.records import BadLineError
+from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
+from megadata_core.preprocess.workdir import (
+    file_records,
+    manifest_path,
+    remove_task_files,
+    shard_files,
+    shard_prefix,
+    write_json,
+)
+
+Engine = Callable[["TaskRunner", Sequence[Task]], Iterator[dict]]
+
+CHUNK_LINES = 256
+CHUNK_BYTES = 1 << 22
+
+
+class TaskRunner:
+    """Everything a worker needs to run tasks; ``runner(task) -> manifest`` (a dict)."""
+
+    def __init__(
+        self,
+        directory: str,
+        fingerprint: str,
+        tokenizer_factory: Callable[[], Tokenizer],
+        json_keys: Sequence[str],
+        level: str,
+        dtype: np.dtype,
+        append_eod: bool,
+        skip_bad_lines: bool,
+        open_binary: Callable[[str], BinaryIO],
+        table_reader: TableReader | None = None,
+        splitter_factory: Callable[[], SentenceSplitter] | None = None,
+    ) -> None:
+        self.directory = directory
+        self.fingerprint = fingerprint
+        self.tokenizer_factory = tokenizer_factory
+        self.json_keys = tuple(json_keys)
+        self.level = level
+        self.dtype = np.dtype(dtype)
+        self.append_eod = bool(append_eod)
+        self.skip_bad_lines = bool(skip_bad_lines)
+        self.open_binary = open_binary
+        self.table_reader = table_reader
+        self.splitter_factory = splitter_factory
+        self._tools = None  # (tokenizer, splitter), built on first use in each process
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_tools": None}
+
+    def tools(self) -> tuple[Tokenizer, SentenceSplitter | None]:
+        if self._tools is None:
+            splitter = None if self.splitter_factory is None else self.splitter_factory()
+            self._tools = (self.tokenizer_factory(), splitter)
+        return self._tools
+
+    def __call__(self, task: Task) -> dict:
+        """Write the task's shards and manifest; returns the manifest."""
+        remove_task_files(self.directory, task)  # a killed attempt's partial shards
+        documents = nbytes = blank = 0
+        tokens_per_key = dict.fromkeys(self.json_keys, 0)
+        bad: collections.Counter[str] = collections.Counter()
+        examples: list[str] = []
+        prefixes = {k: shard_prefix(self.directory, task, k, self.level) for k in self.json_keys}
+        with contextlib.ExitStack() as stack:  # aborts the open writers on error
+            writers = {
+                key: stack.enter_context(IndexedDatasetWriter(prefix, self.dtype))
+                for key, prefix in prefixes.items()
+            }
+            parts = self._table_parts(task) if task.kind == "rows" else self._line_parts(task)
+            for part in parts:
+                for key, writer in writers.items():
+                    write_documents(
+                        writer, part.tokens[key], part.sequence_lengths[key],
+                        part.document_sequences[key],
+                    )
+                    tokens_per_key[key] += int(part.tokens[key].size)
+                documents += part.documents
+                nbytes += part.nbytes
+                blank += part.blank_lines
+                bad.update(part.bad_lines)
+                examples.extend(part.bad_examples[: MAX_EXAMPLES - len(examples)])
+            for writer in writers.values():
+                writer.finalize()
+        manifest = {
+            "fingerprint": self.fingerprint,
+            "task": task.as_list(),
+            "documents": documents,
+            "tokens": tokens_per_key,
+            "bytes": nbytes,
+            "blank_lines": blank,
+            "bad_lines": dict(bad),
+            "bad_examples": examples,
+            "files": file_records(shard_files(self.directory, task, self.json_keys, self.level)),
+        }
+        write_json(manifest_path(self.directory, task), manifest)
+        return manifest
+
+    def _line_parts(self, task: Task) -> Iterator[TokenizedChunk]:
+        tokenizer, splitter = self.tools()
+        where = task.path if task.start == 0 else f"{task.path} (task from byte {task.start})"
+        with _reading(task.path), self.open_binary(task.path) as stream:
+            if task.start:
+                stream.seek(task.start)
+            for first_line, lines, nbytes in _line_chunks(stream, task):
+                part = tokenize_chunk(
+                    lines, tokenizer, self.json_keys, path=where, first_line=first_line,
+                    append_eod=self.append_eod, dtype=self.dtype,
+                    skip_bad_lines=self.skip_bad_lines, splitter=splitter,
+                )
+                part.nbytes = nbytes
+                yield part
+
+    def _table_parts(self, task: Task) -> Iterator[TokenizedChunk]:
+        tokenizer, splitter = self.tools()
+        for group in range(task.start, task.stop):
+            columns, null_rows, nbytes = self.table_reader.read_columns(
+                task.path, group, group + 1, self.json_keys
+            )
+            where = f"{task.path} (row group {group})"
+            bad, examples = {}, []
+            if len(null_rows):
+                error = BadLineError(
+                    f"{where}, row {int(null_rows[0]) + 1}: a key of {list(self.json_keys)} "
+                    "holds null, not a string", "not_string",
+                )
+                if not self.skip_bad_lines:
+                    raise error
+                bad, examples = {"not_string": len(null_rows)}, [str(error)]
+            tokens, lengths, sequences = encode_columns(
+                columns, tokenizer, self.json_keys, path=where, first_line=1,
+                last_line=len(columns[0]), append_eod=self.append_eod, dtype=self.dtype,
+                splitter=splitter,
+            )
+            part = TokenizedChunk(
+                documents=len(columns[0]), tokens=tokens, sequence_lengths=lengths,
+                document_sequences=sequences, line_offsets=np.empty(0, np.int64),
+                bad_lines=bad, bad_examples=examples,
+            )
+            part.nbytes = nbytes
+            yield part
+
+
+def _line_chunks(stream: BinaryIO, task: Task):
+    """(first line number within the task, lines, bytes) of up to CHUNK_LINES lines."""
+    lines: list[bytes] = []
+    position = task.start
+    nbytes = 0
+    first = 1
+    number = 0
+    for line in stream:
+        if 0 <= task.stop <= position:
+            break
+        position += len(line)
+        number += 1
+        nbytes += len(line)
+        if number == 1 and task.start == 0 and line.startswith(_BOM):
+            line = line[len(_BOM):]
+        lines.append(line)
+        if len(lines) >= CHUNK_LINES or nbytes >= CHUNK_BYTES:
+            yield first, lines, nbytes
+            lines, nbytes, first = [], 0, number + 1
+    if lines:
+        yield first, lines, nbytes
+
+
+_RUNNER: TaskRunner | None = None
+
+
+def _init_pool(runner: TaskRunner) -> None:
+    global _RUNNER
+    _RUNNER = runner
+
+
+def _run_pooled(task: Task) -> dict:
+    return _RUNNER(task)
+
+
+def local_engine(workers: int = 1, start_method: str | None = None) -> Engine:
+    """Run tasks in this process (``workers == 1``) or a pool of ``workers`` processes."""
+    if not isinstance(workers, int) or workers < 1:
+        raise DataError(f"workers: {workers!r} must be an integer >= 1")
+
+    def run(runner: TaskRunner, tasks: Sequence[Task]) -> Iterator[dict]:
+        if workers == 1 or len(tasks) <= 1:
+            yield from map(runner, tasks)
+            return
+        context = multiprocessing.get_context(start_method)
+        with context.Pool(min(workers, len(tasks)), _init_pool, (runner,)) as pool:
+            yield from pool.imap_unordered(_run_pooled, tasks)
+
+    return run
+
+
+def task_bytes(task: Task) -> int:
+    """Input bytes a task covers on disk (compressed size for .gz/.zst and parquet groups)."""
+    if task.kind == "lines" and task.stop >= 0:
+        return task.stop - task.start
+    return os.path.getsize(task.path) if task.kind == "lines" else 0

@@ -1,0 +1,155 @@
+"""The work directory of a task-plan run: one shard per task and key, each task's manifest.
+
+``{output_prefix}.work/`` holds ``plan.json`` (the command and its fingerprint), and per
+task ``task000007_{key}_{level}.bin/.idx`` and ``task000007.json``, the manifest:
+documents, tokens, sizes and sha256 of every shard file, the fingerprint. A manifest is
+written last and atomically (temporary file, then ``os.replace``), so a task counts as
+done only when every byte of it is on disk; a rerun skips a task whose manifest matches
+its files and the plan, and rebuilds any other.
+
+A work directory made by a different command is refused with a DataError naming the
+differences (it is never deleted on a guess: it may be hours of someone's work).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+
+from megadata_core import temp_files
+from megadata_core.errors import DataError
+from megadata_core.format.reader import bin_path_of, idx_path_of
+from megadata_core.preprocess.plan import Task, command_differences
+
+PLAN_FILE = "plan.json"
+
+
+def work_directory(output_prefix: str) -> str:
+    return f"{os.path.abspath(output_prefix)}.work"
+
+
+def shard_prefix(directory: str, task: Task, key: str, level: str) -> str:
+    return os.path.join(directory, f"{task.name}_{key}_{level}")
+
+
+def manifest_path(directory: str, task: Task) -> str:
+    return os.path.join(directory, f"{task.name}.json")
+
+
+def write_json(path: str, content: Mapping) -> None:
+    """Write ``content`` to ``path`` atomically (temporary file, fsync, os.replace)."""
+    directory, name = os.path.split(path)
+    handle, temp = temp_files.create_file(directory, name)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            json.dump(content, stream, sort_keys=True, indent=1)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+
+
+def open_work_directory(directory: str, command: Mapping, fingerprint: str) -> None:
+    """Create ``directory`` with its plan, or check an existing one was made by ``command``."""
+    plan_file = os.path.join(directory, PLAN_FILE)
+    if os.path.isdir(directory) and os.path.exists(plan_file):
+        try:
+            with open(plan_file, encoding="utf-8") as stream:
+                previous = json.load(stream)
+            old_command, old_fingerprint = previous["command"], previous["fingerprint"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise DataError(
+                f"{plan_file}: unreadable plan of an earlier run ({error}); remove {directory} "
+                "to start over"
+            ) from None
+        if old_fingerprint != fingerprint:
+            differences = command_differences(old_command, command) or ["(fingerprint only)"]
+            raise DataError(
+                f"{directory}: work directory of a different command, refused (remove it to "
+                f"start over, or use another --output_prefix); differences: "
+                + "; ".join(differences)
+            )
+        return
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise DataError(f"{directory}: exists and is not a work directory")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise DataError(f"{directory}: cannot create work directory ({error.strerror})") from None
+    write_json(plan_file, {"command": command, "fingerprint": fingerprint})
+
+
+def file_digest(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        while block := stream.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def shard_files(directory: str, task: Task, keys: Sequence[str], level: str) -> list[str]:
+    files = []
+    for key in keys:
+        prefix = shard_prefix(directory, task, key, level)
+        files += [bin_path_of(prefix), idx_path_of(prefix)]
+    return files
+
+
+def file_records(paths: Sequence[str]) -> dict[str, list]:
+    """basename -> [size, sha256] of finished shard files."""
+    return {os.path.basename(p): [os.path.getsize(p), file_digest(p)] for p in paths}
+
+
+def verified_manifest(
+    directory: str, task: Task, keys: Sequence[str], level: str, fingerprint: str
+) -> dict | None:
+    """The task's manifest when it matches the plan and every shard file; else None."""
+    path = manifest_path(directory, task)
+    try:
+        with open(path, encoding="utf-8") as stream:
+            manifest = json.load(stream)
+        if manifest["fingerprint"] != fingerprint or manifest["task"] != task.as_list():
+            return None
+        expected = shard_files(directory, task, keys, level)
+        records = manifest["files"]
+        if sorted(records) != sorted(os.path.basename(p) for p in expected):
+            return None
+        for file in expected:
+            size, digest = records[os.path.basename(file)]
+            if os.path.getsize(file) != size or file_digest(file) != digest:
+                return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return manifest
+
+
+def remove_task_files(directory: str, task: Task) -> None:
+    """Remove a task's manifest (first) and shards, finished or not."""
+    stem = f"{task.name}_"
+    for name in [f"{task.name}.json", *sorted(os.listdir(directory))]:
+        if name == f"{task.name}.json" or name.startswith(stem):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:
+                pass
+
+
+def remove_strays(directory: str, keep: set[str]) -> list[str]:
+    """Remove every entry of ``directory`` but ``plan.json`` and the names in ``keep``:
+    partial shards, temporaries of killed writers (on any host: one driver owns the
+    directory, and it calls this only when no task of its own is running)."""
+    removed = []
+    for entry in os.scandir(directory):
+        if entry.name == PLAN_FILE or entry.name in keep:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            temp_files.remove_tree(entry.path)
+        else:
+            os.unlink(entry.path)
+        removed.append(entry.path)
+    return removed

@@ -1,0 +1,64 @@
+"""The Ray engine on a real local cluster (127.0.0.1, 2 CPUs): the same corpus bytes as one
+process, and a worker killed mid-task retried by Ray."""
+
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+import sys
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+PREPROCESS_TESTS = pathlib.Path(__file__).resolve().parents[1] / "preprocess"
+sys.path.insert(0, str(PREPROCESS_TESTS))  # task_helpers, importable in workers too
+
+from preprocess_helpers import files_of  # noqa: E402
+from task_helpers import KillOnceTokenizer, texts, write_inputs  # noqa: E402
+
+from adapters.parquet_records import ParquetReader  # noqa: E402
+from adapters.ray_preprocess import ray_engine  # noqa: E402
+from megadata_core.preprocess import ByteTokenizer, preprocess_jsonl, preprocess_tasks  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One local cluster for this module (its start costs seconds)."""
+    paths = [str(PREPROCESS_TESTS), *(p for p in sys.path if p and os.path.isdir(p))]
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}})
+    yield
+    ray.shutdown()
+
+
+def test_ray_gives_the_single_process_bytes(cluster, tmp_path):
+    paths = write_inputs(tmp_path, texts(40))
+    reference = preprocess_jsonl([paths["jsonl"], paths["jsonl"]], str(tmp_path / "r"),
+                                 ByteTokenizer, append_eod=True)
+    summary = preprocess_tasks(
+        [paths["jsonl"], paths["parquet"]], str(tmp_path / "o"), ByteTokenizer,
+        append_eod=True, task_size=200, table_reader=ParquetReader(),
+        engine=ray_engine(max_in_flight=3, progress=False),
+    )
+    assert files_of(summary.output_prefixes["text"]) == files_of(
+        reference.output_prefixes["text"])
+    assert sorted(os.listdir(tmp_path)) == [  # no work directory or temporaries left
+        "in.jsonl", "in.jsonl.gz", "in.parquet", "o_text_document.bin", "o_text_document.idx",
+        "r_text_document.bin", "r_text_document.idx"]
+
+
+def test_worker_killed_mid_task_is_retried(cluster, tmp_path):
+    paths = write_inputs(tmp_path, texts(30, {17: "KILL"}))
+    marker = tmp_path / "killed"
+    reference = preprocess_jsonl([paths["jsonl"]], str(tmp_path / "r"), ByteTokenizer,
+                                 append_eod=True)
+    summary = preprocess_tasks(
+        [paths["jsonl"]], str(tmp_path / "o"), functools.partial(KillOnceTokenizer, str(marker)),
+        append_eod=True, task_size=100, engine=ray_engine(max_retries=2, progress=False),
+    )
+    assert marker.exists()  # a worker did die in the middle of a task
+    assert files_of(summary.output_prefixes["text"]) == files_of(
+        reference.output_prefixes["text"])
+    assert not os.path.exists(tmp_path / "o.work")
