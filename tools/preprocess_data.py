@@ -20,6 +20,7 @@ import os
 import sys
 import time
 
+import progress_bars
 import tool_main
 from absl import app, flags
 
@@ -108,7 +109,10 @@ flags.DEFINE_integer(
     "log_interval", 0, "Also log a progress line every this many documents (0: bar only).",
     lower_bound=0,
 )
-flags.DEFINE_bool("progress", True, "Show a tqdm progress bar on stderr.")
+flags.DEFINE_bool(
+    "progress", True, "Show a tqdm progress bar on stderr (on a terminal only; --noprogress: "
+    "never)."
+)
 
 # Megatron's flags that take several values ("--json-keys a b"), as our list flags.
 _LIST_FLAGS = {"json_keys"}
@@ -246,11 +250,9 @@ class _Progress:
 
     def __call__(self, documents: int, nbytes: int) -> None:
         if self.bar is None:
-            from tqdm import tqdm
-
-            self.bar = tqdm(
-                unit=" docs", unit_scale=True, disable=not self.enabled, file=sys.stderr,
-                mininterval=0.5, dynamic_ncols=True,
+            self.bar = progress_bars.bar(
+                self.enabled, unit=" docs", unit_scale=True, mininterval=0.5,
+                desc="tokenizing",
             )
         elapsed = max(time.perf_counter() - self.started, 1e-9)
         self.bar.set_postfix_str(f"{nbytes / 1e6 / elapsed:.1f} MB/s", refresh=False)

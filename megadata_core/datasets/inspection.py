@@ -135,15 +135,15 @@ class SampleSources:
     Attributes:
         dataset_id: int64 [B] the member dataset of a blend (0 for a single dataset).
         member_sample: int64 [B] the sample of that member.
-        documents: int64 [B, S + extra] the corpus sequence id of every text token
-            (tokens are the first S, labels the last S), -1 for padding.
-        first_document: int64 [B] the sequence the sample starts in.
+        first_document: int64 [B] the corpus sequence each sample starts in.
+        documents: int64 [B, S + extra] the corpus sequence of every text token (tokens
+            are the first S, labels the last S), -1 for padding; None unless asked for.
     """
 
     dataset_id: np.ndarray
     member_sample: np.ndarray
-    documents: np.ndarray
     first_document: np.ndarray
+    documents: np.ndarray | None = None
 
 
 def members(dataset) -> list:
@@ -151,9 +151,9 @@ def members(dataset) -> list:
     return list(getattr(dataset, "datasets", [dataset]))
 
 
-def sample_sources(dataset, indices) -> SampleSources:
+def sample_sources(dataset, indices, *, tokens: bool = False) -> SampleSources:
     """:class:`SampleSources` of the samples at ``indices`` of a GPTDataset or a
-    BlendedDataset of GPTDatasets.
+    BlendedDataset of GPTDatasets (``tokens``: also every token's document).
 
     Raises:
         DataError: an index outside ``[0, len(dataset))``, naming the split.
@@ -175,30 +175,59 @@ def sample_sources(dataset, indices) -> SampleSources:
     else:
         ids, samples = np.zeros(len(positions), dtype=np.int64), positions
     parts = members(dataset)
-    config = parts[0].config
-    width = config.sequence_length + int(config.add_extra_token_to_sequence)
-    documents = np.full((len(positions), width), -1, dtype=np.int64)
+    first = np.zeros(len(positions), dtype=np.int64)
+    documents = None
+    if tokens:
+        config = parts[0].config
+        width = config.sequence_length + int(config.add_extra_token_to_sequence)
+        documents = np.full((len(positions), width), -1, dtype=np.int64)
     for j in np.unique(ids).tolist():  # one call per member, not per sample
         rows = np.flatnonzero(ids == j)
-        documents[rows] = _token_documents(parts[j], samples[rows], width)
-    return SampleSources(ids, samples, documents, documents[:, 0].copy())
+        member = parts[j]
+        shuffled = np.asarray(member.shuffle_index)[samples[rows]].astype(np.int64)
+        starts = np.asarray(member.sample_index)[shuffled, 0].astype(np.int64)
+        first[rows] = np.asarray(member.document_index)[starts]
+        if documents is not None:
+            documents[rows] = _token_documents(member, shuffled, documents.shape[1])
+    return SampleSources(ids, samples, first, documents)
 
 
-def _token_documents(dataset, samples: np.ndarray, width: int) -> np.ndarray:
-    """int64 [B, width]: the sequence id of each text token of a GPTDataset's samples."""
-    shuffled = np.asarray(dataset.shuffle_index)[samples]
+def _token_documents(dataset, rows: np.ndarray, width: int) -> np.ndarray:
+    """int64 [B, width]: the sequence of each text token of a GPTDataset's samples at
+    sample-index ``rows`` (already shuffled), -1 past a padded sample's end."""
     pieces = locate_pieces(
         dataset.sample_index, dataset.document_index, dataset.indexed.sequence_lengths,
-        shuffled, int(dataset.config.add_extra_token_to_sequence),
+        rows, int(dataset.config.add_extra_token_to_sequence),
     )
-    out = np.full((len(samples), width), -1, dtype=np.int64)
-    owner = np.repeat(np.arange(len(samples)), np.diff(np.append(pieces.first, len(pieces.length))))
+    per_sample = np.diff(np.append(pieces.first, len(pieces.length)))
+    owner = np.repeat(np.arange(len(rows)), per_sample)  # sample of each piece
     token_owner = np.repeat(owner, pieces.length)
-    starts = np.zeros(len(samples) + 1, dtype=np.int64)
-    np.add.at(starts, owner + 1, pieces.length)
-    column = np.arange(len(token_owner)) - np.cumsum(starts)[:-1][token_owner]
+    tokens = np.zeros(len(rows), dtype=np.int64)  # text tokens of each sample
+    np.add.at(tokens, owner, pieces.length)
+    sample_start = np.cumsum(tokens) - tokens
+    column = np.arange(len(token_owner), dtype=np.int64) - sample_start[token_owner]
     keep = column < width
-    out[token_owner[keep], column[keep]] = np.repeat(
-        np.asarray(pieces.document, dtype=np.int64), pieces.length
-    )[keep]
+    out = np.full((len(rows), width), -1, dtype=np.int64)
+    owned = np.repeat(np.asarray(pieces.document, dtype=np.int64), pieces.length)
+    out[token_owner[keep], column[keep]] = owned[keep]
     return out
+
+
+def read_regions(
+    sources: SampleSources, corpus_sizes: Sequence[int], batch_size: int, regions: int
+) -> np.ndarray:
+    """int64 [datasets, regions, batches]: samples of consecutive batches of
+    ``batch_size`` (in ``sources`` order) that start in each equal region of each
+    dataset's corpus (region r of a corpus of N sequences: ids ``[r N / R, (r+1) N / R)``).
+    """
+    if batch_size < 1 or regions < 1:
+        raise DataError(f"batch_size {batch_size} and regions {regions} must be >= 1")
+    sizes = np.maximum(np.asarray(corpus_sizes, dtype=np.int64), 1)
+    count = len(sources.dataset_id)
+    batches = -(-count // batch_size)
+    region = sources.first_document * regions // sizes[sources.dataset_id]
+    region = np.clip(region, 0, regions - 1)
+    batch = np.arange(count, dtype=np.int64) // batch_size
+    flat = (sources.dataset_id * regions + region) * batches + batch
+    counts = np.bincount(flat, minlength=len(sizes) * regions * batches)
+    return counts.reshape(len(sizes), regions, batches)
