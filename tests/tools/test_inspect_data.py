@@ -293,3 +293,21 @@ def test_progress_bar_on_a_terminal_only(data, name):
                            env=ENV)
     assert piped.returncode == 0, piped.stderr
     assert label not in piped.stderr and "%|" not in piped.stderr, piped.stderr
+
+
+def test_segment_ids_are_marked_when_samples_carry_them():
+    import inspect_samples
+
+    tokens = np.array([7, 8, 0, 9, 0, 5])
+    documents = np.array([3, 3, 3, 4, 4, 4])
+    segments = np.array([0, 0, 0, 1, 1, 2])  # a packed sample: a new segment at token 5
+    loss_mask = np.array([1, 1, 0, 1, 0, 1])
+    runs = inspect_samples.runs(tokens, documents, loss_mask, segments, eod_id=0)
+    text = inspect_samples.as_text(tokens, runs, None)
+    assert text == ("⟦doc 3 · seg 0⟧7 8 [masked: ⟨eod⟩]⟦doc 4 · seg 1⟧9 [masked: ⟨eod⟩]"
+                    "⟦doc 4 · seg 2⟧5 ")
+    page = inspect_samples.as_html("t", [("h", tokens, runs)], None)
+    assert page.count("class='mark'") == 3 and "seg 2" in page
+    plain = inspect_samples.as_text(tokens, inspect_samples.runs(
+        tokens, documents, loss_mask, None, eod_id=0), None)
+    assert "seg" not in plain and plain.count("⟦doc") == 2
