@@ -24,6 +24,7 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     ).strip()
 
 import numpy as np
+import progress_bars
 import tool_main
 from absl import flags
 from make_demo_corpus import build_demo_corpus
@@ -42,6 +43,10 @@ flags.DEFINE_integer("batches", 200, "Batches read for the throughput figure.")
 flags.DEFINE_integer("train_samples", 20_000, "Samples of the blended train split.")
 flags.DEFINE_integer("grain_workers", 2, "Grain worker processes.", lower_bound=0)
 flags.DEFINE_integer("valid_samples", 500, "Samples of the blended valid split.")
+flags.DEFINE_bool(
+    "progress", True, "Progress bars for tokenizing and the first index build (on a "
+    "terminal only; --noprogress: never)."
+)
 
 
 def _decode(tokens: np.ndarray, eod_id: int) -> str:
@@ -57,13 +62,17 @@ def _tokenize(name: str, kind: str) -> str:
     built = time.perf_counter() - start
     size_mb = os.path.getsize(jsonl) / 1e6
     start = time.perf_counter()
-    summary = preprocess_jsonl(
-        [jsonl],
-        os.path.join(FLAGS.workdir, name),
-        ByteTokenizer,
-        append_eod=True,
-        workers=FLAGS.workers,
-    )
+    with progress_bars.bar(
+        FLAGS.progress, total=documents, unit=" docs", desc=f"tokenizing {name}", leave=False
+    ) as bar:
+        summary = preprocess_jsonl(
+            [jsonl],
+            os.path.join(FLAGS.workdir, name),
+            ByteTokenizer,
+            append_eod=True,
+            workers=FLAGS.workers,
+            progress=lambda count, _: bar.update(count - bar.n),
+        )
     tokenized = time.perf_counter() - start
     prefix = summary.output_prefixes["text"]
     print(
@@ -104,7 +113,13 @@ def main(argv: list[str]) -> None:
     )
     cached = bool(os.path.isdir(config.path_to_cache) and os.listdir(config.path_to_cache))
     start = time.perf_counter()
-    train, valid, _ = mdc.build_datasets(config, [FLAGS.train_samples, FLAGS.valid_samples, None])
+    with progress_bars.bar(
+        FLAGS.progress and not cached, total=4, unit="dataset", desc="building indices",
+        leave=False,
+    ) as bar:  # two corpora x two splits
+        train, valid, _ = mdc.build_datasets(
+            config, [FLAGS.train_samples, FLAGS.valid_samples, None], progress=bar.update
+        )
     elapsed = time.perf_counter() - start
     counts = np.bincount(np.asarray(train.dataset_index), minlength=2) / len(train)
     print(
@@ -171,6 +186,15 @@ def main(argv: list[str]) -> None:
         f"(restore and 3 batches: {restoring:.2f} s; stopping the workers: {stopping:.2f} s)"
     )
     print(f"done in {time.perf_counter() - started:.1f} s; outputs in {FLAGS.workdir}/")
+    command = "python tools/inspect_data.py config --config=configs/demo_blend.py"
+    if os.path.normpath(FLAGS.workdir) != "demo_output":  # the config names demo_output/
+        command += (
+            f' --data_path="0.7 {sources} 0.3 {docstrings}" --split=98,2,0 '
+            f"--config.path_to_cache={config.path_to_cache}"
+        )
+    print(f"look at the data: {command}")
+    print("  (also corpus PREFIX, samples --indices 0,1 --tokenizer_type bytes --html, and "
+          "order; see \"Inspecting data\" in the README)")
     if not same:
         raise SystemExit("restored pipeline diverged")
 

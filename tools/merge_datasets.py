@@ -14,6 +14,7 @@ import os
 import re
 import sys
 
+import progress_bars
 import tool_main
 from absl import app, flags
 
@@ -24,6 +25,9 @@ flags.DEFINE_multi_string(
     "input", None, "A directory of corpora, or corpus prefixes (comma-separated and/or repeated)."
 )
 flags.DEFINE_string("output_prefix", None, "Writes {output_prefix}.bin and .idx.")
+flags.DEFINE_bool(
+    "progress", True, "Show a progress bar (on a terminal only; --noprogress: never)."
+)
 
 
 def _natural_key(name: str) -> list:
@@ -65,7 +69,10 @@ def main(argv: list[str]) -> None:
         if not FLAGS.input or not FLAGS.output_prefix:
             raise DataError("--input and --output_prefix are required")
         prefixes = resolve_inputs(FLAGS.input, FLAGS.output_prefix)
-        merge_datasets(prefixes, FLAGS.output_prefix)
+        with progress_bars.bar(
+            FLAGS.progress, total=len(prefixes), unit="corpus", desc="merging"
+        ) as bar:
+            merge_datasets(prefixes, FLAGS.output_prefix, progress=bar.update)
         merged = IndexedDataset(FLAGS.output_prefix)
         print(f"merged {len(prefixes)} corpora into {FLAGS.output_prefix}: "
               f"{merged.num_documents} documents, {len(merged)} sequences, {merged.dtype}")

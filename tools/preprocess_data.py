@@ -20,6 +20,7 @@ import os
 import sys
 import time
 
+import progress_bars
 import tool_main
 from absl import app, flags
 
@@ -116,7 +117,10 @@ flags.DEFINE_integer(
     "log_interval", 0, "Also log a progress line every this many documents (0: bar only).",
     lower_bound=0,
 )
-flags.DEFINE_bool("progress", True, "Show a tqdm progress bar on stderr.")
+flags.DEFINE_bool(
+    "progress", True, "Show a tqdm progress bar on stderr (on a terminal only; --noprogress: "
+    "never)."
+)
 flags.DEFINE_enum(
     "engine", "local", ["local", "ray"],
     "Task-plan engine: local (a process pool of --workers) or ray (one Ray task per planned "
@@ -279,11 +283,9 @@ class _Progress:
 
     def __call__(self, documents: int, nbytes: int) -> None:
         if self.bar is None:
-            from tqdm import tqdm
-
-            self.bar = tqdm(
-                unit=" docs", unit_scale=True, disable=not self.enabled, file=sys.stderr,
-                mininterval=0.5, dynamic_ncols=True,
+            self.bar = progress_bars.bar(
+                self.enabled, unit=" docs", unit_scale=True, mininterval=0.5,
+                desc="tokenizing",
             )
         elapsed = max(time.perf_counter() - self.started, 1e-9)
         self.bar.set_postfix_str(f"{nbytes / 1e6 / elapsed:.1f} MB/s", refresh=False)
@@ -431,7 +433,7 @@ def run_tasks(inputs, factory, splitter, progress) -> PreprocessSummary:
         from adapters.ray_preprocess import ray_engine
 
         engine = ray_engine(FLAGS.ray_address, max_in_flight=FLAGS.ray_max_in_flight,
-                            progress=FLAGS.progress)
+                            progress=FLAGS.progress and sys.stderr.isatty())
         task_progress = None  # the Ray engine's own bar
     else:
         engine = local_engine(FLAGS.workers)

@@ -13,6 +13,7 @@ Files get the usual ``0o666 & ~umask`` mode.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import numpy as np
 
@@ -440,10 +441,18 @@ def _remove_quietly(path: str) -> None:
         pass
 
 
-def merge_datasets(part_prefixes, output_prefix: str, *, dtype=None, multimodal=None) -> None:
+def merge_datasets(
+    part_prefixes,
+    output_prefix: str,
+    *,
+    dtype=None,
+    multimodal=None,
+    progress: Callable[[int], object] | None = None,
+) -> None:
     """Concatenate corpora into one, in order, with bounded memory.
 
-    dtype and multimodal default to those of the first part.
+    dtype and multimodal default to those of the first part. ``progress(1)`` is called
+    after each part is copied (e.g. a progress bar's update).
     """
     part_prefixes = list(part_prefixes)
     if not part_prefixes:
@@ -455,3 +464,5 @@ def merge_datasets(part_prefixes, output_prefix: str, *, dtype=None, multimodal=
     with IndexedDatasetWriter(output_prefix, dtype, multimodal=multimodal) as writer:
         for prefix in part_prefixes:
             writer.add_index(prefix)
+            if progress is not None:
+                progress(1)

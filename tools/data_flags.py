@@ -1,0 +1,52 @@
+"""The data flags of the programs that build a config's splits (build_index, inspect_data).
+
+``--config=configs/x.py`` (an ml_collections file) plus Megatron's data flags
+(``--data_path``, ``--split``, ``--train_data_path``, ``--valid_data_path``,
+``--test_data_path``, ``--data_args_path``, ``--per_split_data_args_path``) and
+``--train_samples`` / ``--valid_samples`` / ``--test_samples``, which override the config:
+a data path flag replaces the config's whole blend (and its split, unless ``--split`` is
+given too); ``--split`` alone splits the config's own data. A program calls
+:func:`define` once and ``flags.adopt_module_key_flags(data_flags)`` so ``--help`` lists
+them, then :func:`gpt_config`.
+"""
+
+from __future__ import annotations
+
+from absl import flags
+from data_config import BLEND_FIELDS, SIZE_FIELDS, to_gpt_config
+from ml_collections import config_flags
+
+from megadata_core import DataError
+
+FLAGS = flags.FLAGS
+
+
+def define() -> None:
+    """Define ``--config``, the blend flags and the split sizes (once per program)."""
+    config_flags.DEFINE_config_file(
+        "config", None, "An ml_collections data config (configs/*.py)."
+    )
+    for name in BLEND_FIELDS:
+        flags.DEFINE_string(
+            name, None, f"Megatron's --{name.replace('_', '-')} (overrides config)."
+        )
+    for name in SIZE_FIELDS:
+        flags.DEFINE_integer(name, None, f"Samples of the {name.split('_')[0]} split (overrides).")
+
+
+def gpt_config():
+    """``(GPTDataConfig, sizes, extras)`` of ``--config`` with the flags' overrides
+    (see :func:`data_config.to_gpt_config`); DataError without ``--config``."""
+    if FLAGS.config is None:
+        raise DataError("config: give --config=configs/<name>.py")
+    config = FLAGS.config
+    overrides = {name: FLAGS[name].value for name in BLEND_FIELDS if FLAGS[name].present}
+    if set(overrides) - {"split"}:  # Megatron's data paths replace the config's whole blend
+        for name in BLEND_FIELDS:
+            config[name] = overrides.get(name)
+    elif overrides:  # --split alone splits the config's own data
+        config.split = overrides["split"]
+    for name in SIZE_FIELDS:
+        if FLAGS[name].present:
+            config[name] = FLAGS[name].value
+    return to_gpt_config(config)

@@ -1,0 +1,332 @@
+r"""Look at the data before training on it: a corpus, what a blend delivers, samples as
+text, and which part of each corpus the first batches read.
+
+    python tools/inspect_data.py corpus PREFIX [--eod_id 256]
+    python tools/inspect_data.py config --config=configs/demo_blend.py
+    python tools/inspect_data.py samples --config=configs/demo_blend.py --indices 0,1,2 \
+        [--tokenizer_type bytes] [--html]
+    python tools/inspect_data.py order --config=configs/demo_blend.py \
+        [--global_batch_size 32 --batches 64]
+
+``corpus``: documents, sequences, tokens, dtype, EOD count, document length percentiles;
+a PNG of the length histogram and of tokens per document along the file. ``config``: the
+build_index tables of every split (weights requested and realized, samples, epochs,
+tokens) and, per blended split, a PNG of each dataset's share of the samples consumed so
+far against its weight, for both blend orders. ``samples``: the samples' text (token ids
+without ``--tokenizer_type``) with document boundaries, loss-masked positions and segment
+ids (when the samples carry ``segment_ids``) marked; ``--html`` also writes a colour-coded
+page. ``order``: a PNG heatmap of the corpus regions the first global batches read.
+Config-based commands take ``--config`` and Megatron's data flags as build_index does.
+Files go to ``--output_dir``; each command prints the paths it wrote. Bad input exits
+with status 1 and a one-line ``error:`` message.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import data_flags
+import numpy as np
+import progress_bars
+import tool_main
+from absl import app, flags
+from split_tables import SPLITS, build_splits, built_tables, plan_splits, print_tables
+
+from megadata_core import DataError, IndexedDataset
+from megadata_core.datasets import inspection
+
+COMMANDS = ("corpus", "config", "samples", "order")
+TOKENIZER_TYPES = ["bytes", "huggingface", "tiktoken"]
+
+FLAGS = flags.FLAGS
+data_flags.define()
+flags.adopt_module_key_flags(data_flags)
+flags.DEFINE_string("output_dir", "inspect_output", "Where the PNG and HTML files go.")
+flags.DEFINE_integer("eod_id", None, "corpus: the EOD id to count (config commands: the "
+                     "config's eod_id).")
+flags.DEFINE_enum("which_split", "train", list(SPLITS), "samples, order: the split to read.")
+flags.DEFINE_list("indices", ["0"], "samples: sample indices of the split, comma-separated.")
+flags.DEFINE_bool("html", False, "samples: also write a colour-coded HTML page.")
+flags.DEFINE_integer("global_batch_size", 32, "order, config: samples per training step.",
+                     lower_bound=1)
+flags.DEFINE_integer("batches", 64, "order: global batches to map.", lower_bound=1)
+flags.DEFINE_integer("regions", 50, "order: regions each corpus is cut into.", lower_bound=1)
+flags.DEFINE_string(
+    "tokenizer_type", None, "samples: decode with this tokenizer (bytes, huggingface, tiktoken "
+    "or a Megatron type such as GPT2BPETokenizer, as tools/preprocess_data.py takes them); "
+    "without it token ids are shown."
+)
+flags.DEFINE_string("tokenizer_file", None, "tokenizer.json (huggingface) or ranks file "
+                    "(tiktoken).")
+flags.DEFINE_string("tokenizer_model", None, "Megatron types: SentencePiece .model, "
+                    "HuggingFace directory, TikTokenizer JSON.")
+flags.DEFINE_string("vocab_file", None, "Megatron types: vocab.json / vocab.txt.")
+flags.DEFINE_string("merge_file", None, "GPT2BPETokenizer: merges.txt.")
+flags.DEFINE_integer("vocab_size", None, "NullTokenizer / TikTokenizer vocabulary size.")
+flags.DEFINE_bool("progress", True, "Show progress bars (on a terminal only; --noprogress: "
+                  "never).")
+
+
+def _output(name: str) -> str:
+    return os.path.join(FLAGS.output_dir, name)
+
+
+def _stem(prefix: str) -> str:
+    return os.path.basename(prefix.rstrip("/")) or "corpus"
+
+
+def _wrote(paths: list[str]) -> None:
+    print("wrote:")
+    for path in paths:
+        print(f"  {path} ({os.path.getsize(path):,} bytes)")
+
+
+# -- corpus ---------------------------------------------------------------------------
+
+
+def corpus(prefix: str) -> None:
+    import inspect_plots
+
+    indexed = IndexedDataset(prefix)
+    lengths = inspection.document_lengths(indexed)
+    tokens = int(lengths.sum())
+    print(f"corpus {prefix}")
+    print(f"  documents  {len(lengths):,}")
+    print(f"  sequences  {len(indexed):,}")
+    print(f"  tokens     {tokens:,}")
+    print(f"  dtype      {np.dtype(indexed.dtype).name}")
+    if FLAGS.eod_id is None:
+        print("  EOD        (give --eod_id to count end-of-document tokens)")
+    else:
+        with progress_bars.bar(FLAGS.progress, total=tokens, unit="tok", unit_scale=True,
+                               desc="counting EOD") as bar:
+            eod = inspection.count_token(indexed, FLAGS.eod_id, bar.update)
+        ending = inspection.ends_with(indexed, FLAGS.eod_id)
+        print(f"  EOD        {eod:,} tokens of id {FLAGS.eod_id}; {ending:,} of "
+              f"{len(lengths):,} documents end with one")
+    values = inspection.length_percentiles(lengths)
+    cells = "  ".join(
+        f"p{q}={value:,.0f}" for q, value in zip(inspection.PERCENTILES, values)
+    )
+    print(f"  document length percentiles (tokens): {cells}")
+    print(f"  mean document length: {tokens / max(1, len(lengths)):,.1f} tokens")
+    first, mean, largest = inspection.binned_lengths(lengths, 50)
+    path = inspect_plots.save(
+        inspect_plots.corpus_figure(prefix, lengths, first, mean, largest),
+        _output(f"{_stem(prefix)}_lengths.png"),
+    )
+    _wrote([path])
+
+
+# -- config ---------------------------------------------------------------------------
+
+
+def _build() -> tuple:
+    config, sizes, extras = data_flags.gpt_config()
+    if extras["mock"]:
+        raise DataError("config: mock data has no corpus to inspect; set data_path")
+    recipes = plan_splits(config, sizes, extras)
+    start = time.perf_counter()
+    datasets = build_splits(config, sizes, extras, recipes, FLAGS.progress)
+    print(f"indices built or loaded in {time.perf_counter() - start:.2f} s; cache: "
+          f"{config.path_to_cache}")
+    return config, sizes, datasets
+
+
+def _other_order(blend, order: str):
+    """The blend's index in ``order`` (its own, or the other order built in memory)."""
+    if order == blend.blend_order:
+        return np.asarray(blend.dataset_index)
+    from dataclasses import replace
+
+    from megadata_core import BlendedDataset
+
+    other = BlendedDataset(
+        blend.datasets, blend.weights, blend.size, replace(blend.config, blend_order=order),
+        use_cache=False,
+    )
+    return np.asarray(other.dataset_index)
+
+
+def _steps(size: int) -> np.ndarray:
+    """Every prefix length up to 2^20 samples, then 4,096 log-spaced ones."""
+    if size <= 1 << 20:
+        return np.arange(1, size + 1, dtype=np.int64)
+    return np.unique(np.geomspace(1, size, 4096).astype(np.int64))
+
+
+def config_command() -> None:
+    import inspect_plots
+
+    config, sizes, datasets = _build()
+    print_tables(built_tables(datasets), sizes, config)
+    written = []
+    for split, dataset in zip(SPLITS, datasets):
+        if dataset is None or isinstance(dataset, list) or not hasattr(dataset, "datasets"):
+            continue
+        names = [member.indexed.path_prefix for member in dataset.datasets]
+        weights = np.asarray(dataset.weights, dtype=np.float64)
+        weights = weights / weights.sum()
+        steps = _steps(len(dataset))
+        counts = {}
+        print(f"\n{split}: samples of each dataset in every prefix of the blend order, "
+              "against weight x prefix length:")
+        for order in (dataset.blend_order, *(o for o in ("balanced", "megatron")
+                                              if o != dataset.blend_order)):
+            index = _other_order(dataset, order)
+            counts[order] = inspection.prefix_counts(index, len(names), steps)
+            worst = np.abs(counts[order] - weights * steps[:, None]).max(axis=0)
+            final = counts[order][-1] / steps[-1]
+            mark = " (this config's)" if order == dataset.blend_order else ""
+            print(f"  {order}{mark}: realized shares "
+                  + " ".join(f"{share:.4f}" for share in final)
+                  + "; largest distance " + " ".join(f"{value:.3f}" for value in worst)
+                  + " samples")
+        figure = inspect_plots.shares_figure(
+            split, names, weights, steps, counts, FLAGS.global_batch_size
+        )
+        written.append(inspect_plots.save(figure, _output(f"{split}_blend_shares.png")))
+    if not written:
+        print("\nno blended split: no share plot")
+    _wrote(written)
+
+
+# -- samples --------------------------------------------------------------------------
+
+
+def _split(datasets) -> object:
+    dataset = datasets[SPLITS.index(FLAGS.which_split)]
+    if dataset is None:
+        raise DataError(f"which_split: the config builds no {FLAGS.which_split} split")
+    if isinstance(dataset, list):  # multiple validation sets: the first
+        print(f"{FLAGS.which_split}: {len(dataset)} validation sets; showing the first")
+        dataset = dataset[0]
+    return dataset
+
+
+def _indices() -> np.ndarray:
+    try:
+        return np.array([int(value) for value in FLAGS.indices], dtype=np.int64)
+    except ValueError:
+        raise DataError(f"--indices: {','.join(FLAGS.indices)!r} are not integers") from None
+
+
+def _tokenizer():
+    kind = FLAGS.tokenizer_type
+    files = {
+        "vocab_file": FLAGS.vocab_file, "merge_file": FLAGS.merge_file,
+        "tokenizer_model": FLAGS.tokenizer_model, "vocab_size": FLAGS.vocab_size,
+    }
+    if kind is None:
+        given = [name for name, value in files.items() if value is not None]
+        if FLAGS.tokenizer_file or given:
+            raise DataError("--tokenizer_type: give it with the tokenizer's files")
+        return None
+    from adapters.text_tokenizers import load_tokenizer
+
+    options = {name: value for name, value in files.items() if value is not None}
+    tokenizer = load_tokenizer(kind, FLAGS.tokenizer_file, **options)
+    if not hasattr(tokenizer, "decode"):
+        raise DataError(f"--tokenizer_type: {kind} cannot decode")
+    return tokenizer
+
+
+def samples_command() -> None:
+    import inspect_samples
+
+    tokenizer = _tokenizer()  # a missing tokenizer file fails before any build
+    indices = _indices()
+    config, _, datasets = _build()
+    dataset = _split(datasets)
+    sources = inspection.sample_sources(dataset, indices, tokens=True)
+    batch = dataset.__getitems__(indices)
+    members = inspection.members(dataset)
+    eod = config.eod_id
+    pages = []
+    for row, index in enumerate(indices.tolist()):
+        tokens = np.asarray(batch["tokens"][row])
+        documents = sources.documents[row, : len(tokens)]
+        segments = batch.get("segment_ids")
+        segments = None if segments is None else np.asarray(segments[row])
+        loss_mask = np.asarray(batch["loss_mask"][row])
+        sample_runs = inspect_samples.runs(tokens, documents, loss_mask, segments, eod)
+        member = int(sources.dataset_id[row])
+        ids = list(dict.fromkeys(documents[documents >= 0].tolist()))
+        heading = (
+            f"sample {index} of {FLAGS.which_split} (dataset {member} "
+            f"{members[member].indexed.path_prefix}, its sample "
+            f"{int(sources.member_sample[row])}): {len(tokens):,} tokens, {len(ids)} "
+            f"document(s) {ids[:12]}{' ...' if len(ids) > 12 else ''}, "
+            f"{int(np.count_nonzero(loss_mask == 0)):,} loss-masked"
+            + (f", segments {sorted(set(segments.tolist()))}" if segments is not None else "")
+        )
+        print(f"\n{heading}")
+        print(inspect_samples.as_text(tokens, sample_runs, tokenizer))
+        pages.append((heading, tokens, sample_runs))
+    print()
+    if FLAGS.html:
+        path = _output(f"{FLAGS.which_split}_samples.html")
+        os.makedirs(FLAGS.output_dir, exist_ok=True)
+        temp = f"{path}.{os.getpid()}.tmp"
+        with open(temp, "w", encoding="utf-8") as stream:
+            stream.write(inspect_samples.as_html(
+                f"megadata samples: {FLAGS.which_split} {','.join(FLAGS.indices)}",
+                pages, tokenizer,
+            ))
+        os.replace(temp, path)
+        _wrote([path])
+
+
+# -- order ----------------------------------------------------------------------------
+
+
+def order_command() -> None:
+    import inspect_plots
+
+    _, _, datasets = _build()
+    dataset = _split(datasets)
+    batch = FLAGS.global_batch_size
+    count = min(len(dataset), batch * FLAGS.batches)
+    sources = inspection.sample_sources(dataset, np.arange(count))
+    members = inspection.members(dataset)
+    sizes = [len(member.indexed) for member in members]
+    regions = inspection.read_regions(sources, sizes, batch, FLAGS.regions)
+    names = [member.indexed.path_prefix for member in members]
+    print(f"{FLAGS.which_split}: the first {regions.shape[2]} global batches of {batch} "
+          f"({count:,} of {len(dataset):,} samples)")
+    for j, name in enumerate(names):
+        read = int(regions[j].sum())
+        touched = int(np.count_nonzero(regions[j].sum(axis=1)))
+        print(f"  dataset {j} {name}: {read:,} samples ({read / max(1, count):.4f}), "
+              f"starting in {touched} of {FLAGS.regions} regions of its corpus")
+    figure = inspect_plots.order_figure(FLAGS.which_split, names, regions, batch)
+    _wrote([inspect_plots.save(figure, _output(f"{FLAGS.which_split}_read_order.png"))])
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[1] not in COMMANDS:
+        raise app.UsageError(f"give a command: {', '.join(COMMANDS)} (got {argv[1:]})")
+    command, arguments = argv[1], argv[2:]
+    expected = 1 if command == "corpus" else 0
+    if len(arguments) != expected:
+        what = "one corpus prefix" if expected else "no arguments"
+        raise app.UsageError(f"{command} takes {what}, got {arguments}")
+    try:
+        if command == "corpus":
+            corpus(arguments[0])
+        elif command == "config":
+            config_command()
+        elif command == "samples":
+            samples_command()
+        else:
+            order_command()
+    except DataError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    tool_main.run(main)
