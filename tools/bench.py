@@ -18,6 +18,8 @@ Suites (the first positional argument; ``--only`` picks items within one):
              bandwidth shaping proxy: ours, megatron-core, boto3 / GCS client pools
     megatron the megatron.core.datasets drop-in (adapters/megatron_datasets) beside
              megatron-core: builder cold / warm start, GPTDataset.__getitem__ loop
+    preprocess  the task plan: local pool of 1 and 2 workers and Ray beside one
+             process (documents/s, MB/s, scaling, Ray start-up, worker RSS)
 
 The first positional argument names the suite; a suite is one function in
 ``bench.SUITES`` (tools/bench/: one module per suite, the shared harness, the peers'
