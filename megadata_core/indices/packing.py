@@ -96,6 +96,119 @@ def _sort_key(sizes: np.ndarray, capacity: int) -> np.ndarray:
     return key.astype(np.uint16 if capacity <= 1 << 16 else np.int64)
 
 
+@dataclass(frozen=True)
+class PackLayout:
+    """What BFD decides from the lengths alone: where the k-th piece of every size goes.
+
+    The bins' shapes (which sizes sit where) depend only on the multiset of piece sizes;
+    ``order`` only decides which of the equal-sized pieces takes which place. So one
+    layout serves every epoch (:func:`fill_pieces`).
+
+    Attributes:
+        capacity: tokens per bin.
+        lengths: int64 [D] the document lengths.
+        key: [D] sort key of each document's remainder piece (decreasing size, empty last).
+        remainders: R, documents with a non-empty remainder piece.
+        full_count: F, capacity-sized pieces (bins 0 .. F-1, piece rows 0 .. F-1).
+        row: int64 [R] the piece row of the k-th remainder piece in (size desc, order).
+        piece_length: int64 [P] tokens of each piece row.
+        bin_offsets: int64 [B + 1].
+    """
+
+    capacity: int
+    lengths: np.ndarray
+    key: np.ndarray
+    remainders: int
+    full_count: int
+    row: np.ndarray
+    piece_length: np.ndarray
+    bin_offsets: np.ndarray
+
+
+def pack_layout(lengths: np.ndarray, capacity: int) -> PackLayout:
+    """The :class:`PackLayout` of BFD over documents of ``lengths`` (int [D], >= 0) into
+    bins of ``capacity`` (>= 1) tokens."""
+    lengths = check_lengths("lengths", lengths).astype(np.int64, copy=False)
+    capacity = check_int("capacity", capacity, 1)
+    whole = lengths // capacity
+    remainder = lengths - whole * capacity
+    full_count = int(whole.sum())
+    del whole
+    per_size = np.bincount(remainder, minlength=capacity)
+    key = _sort_key(remainder, capacity)
+    del remainder
+    sizes = np.repeat(np.arange(capacity - 1, 0, -1, dtype=np.int64), per_size[:0:-1])
+    piece_bin, rank, bins = _place(sizes, capacity, full_count)
+    # Bin b's pieces go to rows bin_offsets[b] + rank (rank: placement order in the bin).
+    filled = np.bincount(piece_bin, minlength=bins)
+    filled[:full_count] += 1  # a full bin holds its one capacity-sized piece
+    bin_offsets = np.zeros(bins + 1, dtype=np.int64)
+    np.cumsum(filled, out=bin_offsets[1:])
+    del filled
+    row = bin_offsets[piece_bin]
+    row += rank
+    del piece_bin, rank
+    piece_length = np.empty(int(bin_offsets[-1]), dtype=np.int64)
+    piece_length[:full_count] = capacity  # full bins are bins 0 .. F-1, one row each
+    piece_length[row] = sizes
+    return PackLayout(
+        capacity, lengths, key, len(sizes), full_count, row, piece_length, bin_offsets
+    )
+
+
+def fill_documents(
+    layout: PackLayout, order: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
+    """The document of every piece row when equal pieces go in ``order``.
+
+    A piece's offset follows from its row and document: the capacity-sized pieces of a
+    document sit in consecutive rows of 0 .. F-1 (offsets 0, capacity, ...), and a
+    remainder piece starts at ``(length // capacity) * capacity`` (0 unless cut).
+
+    Args:
+        layout: from :func:`pack_layout`.
+        order: int [D] a permutation of ``[0, D)`` (checked by the caller).
+        out: optional integer [P] array to write (values are cast).
+
+    Returns:
+        ``out``, or int64 [P].
+    """
+    if out is None:
+        out = np.empty(len(layout.piece_length), dtype=np.int64)
+    # Remainders, longest first, equal lengths in ``order`` (a stable sort; the empty
+    # remainders sort last and are cut off).
+    sort = np.argsort(layout.key[order], kind="stable")[: layout.remainders]
+    out[layout.row] = order[sort]
+    full = layout.full_count
+    if full:
+        cut = order[np.flatnonzero(layout.lengths[order] >= layout.capacity)]
+        out[:full] = np.repeat(cut, layout.lengths[cut] // layout.capacity)
+    return out
+
+
+def full_offsets(documents: np.ndarray, capacity: int) -> np.ndarray:
+    """int64 [F] offsets of the capacity-sized pieces of rows 0 .. F-1 (their documents
+    ``documents``, each document's pieces in consecutive rows): 0, capacity, ..."""
+    full = len(documents)
+    run = np.ones(full, dtype=bool)
+    run[1:] = documents[1:] != documents[:-1]
+    starts = np.flatnonzero(run)
+    offsets = np.arange(full, dtype=np.int64)
+    offsets -= np.repeat(starts, np.diff(starts, append=full))
+    offsets *= capacity
+    return offsets
+
+
+def piece_offsets(layout: PackLayout, documents: np.ndarray) -> np.ndarray:
+    """int64 [P] the first token of every piece inside its document (see
+    :func:`fill_documents`)."""
+    capacity, full = layout.capacity, layout.full_count
+    offsets = layout.lengths[documents] // capacity
+    offsets *= capacity
+    offsets[:full] = full_offsets(documents[:full], capacity)
+    return offsets
+
+
 def best_fit_pack(
     lengths: np.ndarray, capacity: int, order: np.ndarray | None = None
 ) -> PackedBins:
@@ -111,57 +224,12 @@ def best_fit_pack(
         :class:`PackedBins`; bins are numbered in opening order (first the bins of
         capacity-sized pieces, in ``order``, then as BFD opens them).
     """
-    lengths = check_lengths("lengths", lengths).astype(np.int64, copy=False)
-    capacity = check_int("capacity", capacity, 1)
-    count = len(lengths)
+    layout = pack_layout(lengths, capacity)
+    count = len(layout.lengths)
     order = np.arange(count, dtype=np.int64) if order is None else check_order(order, count)
-
-    # Capacity-sized pieces: bins 0 .. F-1, one each, in document order, then by offset.
-    ordered_lengths = lengths[order]
-    whole = ordered_lengths // capacity
-    remainder = ordered_lengths - whole * capacity
-    del ordered_lengths
-    full_count = int(whole.sum())
-    full_document = np.repeat(order, whole)
-    starts = np.cumsum(whole) - whole
-    full_offset = np.arange(full_count, dtype=np.int64)
-    full_offset -= np.repeat(starts, whole)
-    full_offset *= capacity
-    del starts
-
-    # Remainders, longest first, equal lengths in ``order`` (a stable sort; the empty
-    # remainders sort last and are cut off).
-    sort = np.argsort(_sort_key(remainder, capacity), kind="stable")
-    per_size = np.bincount(remainder, minlength=capacity)
-    sort = sort[: count - int(per_size[0])]
-    documents = order[sort]
-    offsets = whole[sort]
-    offsets *= capacity
-    del sort, whole, remainder
-    sizes = np.repeat(np.arange(capacity - 1, 0, -1, dtype=np.int64), per_size[:0:-1])
-    piece_bin, rank, bins = _place(sizes, capacity, full_count)
-
-    # Bin b's pieces go to rows bin_offsets[b] + rank (rank: placement order in the bin).
-    filled = np.bincount(piece_bin, minlength=bins)
-    filled[:full_count] += 1
-    bin_offsets = np.zeros(bins + 1, dtype=np.int64)
-    np.cumsum(filled, out=bin_offsets[1:])
-    del filled
-    row = bin_offsets[piece_bin]
-    row += rank
-    del piece_bin, rank
-    total = int(bin_offsets[-1])
-    piece_document = np.empty(total, dtype=np.int64)
-    piece_offset = np.empty(total, dtype=np.int64)
-    piece_length = np.empty(total, dtype=np.int64)
-    piece_document[row] = documents
-    piece_offset[row] = offsets
-    piece_length[row] = sizes
-    full_rows = bin_offsets[:full_count]  # one piece per full bin
-    piece_document[full_rows] = full_document
-    piece_offset[full_rows] = full_offset
-    piece_length[full_rows] = capacity
-    return PackedBins(piece_document, piece_offset, piece_length, bin_offsets)
+    document = fill_documents(layout, order)
+    offset = piece_offsets(layout, document)
+    return PackedBins(document, offset, layout.piece_length, layout.bin_offsets)
 
 
 def _place(
