@@ -59,7 +59,11 @@ from megadata_core.datasets.build_plan import (
 )
 from megadata_core.datasets.cache_keys import corpus_identity
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
-from megadata_core.datasets.gpt_arrays import INDEX_ALGORITHM_VERSION, array_names
+from megadata_core.datasets.gpt_arrays import (
+    INDEX_ALGORITHM_VERSION,
+    PACKING_ALGORITHM_VERSION,
+    config_array_names,
+)
 from megadata_core.datasets.gpt_dataset import GPTDataset
 from megadata_core.datasets.mock import MockGPTLowLevelDataset
 from megadata_core.errors import DataError
@@ -294,7 +298,7 @@ class _Builder:
         return found
 
     def _gpt_names(self) -> tuple[str, ...]:
-        return array_names(self.config.shuffle)
+        return config_array_names(self.config)
 
     def _bundle_description(
         self,
@@ -307,7 +311,7 @@ class _Builder:
         config = self.config
         corpus = {prefix: number for number, prefix in enumerate(prefixes)}
         number = {job: position for position, job in enumerate(jobs)}
-        return {
+        description = {
             "kind": "megadata.BuildBundle",
             "version": BUNDLE_VERSION,
             "gpt_algorithm": INDEX_ALGORITHM_VERSION,
@@ -332,6 +336,9 @@ class _Builder:
                 for recipe in recipes
             ],
         }
+        if config.packing != "concat":  # concat bundles keep their keys
+            description["packing"] = [config.packing, PACKING_ALGORITHM_VERSION]
+        return description
 
     def _unpack_bundle(
         self, recipes: list[Recipe | None], jobs: list[Job], bundle: dict[str, np.ndarray]

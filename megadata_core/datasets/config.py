@@ -25,6 +25,7 @@ from megadata_core.indices import splits
 
 SHUFFLE_MODES = ("megatron", "feistel")
 BLEND_ORDERS = ("balanced", "megatron")
+PACKING_MODES = ("concat", "best_fit")
 SPLIT_NAMES = ("train", "valid", "test")
 
 _BOOL_FIELDS = (
@@ -37,6 +38,7 @@ _BOOL_FIELDS = (
     "add_extra_token_to_sequence",
     "multiple_validation_sets",
     "full_validation",
+    "document_masking",
 )
 
 
@@ -110,6 +112,16 @@ class GPTDataConfig:
         shuffle: ``"megatron"`` (bit-exact RandomState indices) or ``"feistel"`` (lazy,
             O(1)-memory sample order; not Megatron-compatible).
         blend_order: ``"balanced"`` (vectorized) or ``"megatron"`` (Megatron's exact order).
+        packing: ``"concat"`` (Megatron's samples: fixed windows of the concatenated,
+            shuffled documents) or ``"best_fit"`` (every epoch's documents packed into
+            samples by best fit decreasing, padded at the end; a document is cut only
+            when longer than a sample; :mod:`megadata_core.indices.packed_samples`).
+        document_masking: samples also carry ``segment_ids``, ``cu_seqlens`` and
+            ``max_seqlen``, position ids restart per document and the label that
+            crosses a document boundary is not trained on
+            (:mod:`megadata_core.datasets.document_masks`). Not with
+            ``reset_position_ids`` / ``reset_attention_mask``, which find documents by
+            EOD tokens instead.
     """
 
     random_seed: int
@@ -132,6 +144,8 @@ class GPTDataConfig:
     pad_id: int = -1
     shuffle: str = "megatron"
     blend_order: str = "balanced"
+    packing: str = "concat"
+    document_masking: bool = False
 
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
@@ -168,6 +182,16 @@ class GPTDataConfig:
             raise DataError(f"shuffle: {self.shuffle!r} is not one of {SHUFFLE_MODES}")
         if self.blend_order not in BLEND_ORDERS:
             raise DataError(f"blend_order: {self.blend_order!r} is not one of {BLEND_ORDERS}")
+        if self.packing not in PACKING_MODES:
+            raise DataError(f"packing: {self.packing!r} is not one of {PACKING_MODES}")
+        if self.document_masking:
+            for name in ("reset_position_ids", "reset_attention_mask"):
+                if getattr(self, name):
+                    raise DataError(
+                        f"document_masking: True contradicts {name}=True (document masking "
+                        f"takes document boundaries from the index, {name} from EOD "
+                        "tokens); set one of them"
+                    )
 
     def _check_sources(self, put) -> None:
         """Blend / blend_per_split / split: types and Megatron's compatibility rules."""

@@ -21,7 +21,13 @@ from megadata_core.errors import DataError
 __all__ = ["context_parallel_slice", "context_parallel_positions"]
 
 # Keys that always have a sequence axis: a 1-D one is an unbatched sample, an error.
-SEQUENCE_KEYS = frozenset(["tokens", "labels", "loss_mask", "position_ids", "attention_mask"])
+SEQUENCE_KEYS = frozenset(
+    ["tokens", "labels", "loss_mask", "position_ids", "attention_mask", "segment_ids"]
+)
+#: Keys kept whole on every rank: ``cu_seqlens`` [B, S + 1] describes the full sequence
+#: (Transformer Engine's THD attention takes the full-sequence cu_seqlens and finds each
+#: rank's share itself); ``max_seqlen`` [B] has no sequence axis anyway.
+WHOLE_KEYS = frozenset(["cu_seqlens", "max_seqlen"])
 
 
 def context_parallel_positions(sequence_length: int, cp_rank: int, cp_size: int) -> np.ndarray:
@@ -58,12 +64,13 @@ def context_parallel_slice(
     """This context-parallel rank's share of ``batch`` (Megatron's zig-zag split).
 
     Every array of the batch is cut on its sequence axis: axis 1 for ``[B, S, ...]``
-    arrays (``tokens``, ``labels``, ``loss_mask``, ``position_ids``; int or float, any
-    dtype, kept), axis 2 for ``attention_mask`` ``[B, 1, S, S]`` — only the query axis, as
-    Megatron (the key axis keeps all ``S`` positions, so the result is
+    arrays (``tokens``, ``labels``, ``loss_mask``, ``position_ids``, ``segment_ids``; int
+    or float, any dtype, kept), axis 2 for ``attention_mask`` ``[B, 1, S, S]`` — only the
+    query axis, as Megatron (the key axis keeps all ``S`` positions, so the result is
     ``[B, 1, S/cp_size, S]``). ``None`` values pass through, as in Megatron, and so do
     per-sample values without a sequence axis (``[B]`` arrays such as a blend's
-    ``dataset_id``, and scalars; not the keys of :data:`SEQUENCE_KEYS`).
+    ``dataset_id``, and scalars; not the keys of :data:`SEQUENCE_KEYS`). Document
+    masking's ``cu_seqlens`` and ``max_seqlen`` pass through whole (:data:`WHOLE_KEYS`).
 
     Unlike Megatron, which replaces the tensors of the dict it is given, this returns a
     new dict and leaves ``batch`` alone. With ``cp_size == 1`` ``batch`` itself is
@@ -92,8 +99,8 @@ def context_parallel_slice(
     positions_of: dict[int, np.ndarray] = {}
     out: dict[str, Any] = {}
     for key, value in batch.items():  # one trip per key of the batch
-        if value is None:
-            out[key] = None
+        if value is None or key in WHOLE_KEYS:
+            out[key] = value
             continue
         array = np.asarray(value)
         axis = 2 if key == "attention_mask" else 1

@@ -24,15 +24,25 @@ from megadata_core.indices import gpt_indices, tokens_per_epoch
 from megadata_core.indices.cache import GPT_ARRAYS, load_or_build
 from megadata_core.indices.feistel import ALGORITHM as FEISTEL_ALGORITHM
 from megadata_core.indices.feistel import ROUNDS as FEISTEL_ROUNDS
+from megadata_core.indices.packed_samples import PACKED_ARRAYS, packed_indices
 from megadata_core.indices.sample_order import FEISTEL_ARRAYS, feistel_gpt_indices
 
 #: Bumped whenever an index algorithm changes its output (invalidates cache entries).
 INDEX_ALGORITHM_VERSION = 3
+#: Bumped whenever the best_fit index changes its output (in best_fit keys only).
+PACKING_ALGORITHM_VERSION = 1
 
 
-def array_names(shuffle: str) -> tuple[str, ...]:
-    """The arrays a dataset of this shuffle mode stores."""
+def array_names(shuffle: str, packing: str = "concat") -> tuple[str, ...]:
+    """The arrays a dataset of this shuffle and packing mode stores."""
+    if packing == "best_fit":
+        return PACKED_ARRAYS[shuffle]
     return GPT_ARRAYS if shuffle == "megatron" else FEISTEL_ARRAYS
+
+
+def config_array_names(config: GPTDataConfig) -> tuple[str, ...]:
+    """:func:`array_names` of a config."""
+    return array_names(config.shuffle, config.packing)
 
 
 def drops_last(config: GPTDataConfig, split: str) -> bool:
@@ -62,6 +72,10 @@ def describe(
     if config.shuffle == "feistel":
         description["feistel_rounds"] = FEISTEL_ROUNDS
         description["feistel_algorithm"] = FEISTEL_ALGORITHM
+    if config.packing != "concat":  # concat keys stay as they were: old entries stay valid
+        description["packing"] = config.packing
+        description["packing_algorithm"] = PACKING_ALGORITHM_VERSION
+        del description["drop_last_partial_sequence"]  # packed samples are never partial
     return description
 
 
@@ -83,6 +97,11 @@ def build_arrays(
         drop_last_partial_sequence=drops_last(config, split),
     )
     length, seed = config.sequence_length, config.random_seed
+    if config.packing == "best_fit":
+        return packed_indices(
+            lengths, ids, length, num_samples, seed,
+            add_extra_token=options["add_extra_token"], shuffle=config.shuffle,
+        )
     if config.shuffle == "megatron":
         arrays = gpt_indices(lengths, ids, length, num_samples, seed, **options)
         return dict(zip(GPT_ARRAYS, arrays))
@@ -91,6 +110,10 @@ def build_arrays(
 
 def _empty(names: tuple[str, ...]) -> dict[str, np.ndarray]:
     arrays = {
+        "piece_document": np.empty(0, np.int32),
+        "bin_offsets": np.zeros(1, np.int64),
+        "full_offset": np.empty(0, np.int64),
+        "packed_shape": np.array([1, 0, 0, 1], np.int64),
         "document_index": np.empty(0, np.int32),
         "sample_index": np.zeros((1, 2), np.int32),
         "shuffle_index": np.empty(0, np.uint32),
@@ -124,7 +147,7 @@ def gpt_arrays(
     Returns:
         ``{name: array}``: built in memory, or memory-mapped read-only from the cache.
     """
-    names = array_names(config.shuffle)
+    names = config_array_names(config)
     if given is not None:
         given = dict(given)
         if sorted(given) != sorted(names):

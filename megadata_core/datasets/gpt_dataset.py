@@ -25,11 +25,12 @@ import numpy as np
 from megadata_core.datasets import gpt_arrays, index_checks, masks, reading
 from megadata_core.datasets.cache_keys import document_ids
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
+from megadata_core.datasets.document_masks import document_masks, segment_attention_mask
 from megadata_core.datasets.positions import sample_positions
 from megadata_core.errors import DataError
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.indices import cache_files
-from megadata_core.indices.sample_order import feistel_orders
+from megadata_core.indices.sample_order import FeistelOrder, feistel_orders
 
 TOKEN_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
@@ -229,6 +230,10 @@ class GPTDataset:
 
     def _set_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         self._arrays = arrays  # memory maps stay here (pickled as file names)
+        if "piece_document" in arrays:
+            self._set_packed(arrays)
+            return
+        self._packed = None
         # Plain ndarray views: numpy.memmap results pay subclass overhead on every op.
         self.sample_index = np.asarray(arrays["sample_index"])
         total = len(self.sample_index) - 1
@@ -241,27 +246,54 @@ class GPTDataset:
             )
         if len(self.shuffle_index) != total:
             raise DataError(f"shuffle_index: {len(self.shuffle_index)} entries for {total} samples")
+        self._total = total
+
+    def _set_packed(self, arrays: dict[str, np.ndarray]) -> None:
+        """best_fit arrays (:mod:`megadata_core.indices.packed_samples`)."""
+        packed = {name: np.asarray(array) for name, array in arrays.items()}
+        shape = packed["packed_shape"]
+        if shape.shape != (4,) or len(packed["bin_offsets"]) < 1:
+            raise DataError(f"packed_shape: {shape.tolist()} is not [epochs, head, full, capacity]")
+        epochs, head = int(shape[0]), int(shape[1])
+        total = epochs * (len(packed["bin_offsets"]) - 1)
+        capacity = self.config.sequence_length + self._extra
+        if int(shape[3]) != capacity:
+            raise DataError(f"packed_shape: capacity {int(shape[3])} != {capacity} (config)")
+        if "shuffle_index" in packed:
+            self.shuffle_index = packed["shuffle_index"]
+        else:
+            self.shuffle_index = FeistelOrder(head, total, self.config.random_seed)
+        if len(self.shuffle_index) != total:
+            raise DataError(f"shuffle_index: {len(self.shuffle_index)} entries for {total} samples")
+        self.sample_index = self.document_index = None
+        self._packed = packed
+        self._total = total
 
     # -- samples ----------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self.sample_index) - 1
+        return self._total
 
     def _positions(self, indices: object) -> np.ndarray:
         return sample_positions(indices, len(self), self.split)
 
-    def _text(self, positions: np.ndarray) -> tuple[np.ndarray, bool]:
+    def _text(self, positions: np.ndarray) -> tuple[np.ndarray, bool, reading.Pieces]:
         """[B, S + extra] tokens of the samples at ``positions`` (corpus dtype, or
-        token_dtype padded with pad_id), and whether any sample was padded."""
+        token_dtype padded with pad_id), whether any sample was padded, and the pieces."""
         rows = self.shuffle_index[positions]  # int [B]; locate_pieces widens it
         try:  # index values out of range: DataErrors naming the array and its source
-            pieces = reading.locate_pieces(
-                self.sample_index,
-                self.document_index,
-                self.indexed.sequence_lengths,
-                rows,
-                self._extra,
-            )
+            if self._packed is not None:
+                pieces = reading.locate_packed_pieces(
+                    self._packed, self.indexed.sequence_lengths, rows
+                )
+            else:
+                pieces = reading.locate_pieces(
+                    self.sample_index,
+                    self.document_index,
+                    self.indexed.sequence_lengths,
+                    rows,
+                    self._extra,
+                )
         except DataError as error:
             raise index_checks.with_origin(error, self._arrays, self._entry) from None
         if self._flat is None:
@@ -271,7 +303,7 @@ class GPTDataset:
             check_bin()  # a .bin truncated under us: DataError, not SIGBUS
         width = self.config.sequence_length + self._extra
         try:
-            return reading.gather_tokens(
+            text, padded = reading.gather_tokens(
                 self.indexed,
                 pieces,
                 width,
@@ -280,6 +312,7 @@ class GPTDataset:
                 self._flat,
                 self._buffers.empty,
             )
+            return text, padded, pieces
         except DataError as error:
             raise index_checks.with_origin(error, self._arrays, self._entry) from None
 
@@ -296,7 +329,7 @@ class GPTDataset:
         returns writable copies.
         """
         config, pad, eod, dtype = self.config, self.pad_id, self.eod_id, self.token_dtype
-        text, padded = self._text(self._positions(indices))
+        text, padded, pieces = self._text(self._positions(indices))
         batch, length = len(text), config.sequence_length
         empty = self._buffers.empty
         if self._extra:
@@ -308,7 +341,12 @@ class GPTDataset:
             labels[:, -1] = pad
         # Masks are computed before pads become 0, as in Megatron.
         may_hold_pad = padded or self._pad_maybe_in_corpus or not self._extra
-        if may_hold_pad or config.eod_mask_loss:
+        documents = None
+        if config.document_masking:
+            documents = document_masks(
+                pieces, length, self._extra, self._packed is not None, dtype
+            )
+        if may_hold_pad or config.eod_mask_loss or documents is not None:
             loss_mask = masks.loss_mask(
                 tokens,
                 labels if may_hold_pad else None,
@@ -319,14 +357,19 @@ class GPTDataset:
             )
         else:  # all ones whatever the tokens: one shared read-only array per batch size
             loss_mask = self._constant("loss_mask", batch)
-        if config.reset_position_ids:
+        if documents is not None:
+            loss_mask.reshape(-1)[documents["boundary"]] = 0.0
+            position_ids = documents["position_ids"]
+        elif config.reset_position_ids:
             position_ids = masks.position_ids(
                 tokens, eod, True, dtype, out=empty((batch, length), dtype)
             )
         else:  # Megatron also hands out one cached position-ids tensor for every sample
             position_ids = self._constant("position_ids", batch)
         attention_mask = None
-        if config.create_attention_mask:
+        if config.create_attention_mask and documents is not None:
+            attention_mask = segment_attention_mask(documents["segment_ids"])
+        elif config.create_attention_mask:
             attention_mask = masks.attention_mask(tokens, eod, config.reset_attention_mask)
         if padded or self._pad_maybe_in_corpus:  # pad ids become 0 (embedding-safe)
             text[text == pad] = 0
@@ -341,6 +384,9 @@ class GPTDataset:
             sample["attention_mask"] = attention_mask
         sample["loss_mask"] = loss_mask
         sample["position_ids"] = position_ids
+        if documents is not None:
+            for key in ("segment_ids", "cu_seqlens", "max_seqlen"):
+                sample[key] = documents[key]
         return sample
 
     def _constant(self, key: str, batch: int) -> np.ndarray:
@@ -381,7 +427,7 @@ class GPTDataset:
         state["_arrays"] = {
             name: cache_files.pickled_map(array) for name, array in self._arrays.items()
         }
-        for name in ("document_index", "sample_index", "shuffle_index"):
+        for name in ("document_index", "sample_index", "shuffle_index", "_packed"):
             state.pop(name, None)
         if "range" in self._ids_description and isinstance(self.indices, np.ndarray):
             # Megatron's splits: no need to ship the ids (a range pickles as itself)

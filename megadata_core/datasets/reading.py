@@ -57,23 +57,28 @@ class Pieces:
     """The pieces of a batch of B samples, P pieces in all (every sample has >= 1).
 
     A piece starts at token 0 of its document except the first of each sample, which
-    starts at that sample's ``offset``.
+    starts at that sample's ``offset`` (concat samples), or at ``starts`` when given
+    (packed samples: any piece may start inside its document).
 
     Attributes:
         document: int [P] sequence id of each piece.
         length: int64 [P] tokens in the piece (>= 0).
         first: int64 [B] index of each sample's first piece.
         offset: int [B] first token of each sample's first piece within its document.
+        starts: int64 [P] first token of every piece, or None (see above).
     """
 
     document: np.ndarray
     length: np.ndarray
     first: np.ndarray
     offset: np.ndarray
+    starts: np.ndarray | None = None
 
     @property
     def start(self) -> np.ndarray:
         """int64 [P] first token of each piece within its document."""
+        if self.starts is not None:
+            return self.starts
         start = np.zeros(len(self.length), dtype=np.int64)
         start[self.first] = self.offset
         return start
@@ -145,6 +150,53 @@ def locate_pieces(
     if length.size and length.min() < 0:
         raise DataError("sample_index: an offset lies past the end of its document")
     return Pieces(document, length, first, offset)
+
+
+def locate_packed_pieces(
+    arrays: dict[str, np.ndarray], sequence_lengths: np.ndarray, rows: np.ndarray
+) -> Pieces:
+    """Every piece of the packed samples (bins) ``rows`` of a best_fit index
+    (:mod:`megadata_core.indices.packed_samples`), as :class:`Pieces` with ``starts``.
+
+    Args:
+        arrays: ``piece_document``, ``bin_offsets``, ``full_offset``, ``packed_shape``.
+        sequence_lengths: int [N] the corpus lengths.
+        rows: int [B] bins in ``[0, E * B)`` (the shuffle index's values).
+
+    Raises:
+        DataError: naming the array whose values do not fit (``shuffle_index`` for a row
+            outside the bins, ``piece_document`` for a document outside the corpus).
+    """
+    offsets = arrays["bin_offsets"]
+    epochs, _, full, capacity = (int(value) for value in arrays["packed_shape"][:4])
+    bins, pieces = len(offsets) - 1, int(offsets[-1])
+    rows = np.asarray(rows).astype(np.int64, copy=False)
+    if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= epochs * bins):
+        raise _outside("shuffle_index", "sample row", rows, epochs * bins)
+    epoch, local = np.divmod(rows, bins)
+    begin = offsets[local]
+    counts = offsets[local + 1] - begin
+    begin += epoch * pieces
+    last = np.add.accumulate(counts, dtype=np.int64)
+    first = last - counts
+    total = int(last[-1]) if counts.size else 0
+    piece = (begin - first).repeat(counts)
+    piece += _counting(total)
+    document = arrays["piece_document"][piece]
+    try:
+        length = sequence_lengths[unsigned(document)].astype(np.int64)
+    except IndexError:
+        raise _outside("piece_document", "document id", document,
+                       len(sequence_lengths)) from None
+    starts = length // capacity
+    starts *= capacity
+    length -= starts
+    whole = np.flatnonzero(local < full)  # full bins: one capacity-sized piece each
+    if whole.size:
+        at = first[whole]
+        starts[at] = arrays["full_offset"][epoch[whole] * full + local[whole]]
+        length[at] = capacity
+    return Pieces(document, length, first, starts[first], starts)
 
 
 def _outside(name: str, what: str, values: np.ndarray, high: int) -> DataError:
@@ -410,7 +462,10 @@ def gather_tokens(
     aligned = getattr(indexed, "pointers_aligned", False) or itemsize == 1
     if aligned or not (pointer % itemsize).any():
         source_start = pointer // itemsize
-        source_start[pieces.first] += pieces.offset
+        if pieces.starts is not None:
+            source_start += pieces.starts
+        else:
+            source_start[pieces.first] += pieces.offset
         if flat is not None:
             source = flat
         else:

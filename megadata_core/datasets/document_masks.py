@@ -1,0 +1,121 @@
+"""Document masking of a batch (``document_masking=True``): where each document piece of a
+sample sits, in the forms attention kernels take, computed for the whole batch at once.
+
+Given the pieces of every sample (text coordinates: S + extra tokens per sample), returns
+
+* ``cu_seqlens`` int32 [B, S + 1]: Megatron's padded layout (Megatron-LM main's
+  ``GPTDataset`` with ``inter_document_masking``; megatron-core 0.16.1 does not have it):
+  0, then the end of every document piece in token coordinates, then S repeated to
+  length S + 1. How padding enters:
+
+  - ``concat`` (Megatron's definition, exactly): the extra token is taken off the last
+    piece (a piece left empty by that is dropped) and a shortfall (a padded sample) is
+    folded into the last remaining piece, so the last boundary is S; zero-length
+    documents inside a sample give repeated boundaries, as in Megatron;
+  - ``best_fit``: piece ends are clipped to S, and the padding after the last document
+    is a segment of its own, ``[R, S)`` (R = real tokens), so that no document's length
+    (or max_seqlen) counts pad tokens and position ids of the last document stop at its
+    end; the pad segment is separate in ``cu_seqlens`` and 0 in ``segment_ids``.
+
+* ``max_seqlen`` int32 [B]: the longest segment of ``cu_seqlens`` (the pad segment
+  included: varlen kernels need it to bound every segment).
+* ``segment_ids`` int32 [B, S]: 1, 2, ... per non-empty segment of ``cu_seqlens``, 0 on
+  padding (positions past the sample's real tokens).
+* ``position_ids`` [B, S]: restart at 0 at every segment start.
+* ``boundary``: flat indices into [B, S] of the labels that cross into another document
+  piece (the last position of a piece whose next token starts the next piece); the
+  dataset sets their loss mask to 0. megatron-core 0.16.1's loss mask does not do this
+  (nor does Megatron-LM main); with ``document_masking`` ours is 0.16.1's with these
+  labels also zeroed, because training on them would predict one document from another.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from megadata_core.datasets.reading import Pieces
+from megadata_core.errors import DataError
+
+
+def document_masks(
+    pieces: Pieces,
+    sequence_length: int,
+    extra: int,
+    packed: bool,
+    position_dtype: np.dtype,
+) -> dict[str, np.ndarray]:
+    """``cu_seqlens``, ``max_seqlen``, ``segment_ids``, ``position_ids`` and ``boundary``
+    of a batch (see the module docstring).
+
+    Args:
+        pieces: the batch's pieces (:func:`~megadata_core.datasets.reading.locate_pieces`
+            or ``locate_packed_pieces``), every sample with >= 1 piece.
+        sequence_length: S.
+        extra: 1 with ``add_extra_token_to_sequence``, else 0.
+        packed: True for best_fit samples (separate pad segment), False for concat.
+        position_dtype: dtype of ``position_ids``.
+    """
+    length = pieces.length.astype(np.int64, copy=False)
+    first = pieces.first
+    batch, total = len(first), len(length)
+    size = sequence_length
+    counts = np.diff(first, append=total)
+    ends = np.cumsum(length)
+    base = ends[first] - length[first]
+    ends -= np.repeat(base, counts)  # end of every piece inside its sample (text coords)
+    starts = ends - length
+    last = first + counts - 1
+    real = np.minimum(ends[last], size)  # tokens that are not padding, per sample
+    if packed:
+        np.minimum(ends, size, out=ends)
+    else:  # Megatron: the extra token off the last piece (dropped if empty), padding folded
+        folded = last - ((length[last] == extra) & (counts > 1) & (extra > 0))
+        ends[last] = size
+        ends[folded] = size
+    widest = int(counts.max()) if batch else 0
+    if widest > size:
+        raise DataError(
+            f"document_masking: a sample holds {widest} document pieces, more than "
+            f"cu_seqlens [S + 1 = {size + 1}] can hold (empty documents in the corpus)"
+        )
+    within = np.arange(total, dtype=np.int64) - np.repeat(first, counts)
+    cu_seqlens = np.full((batch, size + 1), size, dtype=np.int32)
+    cu_seqlens[:, 0] = 0
+    cu_seqlens.reshape(-1)[np.repeat(np.arange(batch) * (size + 1) + 1, counts) + within] = ends
+    widths = np.diff(cu_seqlens, axis=1)
+    max_seqlen = widths.max(axis=1).astype(np.int32)
+
+    rows = np.arange(batch, dtype=np.int64)[:, None] * size
+    open_ = cu_seqlens[:, :-1]  # segment starts (those < S)
+    inside = open_ < size
+    start = np.zeros((batch, size), dtype=np.int64)
+    start.reshape(-1)[(rows + open_)[inside]] = open_[inside]
+    np.maximum.accumulate(start, axis=1, out=start)
+    position_ids = (np.arange(size, dtype=np.int64) - start).astype(position_dtype)
+
+    marks = np.zeros((batch, size), dtype=np.int32)
+    nonempty = widths > 0  # a non-empty segment starts below S
+    marks.reshape(-1)[(rows + open_)[nonempty]] = 1
+    segment_ids = np.cumsum(marks, axis=1, dtype=np.int32)
+    segment_ids[np.arange(size) >= real[:, None]] = 0
+
+    crossing = (within > 0) & (length > 0) & (starts >= 1) & (starts - 1 < size)
+    sample = np.repeat(np.arange(batch, dtype=np.int64), counts)
+    boundary = sample[crossing] * size + starts[crossing] - 1
+    return {
+        "cu_seqlens": cu_seqlens,
+        "max_seqlen": max_seqlen,
+        "segment_ids": segment_ids,
+        "position_ids": position_ids,
+        "boundary": boundary,
+    }
+
+
+def segment_attention_mask(segment_ids: np.ndarray) -> np.ndarray:
+    """bool [B, 1, S, S], True = masked: causal, and across segments (padding is one
+    segment, 0)."""
+    length = segment_ids.shape[1]
+    future = np.triu(np.ones((length, length), dtype=bool), k=1)
+    mask = segment_ids[:, None, :, None] != segment_ids[:, None, None, :]
+    mask |= future
+    return mask

@@ -1,0 +1,165 @@
+"""The index of ``packing="best_fit"``: every epoch's documents packed into samples.
+
+Per epoch the split's documents are put in a shuffled order and packed by best fit
+decreasing (:func:`megadata_core.indices.packing.best_fit_pack`) into bins of
+``capacity = sequence_length + add_extra_token`` tokens; the order only breaks ties
+between documents of equal length, so every epoch has the same number of bins B (best
+fit decreasing's bin count depends only on the multiset of lengths), holding other
+documents; the bins' shapes are even the same (:class:`~.packing.PackLayout`, computed
+once), only which document of a length fills which place changes. A sample is one bin:
+its pieces back to back, padded at the end. Epochs are as many as the samples asked for
+need, ``E = ceil(num_samples / B)`` (one for None), and the
+E * B samples are then shuffled globally.
+
+Randomness, all from ``random_seed`` (the output is a pure function of the lengths, the
+ids, the config and the seed):
+
+* ``shuffle="megatron"``: one ``RandomState(seed)`` shuffles ``arange(D)`` for epoch 0,
+  1, ... in turn, then draws the sample shuffle with Megatron's rule
+  (:func:`megadata_core.indices.shuffle_index`): when E > 1 and the final epoch supplies
+  fewer than ``int(0.8 * B)`` of the samples asked for, the first E - 1 epochs are
+  shuffled together and the final epoch apart (so its unused tail is not spread over the
+  whole run), else all E * B together;
+* ``shuffle="feistel"``: epoch e's document order is the Feistel order of epoch e
+  (:func:`megadata_core.indices.feistel_document_order`), and the sample order is the
+  lazy two-range Feistel order of :mod:`megadata_core.indices.sample_order` (only
+  ``feistel_split`` = [first sample of the final range, epochs] is stored).
+
+Stored arrays (4 bytes a piece where ids fit int32, about what concat stores a document):
+
+* ``piece_document`` [E * P]: the corpus document of every piece, epoch after epoch;
+* ``bin_offsets`` int64 [B + 1]: bin b of epoch e holds piece rows
+  ``e * P + bin_offsets[b] .. e * P + bin_offsets[b + 1]`` (the shapes repeat per epoch);
+* ``full_offset`` int64 [E * F]: the offset of the one piece of full bin f < F of epoch e
+  (bins 0 .. F-1 of an epoch hold capacity-sized pieces of cut documents); any other
+  piece starts at ``(length // capacity) * capacity`` of its document (0 unless cut) and
+  runs to the document's end;
+* ``packed_shape`` int64 [4]: E, the first shuffled range (E * B, or (E - 1) * B), F,
+  capacity;
+* ``shuffle_index`` [E * B] (``"megatron"``; uint32, int64 past 2**32 - 2): the sample
+  order. ``"feistel"`` stores none: :class:`~.sample_order.FeistelOrder` over
+  ``(packed_shape[1], E * B)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from megadata_core.errors import DataError
+from megadata_core.indices._checks import INT32_MAX, check_ids, check_int, id_range
+from megadata_core.indices.epochs import SEPARATE_FINAL_EPOCH_THRESHOLD
+from megadata_core.indices.feistel import feistel_document_order
+from megadata_core.indices.gpt import seeded_random_state
+from megadata_core.indices.packing import fill_documents, full_offsets, pack_layout
+from megadata_core.indices.sample_shuffle import shuffle_index
+
+PIECE_ARRAYS = ("piece_document", "bin_offsets", "full_offset", "packed_shape")
+#: The arrays a best_fit GPT dataset stores, per shuffle mode.
+PACKED_ARRAYS = {
+    "megatron": PIECE_ARRAYS + ("shuffle_index",),
+    "feistel": PIECE_ARRAYS,
+}
+
+
+def _narrow(high: int) -> type:
+    return np.int32 if high <= INT32_MAX else np.int64
+
+
+def packed_epochs(bins_per_epoch: int, num_samples: int | None) -> int:
+    """E: epochs of B bins that hold ``num_samples`` samples (1 for None)."""
+    if num_samples is None:
+        return 1
+    return max(1, -(-num_samples // bins_per_epoch))
+
+
+def packed_first_range(bins_per_epoch: int, epochs: int, num_samples: int | None) -> int:
+    """Samples in the first shuffled range: E * B, or (E - 1) * B when the final epoch is
+    shuffled apart (E > 1 and it supplies fewer than ``int(0.8 * B)`` samples asked for)."""
+    total = epochs * bins_per_epoch
+    if epochs > 1 and num_samples is not None:
+        from_final = num_samples - (epochs - 1) * bins_per_epoch
+        if from_final < int(SEPARATE_FINAL_EPOCH_THRESHOLD * bins_per_epoch):
+            return total - bins_per_epoch
+    return total
+
+
+def packed_indices(
+    sequence_lengths: np.ndarray,
+    document_ids: np.ndarray | range,
+    sequence_length: int,
+    num_samples: int | None,
+    random_seed: int,
+    *,
+    add_extra_token: bool = True,
+    shuffle: str = "megatron",
+) -> dict[str, np.ndarray]:
+    """The stored arrays of a best_fit GPT dataset (see the module docstring).
+
+    Args:
+        sequence_lengths: int [N] lengths of every document of the corpus.
+        document_ids: int [D] the split's documents, or a step-1 ``range`` of them.
+        sequence_length: S >= 1.
+        num_samples: samples requested, or None for one epoch.
+        random_seed: in ``[0, 2**32)``.
+        add_extra_token: bins hold S + 1 tokens (labels are the shift).
+        shuffle: ``"megatron"`` or ``"feistel"``.
+
+    Returns:
+        ``{name: array}`` for the names ``PACKED_ARRAYS[shuffle]``.
+    """
+    seed = check_int("random_seed", random_seed, 0)
+    if seed >= 1 << 32:
+        raise DataError(f"random_seed: {seed} must be < 2**32")
+    length = check_int("sequence_length", sequence_length, 1)
+    if num_samples is not None:
+        num_samples = check_int("num_samples", num_samples, 0)
+    if shuffle not in PACKED_ARRAYS:
+        raise DataError(f"shuffle: {shuffle!r} is not one of {tuple(PACKED_ARRAYS)}")
+    corpus = np.asarray(sequence_lengths)
+    span = id_range("document_ids", document_ids, len(corpus))
+    if span is not None:
+        lengths = corpus[span.start : span.stop].astype(np.int64)
+        high_id = span.stop - 1
+    else:
+        ids = check_ids("document_ids", document_ids, len(corpus)).astype(np.int64)
+        lengths = corpus[ids].astype(np.int64)
+        high_id = int(ids.max()) if ids.size else 0
+    if int(lengths.sum()) == 0:
+        raise DataError(f"document_ids: the {len(lengths)} documents hold no tokens")
+    capacity = length + int(bool(add_extra_token))
+    count = len(lengths)
+
+    rng = seeded_random_state(seed) if shuffle == "megatron" else None
+    order_dtype = _narrow(count - 1)
+
+    def epoch_order(epoch: int) -> np.ndarray:
+        if rng is None:
+            return feistel_document_order(np.arange(count, dtype=order_dtype), seed, epoch)
+        order = np.arange(count, dtype=order_dtype)
+        rng.shuffle(order)  # the same draws for any dtype
+        return order
+
+    layout = pack_layout(lengths, capacity)  # one layout serves every epoch
+    bins, pieces, full = len(layout.bin_offsets) - 1, len(layout.piece_length), layout.full_count
+    epochs = packed_epochs(bins, num_samples)
+    documents = np.empty(epochs * pieces, _narrow(high_id))
+    full_offset = np.empty(epochs * full, np.int64)
+    for epoch in range(epochs):
+        rows = documents[epoch * pieces : (epoch + 1) * pieces]
+        fill_documents(layout, epoch_order(epoch), rows)
+        if full:
+            full_offset[epoch * full : (epoch + 1) * full] = full_offsets(rows[:full], capacity)
+        if span is not None:
+            rows += span.start
+        else:
+            rows[...] = ids[rows]
+    head = packed_first_range(bins, epochs, num_samples)
+    out = {
+        "piece_document": documents,
+        "bin_offsets": layout.bin_offsets,
+        "full_offset": full_offset,
+        "packed_shape": np.array([epochs, head, full, capacity], dtype=np.int64),
+    }
+    if rng is not None:
+        out["shuffle_index"] = shuffle_index(head, epochs * bins, rng)
+    return out
