@@ -17,6 +17,8 @@ Suites (the first positional argument; ``--only`` picks items within one):
     cloud    shuffled batches from local S3 / GCS servers, requests per batch
     megatron the megatron.core.datasets drop-in (adapters/megatron_datasets) beside
              megatron-core: builder cold / warm start, GPTDataset.__getitem__ loop
+    packing  best-fit packing: padding and documents cut beside Grain's packers and the
+             lower bound, build time vs concat, document-masked batch reads
 
 The first positional argument names the suite; a suite is one function in
 ``bench.SUITES`` (tools/bench/: one module per suite, the shared harness, the peers'
