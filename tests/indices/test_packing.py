@@ -1,0 +1,136 @@
+"""best_fit_pack: equal to a plain O(D * B) best-fit-decreasing, and its invariants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from megadata_core import DataError
+from megadata_core.indices.packing import best_fit_pack
+
+
+def reference_bfd(lengths: list[int], capacity: int, order: list[int]) -> list[list[tuple]]:
+    """Best fit decreasing, one piece at a time: pieces by (length desc, rank in order,
+    offset); each to the open bin with the least remaining capacity that holds it, ties to
+    the bin that has had that remaining capacity longest; else a new bin."""
+    pieces = []
+    for rank, document in enumerate(order):
+        length, offset = lengths[document], 0
+        while length - offset >= capacity:
+            pieces.append((capacity, rank, offset, document))
+            offset += capacity
+        if length > offset:
+            pieces.append((length - offset, rank, offset, document))
+    pieces.sort(key=lambda piece: (-piece[0], piece[1], piece[2]))
+    remaining, since, bins = [], [], []
+    for time, (size, _, offset, document) in enumerate(pieces):
+        best = None
+        for b in range(len(remaining)):
+            if remaining[b] >= size and (
+                best is None or (remaining[b], since[b]) < (remaining[best], since[best])
+            ):
+                best = b
+        if best is None:
+            remaining.append(capacity)
+            bins.append([])
+            since.append(time)
+            best = len(bins) - 1
+        remaining[best] -= size
+        since[best] = time
+        bins[best].append((document, offset, size))
+    return bins
+
+
+def bins_of(packed) -> list[list[tuple]]:
+    rows = zip(packed.bin_offsets[:-1].tolist(), packed.bin_offsets[1:].tolist())
+    return [
+        list(
+            zip(
+                packed.piece_document[a:b].tolist(),
+                packed.piece_offset[a:b].tolist(),
+                packed.piece_length[a:b].tolist(),
+            )
+        )
+        for a, b in rows
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 24).flatmap(
+        lambda capacity: st.tuples(
+            st.just(capacity),
+            st.lists(st.integers(0, 3 * capacity + 1), max_size=40),
+            st.randoms(use_true_random=False),
+        )
+    )
+)
+def test_equals_reference_bfd(case):
+    capacity, lengths, random = case
+    order = list(range(len(lengths)))
+    random.shuffle(order)
+    packed = best_fit_pack(np.array(lengths, dtype=np.int64), capacity, np.array(order))
+    assert bins_of(packed) == reference_bfd(lengths, capacity, order)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(1, 64),
+    st.lists(st.integers(0, 200), max_size=200),
+)
+def test_every_token_once_and_no_bin_over_capacity(capacity, lengths):
+    lengths = np.array(lengths, dtype=np.int64)
+    packed = best_fit_pack(lengths, capacity)
+    assert packed.piece_document.dtype == np.int64
+    assert packed.bin_offsets[0] == 0 and (np.diff(packed.bin_offsets) >= 1).all()
+    assert (packed.bin_lengths() <= capacity).all()
+    assert (packed.piece_length >= 1).all()
+    # every token of every document exactly once: pieces tile each document
+    covered = np.zeros(int(lengths.sum()), dtype=np.int64)
+    base = np.concatenate([[0], np.cumsum(lengths)])
+    for d, o, n in zip(packed.piece_document, packed.piece_offset, packed.piece_length):
+        covered[base[d] + o : base[d] + o + n] += 1
+    assert (covered == 1).all()
+    # only documents longer than a bin are cut
+    cut = np.bincount(packed.piece_document, minlength=len(lengths)) > 1
+    assert not (cut & (lengths <= capacity)).any()
+
+
+def test_near_lower_bound_on_many_documents():
+    rng = np.random.default_rng(3)
+    lengths = np.maximum(1, rng.lognormal(np.log(300), 1.0, 20_000)).astype(np.int64)
+    packed = best_fit_pack(lengths, 2049, rng.permutation(len(lengths)))
+    fewest = -(-int(lengths.sum()) // 2049)
+    assert packed.num_bins <= fewest * 1.001 + 1
+
+
+def test_order_breaks_ties_only():
+    lengths = np.array([3, 3, 3, 5], dtype=np.int64)
+    first = best_fit_pack(lengths, 8, np.array([0, 1, 2, 3]))
+    second = best_fit_pack(lengths, 8, np.array([2, 1, 0, 3]))
+    assert np.array_equal(first.bin_offsets, second.bin_offsets)
+    assert np.array_equal(first.piece_length, second.piece_length)
+    assert bins_of(first) == [[(3, 0, 5), (0, 0, 3)], [(1, 0, 3), (2, 0, 3)]]
+    assert bins_of(second) == [[(3, 0, 5), (2, 0, 3)], [(1, 0, 3), (0, 0, 3)]]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((np.array([1, -2]), 4), "lengths: negative length -2"),
+        ((np.array([1, 2]), 0), "capacity: 0 must be >= 1"),
+        ((np.array([1, 2]), 4, np.array([0, 0])), "order: not a permutation"),
+        ((np.array([1, 2]), 4, np.array([0, 2])), "order: 2 is outside [0, 2)"),
+        ((np.array([1, 2]), 4, np.array([0])), "order: expected a permutation"),
+    ],
+)
+def test_bad_input(args, message):
+    with pytest.raises(DataError, match=message.replace("[", r"\[").replace(")", r"\)")):
+        best_fit_pack(*args)
+
+
+def test_empty():
+    packed = best_fit_pack(np.zeros(3, dtype=np.int64), 4)
+    assert packed.num_bins == 0 and len(packed.piece_document) == 0
