@@ -43,6 +43,7 @@ from typing import Any
 import grain
 import numpy as np
 
+from adapters.maxtext_keys import check_key_names, rename_keys
 from megadata_core.checks import check_int
 from megadata_core.datasets.fingerprint import fingerprint
 from megadata_core.errors import DataError
@@ -191,16 +192,20 @@ class GrainSource:
     ``src[i]`` is the dataset's sample ``i`` as a dict of writable numpy arrays;
     ``src.__getitems__(indices)`` (and Grain's batched-read hook ``_getitems``) read all
     indices in ONE core call. Pickles as the dataset (which pickles small: memory maps
-    travel as file names and are reopened on load).
+    travel as file names and are reopened on load). ``key_names="maxtext"`` gives each
+    sample under MaxText's names (:mod:`adapters.maxtext_keys`: ``inputs``, ``targets``,
+    ``inputs_segmentation``, ``inputs_position``, ...); ``"megatron"`` (default) as the
+    core names them.
     """
 
-    def __init__(self, dataset: Any) -> None:
+    def __init__(self, dataset: Any, *, key_names: str = "megatron") -> None:
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
             raise DataError(
                 f"dataset: {type(dataset).__name__} has no __len__/__getitem__; GrainSource "
                 "needs a megadata dataset"
             )
         self.dataset = dataset
+        self.key_names = check_key_names(key_names)
         mark = fingerprint(dataset)
         self._repr = f"GrainSource({dataset!r}" + (f", fingerprint={mark!r})" if mark else ")")
         ensure_absl_flags_parsed()
@@ -218,7 +223,7 @@ class GrainSource:
         return i % length
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
-        return _writable(self.dataset[self._index(index)])
+        return _writable(rename_keys(self.dataset[self._index(index)], self.key_names))
 
     def __getitems__(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
         """The samples at ``indices`` stacked along a leading batch axis (one core read)."""
@@ -227,8 +232,9 @@ class GrainSource:
         if getitems is None:
             samples = [self.dataset[i] for i in positions]
             keys = samples[0].keys() if samples else ()
-            return {key: np.stack([np.asarray(s[key]) for s in samples]) for key in keys}
-        return _writable(getitems(positions))
+            batch = {key: np.stack([np.asarray(s[key]) for s in samples]) for key in keys}
+            return dict(rename_keys(batch, self.key_names)) if batch else batch
+        return _writable(rename_keys(getitems(positions), self.key_names))
 
     def _getitems(self, indices: Sequence[int]) -> list[dict[str, np.ndarray]]:
         """Grain's batched-read hook: one core read, split back into samples."""
@@ -241,9 +247,10 @@ class GrainSource:
         return self._repr
 
     def __getstate__(self) -> dict:
-        return {"dataset": self.dataset, "_repr": self._repr}
+        return {"dataset": self.dataset, "_repr": self._repr, "key_names": self.key_names}
 
     def __setstate__(self, state: dict) -> None:
+        self.key_names = "megatron"  # a source pickled before the option existed
         self.__dict__.update(state)
 
 
@@ -393,6 +400,16 @@ class _ConsumedSamplesIterator(grain.DatasetIterator):
         self.close()
 
 
+class _Rename:
+    """Grain ``map``: a micro-batch under ``key_names`` (:func:`rename_keys`)."""
+
+    def __init__(self, key_names: str) -> None:
+        self.key_names = key_names
+
+    def __call__(self, batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        return dict(rename_keys(batch, self.key_names))
+
+
 class _BatchedIterDataset(grain.IterDataset):
     """IterDataset over :class:`MicroBatchDataset`; see :func:`batched_dataset`."""
 
@@ -408,8 +425,10 @@ class _BatchedIterDataset(grain.IterDataset):
         worker_buffer_size: int,
         read_options: Any,
         writable: bool = False,
+        key_names: str = "megatron",
     ) -> None:
         super().__init__()
+        self.key_names = check_key_names(key_names)
         self._kwargs = dict(
             micro_batch_size=micro_batch_size,
             data_parallel_rank=data_parallel_rank,
@@ -443,6 +462,8 @@ class _BatchedIterDataset(grain.IterDataset):
                     num_workers=self.worker_count, per_worker_buffer_size=self.worker_buffer_size
                 )
             ).map(_Unpack(self.writable))
+        if self.key_names != "megatron":  # after the hand-over: workers ship core keys
+            pipeline = pipeline.map(_Rename(self.key_names))
         return pipeline
 
     def __iter__(self) -> _ConsumedSamplesIterator:
@@ -466,6 +487,7 @@ def batched_dataset(
     worker_buffer_size: int = 1,
     read_options: grain.ReadOptions | None = None,
     writable: bool = False,
+    key_names: str = "megatron",
 ) -> grain.IterDataset:
     """This rank's micro-batches as a Grain ``IterDataset`` (``PretrainingSampler`` layout).
 
@@ -500,6 +522,8 @@ def batched_dataset(
     counted at the batches handed out, not the prefetched ones); ``set_state`` accepts it
     from a pipeline with any worker count, DP layout or micro-batch size over the same
     dataset and continues at that global sample (elastic, as ``PretrainingSampler``).
+    ``key_names="maxtext"`` renames each micro-batch's keys to MaxText's
+    (:mod:`adapters.maxtext_keys`), in this process after any hand-over.
     Raises ``DataError`` naming the offending argument.
     """
     return _BatchedIterDataset(
@@ -512,4 +536,5 @@ def batched_dataset(
         worker_buffer_size=worker_buffer_size,
         read_options=read_options,
         writable=writable,
+        key_names=key_names,
     )

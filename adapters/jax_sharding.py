@@ -20,6 +20,12 @@ mask). An input that is read-only AND owns its memory is taken as immutable: whe
 same object comes again for the same sharding, its global array from last time is
 reused instead of being copied to every device again (a few recent ones are kept).
 
+MaxText's names. ``key_names="maxtext"`` (``global_batch``, ``prefetch_to_device``) hands
+the batch over as MaxText's train step reads it: ``inputs``, ``targets``,
+``inputs_position``, ``targets_position``, ``inputs_segmentation``,
+``targets_segmentation`` (see :mod:`adapters.maxtext_keys` for the mapping; the loss mask
+becomes ``targets_segmentation == 0``).
+
 Dtypes are kept as JAX allows: int32 tokens, float32 masks and bool attention masks go
 through unchanged; 64-bit arrays become 32-bit unless ``jax_enable_x64`` is on.
 """
@@ -36,6 +42,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from adapters.maxtext_keys import check_key_names, rename_keys
 from megadata_core.errors import DataError
 from megadata_core.handover.pack import is_constant
 
@@ -126,17 +133,22 @@ def _to_global(sharding: NamedSharding, value) -> jax.Array:
     return array
 
 
-def global_batch(batch: Mapping, mesh: Mesh, batch_axes=None) -> dict[str, jax.Array]:
+def global_batch(
+    batch: Mapping, mesh: Mesh, batch_axes=None, key_names: str = "megatron"
+) -> dict[str, jax.Array]:
     """Per-process numpy batch -> dict of global ``jax.Array`` sharded on the leading axis.
 
     batch: mapping of key -> array with a leading batch axis, the same size for all keys
     (this process's share of the global batch). mesh: a ``jax.sharding.Mesh``.
     batch_axes: mesh axis name or names the batch axis is split over (default: all).
+    key_names: ``"megatron"`` (keys as given) or ``"maxtext"`` (MaxText's names).
     """
+    key_names = check_key_names(key_names)
     if not isinstance(batch, Mapping):
         raise DataError(f"global_batch: batch must be a mapping of arrays, got {type(batch)!r}")
     if not batch:
         raise DataError("global_batch: batch is empty")
+    batch = rename_keys(batch, key_names)
     axes = _batch_axes(mesh, batch_axes)
     sharding = NamedSharding(mesh, PartitionSpec(axes))
 
@@ -168,10 +180,13 @@ class _Feeder:
     """The background thread's side of a :class:`DevicePrefetcher`: it holds no reference
     to the prefetcher, so dropping the prefetcher lets its finalizer stop the thread."""
 
-    def __init__(self, source: Iterator[Mapping], mesh: Mesh, size: int, batch_axes) -> None:
+    def __init__(
+        self, source: Iterator[Mapping], mesh: Mesh, size: int, batch_axes, key_names: str
+    ) -> None:
         self.source = source
         self.mesh = mesh
         self.batch_axes = batch_axes
+        self.key_names = key_names
         self.queue: queue.Queue = queue.Queue(maxsize=size)
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, name="prefetch_to_device", daemon=True)
@@ -188,7 +203,7 @@ class _Feeder:
     def run(self) -> None:
         try:
             for batch in self.source:
-                arrays = global_batch(batch, self.mesh, self.batch_axes)
+                arrays = global_batch(batch, self.mesh, self.batch_axes, self.key_names)
                 jax.block_until_ready(arrays)  # on the devices before it counts as ready
                 if not self._put(arrays):
                     return
@@ -219,10 +234,18 @@ class DevicePrefetcher:
     ``next``. :meth:`close`, leaving a ``with`` block, or dropping the prefetcher stops
     the thread and closes the source iterator (the prefetcher owns what it was given)."""
 
-    def __init__(self, iterator: Iterable[Mapping], mesh: Mesh, size: int = 2, batch_axes=None):
+    def __init__(
+        self,
+        iterator: Iterable[Mapping],
+        mesh: Mesh,
+        size: int = 2,
+        batch_axes=None,
+        key_names: str = "megatron",
+    ):
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise DataError(f"prefetch_to_device: size must be an int >= 1, got {size!r}")
-        self._feeder = _Feeder(iter(iterator), mesh, size, batch_axes)
+        key_names = check_key_names(key_names)
+        self._feeder = _Feeder(iter(iterator), mesh, size, batch_axes, key_names)
         self._queue = self._feeder.queue
         self._thread = self._feeder.thread
         self._done = False
@@ -258,8 +281,13 @@ class DevicePrefetcher:
 
 
 def prefetch_to_device(
-    iterator: Iterable[Mapping], mesh: Mesh, size: int = 2, batch_axes=None
+    iterator: Iterable[Mapping],
+    mesh: Mesh,
+    size: int = 2,
+    batch_axes=None,
+    key_names: str = "megatron",
 ) -> DevicePrefetcher:
     """Global batches of ``iterator``'s per-process numpy batches, ``size`` of them kept
-    on the devices ahead by a background thread (see :class:`DevicePrefetcher`)."""
-    return DevicePrefetcher(iterator, mesh, size, batch_axes)
+    on the devices ahead by a background thread (see :class:`DevicePrefetcher`);
+    ``key_names`` as :func:`global_batch`'s."""
+    return DevicePrefetcher(iterator, mesh, size, batch_axes, key_names)

@@ -20,6 +20,8 @@ Suites (the first positional argument; ``--only`` picks items within one):
              megatron-core: builder cold / warm start, GPTDataset.__getitem__ loop
     preprocess  the task plan: local pool of 1 and 2 workers and Ray beside one
              process (documents/s, MB/s, scaling, Ray start-up, worker RSS)
+    packing  best-fit packing: padding and documents cut beside Grain's packers and the
+             lower bound, build time vs concat, document-masked batch reads
 
 The first positional argument names the suite; a suite is one function in
 ``bench.SUITES`` (tools/bench/: one module per suite, the shared harness, the peers'

@@ -144,3 +144,19 @@ def test_bench_megatron_smoke(tmp_path):
     out = _run_suite("megatron", tmp_path)
     for metric in ("cold", "warm", "__getitem__"):
         assert metric in out, f"missing row {metric!r}:\n{out}"
+
+
+def test_bench_packing_smoke(tmp_path):
+    out = _run_suite("packing", tmp_path)
+    for metric in (
+        "padding, demo corpus, 0.1k docs, peer = Grain BestFit (%)",
+        "padding, lognormal, 0.5k docs, peer = lower bound (%)",
+        "documents cut, lognormal, 0.5k docs, peer = concat (docs)",
+        "best_fit (peer = concat): time (s)",
+        "best_fit (peer = concat): peak RSS (MiB)",
+        "best_fit __getitems__ (peer = concat __getitems__) (tokens/s)",
+        "best_fit __getitems__ (peer = Grain BestFit iterator) (tokens/s)",
+    ):
+        assert metric in out, f"missing row {metric!r}:\n{out}"
+    assert "check documents cut, lognormal: only those longer than 4097" in out
+    assert ": NO" not in out and "note: OLMo-core" in out

@@ -35,6 +35,8 @@ def test_demo_runs(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "[4/4]" in result.stdout and "samples/s" in result.stdout
+    assert "packed best_fit + document_masking" in result.stdout, result.stdout
+    assert "segment_ids (value x run) 1x" in result.stdout, result.stdout
     corpus = mdc.IndexedDataset(str(tmp_path / "stdlib_text_document"))
     assert len(corpus) == 40 and corpus.num_documents == 40
     assert all(int(corpus[i][-1]) == 256 for i in range(len(corpus)))  # EOD appended

@@ -1,6 +1,6 @@
 """The benchmark suites of ``python tools/bench.py SUITE``, one module each.
 
-``format``, ``gpt``, ``builder``, ``blend``, ``loaders``, ``cloud``, ``megatron``
+``format``, ``gpt``, ``builder``, ``blend``, ``loaders``, ``cloud``, ``megatron``, ``packing``
 (:data:`SUITES`); the
 harness they share (:mod:`bench.harness`: the report, measuring, comparing), the cache
 states they time (:mod:`bench.cache_states`) and the peers' imports (:mod:`bench.peers`).
@@ -18,6 +18,7 @@ from bench.gpt import suite_gpt
 from bench.harness import Bench
 from bench.loaders import suite_loaders
 from bench.megatron import suite_megatron
+from bench.packing import suite_packing
 from bench.preprocess_scale import suite_preprocess_scale
 
 # Adding a suite: write ``def suite_x(bench: Bench) -> None`` and list it here.
@@ -30,4 +31,5 @@ SUITES: dict[str, Callable[[Bench], None]] = {
     "cloud": suite_cloud,
     "megatron": suite_megatron,
     "preprocess": suite_preprocess_scale,
+    "packing": suite_packing,
 }
