@@ -36,6 +36,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from adapters.byte_level_bpe import rank_encoder
 from megadata_core.errors import DataError
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "GPT2BPETokenizer",
     "MegatronTikTokenizer",
     "NullTokenizer",
+    "RustTokenizer",
     "SentencePieceTokenizer",
     "TIKTOKEN_PATTERNS",
     "batch_threads",
@@ -107,17 +109,35 @@ def flatten_ids(lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]
     return ids, lengths
 
 
-class _RustTokenizer:
-    """Shared encode/decode over a ``tokenizers.Tokenizer`` without added special tokens."""
+class RustTokenizer:
+    """Shared encode/decode over a ``tokenizers.Tokenizer`` without added special tokens.
+
+    ``_ranks``: a ``byte_level_bpe.RankEncoder`` giving the same ids faster, used when
+    set; ``encoder`` names the one in use (and why not tiktoken) for logs.
+    """
 
     _tokenizer = None
+    _ranks = None
+    encoder = "tokenizers"
+
+    def _use_ranks(self, found) -> None:
+        """Take ``(RankEncoder | None, why)`` from ``byte_level_bpe``."""
+        self._ranks, why = found
+        self.encoder = (
+            "tiktoken (canonical byte-level BPE merges: same ids as tokenizers)"
+            if self._ranks is not None else f"tokenizers (not tiktoken: {why})"
+        )
 
     def encode(self, text: str) -> np.ndarray:
         """int64[n] ids of ``text``."""
+        if self._ranks is not None:
+            return self._ranks.encode(text)
         return np.array(self._tokenizer.encode(text, add_special_tokens=False).ids, np.int64)
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
+        if self._ranks is not None:
+            return self._ranks.encode_batch(texts)
         encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
         return flatten_ids([encoding.ids for encoding in encodings])
 
@@ -125,7 +145,7 @@ class _RustTokenizer:
         return self._tokenizer.decode([int(i) for i in np.asarray(ids).reshape(-1)])
 
 
-class GPT2BPETokenizer(_RustTokenizer):
+class GPT2BPETokenizer(RustTokenizer):
     """GPT-2 byte-level BPE from ``vocab.json`` and ``merges.txt`` (Megatron's GPT2BPETokenizer).
 
     The merges file is read as Megatron reads it: its first line (``#version``) and
@@ -173,6 +193,7 @@ class GPT2BPETokenizer(_RustTokenizer):
         batch_threads()
         if "<|endoftext|>" not in vocab:
             raise DataError(f"--vocab-file {self.vocab_file}: no '<|endoftext|>' token (the EOD)")
+        self._use_ranks(rank_encoder(vocab, merges))
         self.eod_id = int(vocab["<|endoftext|>"])
         self.vocab_size = len(vocab)
 
@@ -180,7 +201,7 @@ class GPT2BPETokenizer(_RustTokenizer):
         return f"GPT2BPETokenizer({self.vocab_file!r}, {self.merge_file!r})"
 
 
-class BertWordPieceTokenizer(_RustTokenizer):
+class BertWordPieceTokenizer(RustTokenizer):
     """BERT WordPiece from ``vocab.txt`` (Megatron's BertWordPieceLowerCase/BertWordPieceCase).
 
     Lower case also strips accents, as BERT's uncased models do. ``[BOS]`` and

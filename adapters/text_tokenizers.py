@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from adapters import megatron_tokenizers as mt
+from adapters.byte_level_bpe import tokenizer_json_encoder
 from megadata_core.errors import DataError
 from megadata_core.preprocess import ByteTokenizer
 
@@ -77,11 +78,13 @@ def _local_file(path, what: str) -> str:
     return path
 
 
-class HuggingFaceTokenizer:
+class HuggingFaceTokenizer(mt.RustTokenizer):
     """A ``tokenizer.json`` read by the ``tokenizers`` library.
 
     ``encode(text)`` -> int64[n] ids without added special tokens; ``eod_id`` is
-    ``eod_token``'s id, or that of the first of EOD_CANDIDATES in the vocabulary.
+    ``eod_token``'s id, or that of the first of EOD_CANDIDATES in the vocabulary. A
+    plain GPT-2 style byte-level BPE is encoded by tiktoken, with the same ids
+    (``adapters.byte_level_bpe``).
     """
 
     def __init__(
@@ -109,6 +112,8 @@ class HuggingFaceTokenizer:
         except Exception as error:  # tokenizers raises its own Exception type
             flag = "--tokenizer-model " if megatron else ""
             raise DataError(f"{flag}{self.path}: not a readable tokenizer.json: {error}") from error
+        with open(self.path, encoding="utf-8") as stream:  # readable: tokenizers just read it
+            self._use_ranks(tokenizer_json_encoder(json.load(stream)))
         if megatron:  # Megatron (transformers) uses len(tokenizer)
             self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
         else:  # ids run up to the largest in the vocabulary, even when added tokens leave holes
@@ -132,19 +137,6 @@ class HuggingFaceTokenizer:
                 f"{self.path}: no end-of-document token found (tried {', '.join(names)}); "
                 "name one with eod_token"
             )
-
-    def encode(self, text: str) -> np.ndarray:
-        """int64[n] token ids of ``text``."""
-        ids = self._tokenizer.encode(text, add_special_tokens=False).ids
-        return np.array(ids, dtype=np.int64)
-
-    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
-        encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
-        return mt.flatten_ids([encoding.ids for encoding in encodings])
-
-    def decode(self, ids) -> str:
-        return self._tokenizer.decode([int(i) for i in np.asarray(ids).reshape(-1)])
 
     def __repr__(self) -> str:
         return f"HuggingFaceTokenizer({self.path!r}, eod_token={self.eod_token!r})"

@@ -355,7 +355,9 @@ def tokenizer_factory():
         if FLAGS.eod_token is not None:
             options["eod_token"] = FLAGS.eod_token
         factory = functools.partial(load_tokenizer, kind, **options)
-        factory()  # wrong or missing files fail here, before any output directory work
+        tokenizer = factory()  # wrong or missing files fail here, before any output work
+        if hasattr(tokenizer, "encoder"):
+            print(f"encoder: {tokenizer.encoder}", file=sys.stderr)
         return factory
     given = [f"--{name}" for name, value in megatron_files.items() if value is not None]
     if given:

@@ -8,14 +8,17 @@ Usage::
   same jsonl into a corpus with Megatron's ``GPT2BPETokenizer`` (vocab.json + merges.txt)
   and ``HuggingFaceTokenizer`` (a tokenizer.json directory), both trained here on the
   input (16k byte-level BPE). Ours: ``preprocess_jsonl`` (chunks through each
-  library's batch encoder). The peer is Megatron-LM's method, re-implemented because
-  its script is not in the megatron-core wheel: the main process reads lines into
+  tokenizer's batch encoder; for these canonical byte-level merges that is tiktoken,
+  adapters/byte_level_bpe.py). Two peers, both Megatron-LM's method re-implemented
+  (its script is not in the megatron-core wheel): the main process reads lines into
   ``Pool.imap(encode, lines, chunksize=32)``, each worker encodes one document at a
   time and appends the EOD, the main process calls ``add_document`` per document
-  (megatron-core's IndexedDatasetBuilder). The peer's encode is the same Rust
-  tokenizer's single-text call, faster than what Megatron calls (its legacy GPT-2 BPE
-  is pure Python; its HuggingFaceTokenizer goes through transformers' slow path), so
-  the ratio understates ours. The corpora must be byte-identical.
+  (megatron-core's IndexedDatasetBuilder). ``megatron`` encodes as Megatron does:
+  GPT-2's pure-Python BPE (``MegatronStyleGPT2BPE``) for GPT2BPETokenizer,
+  ``transformers.AutoTokenizer(use_fast=False)`` ``tokenize`` + ``convert_tokens_to_ids``
+  for HuggingFaceTokenizer (the bench extra installs transformers). ``rust`` encodes
+  with the ``tokenizers`` library, one document per call: a stricter peer than
+  Megatron itself. Every corpus must be byte-identical to ours.
 * ``sentences``: MB/s of the sentence splitter ``--split-sentences`` uses by default
   offline (sentencex), and of NLTK punkt when a model is installed.
 
@@ -70,28 +73,95 @@ def train_tokenizer_files(jsonl: str, directory: str, vocab_size: int = 16_000) 
     }
 
 
-def _peer_init(kind: str, options: dict) -> None:
-    global _PEER
+class MegatronStyleGPT2BPE:
+    """GPT-2's original pure-Python byte-level BPE, the encoder Megatron-LM's
+    GPT2BPETokenizer runs (megatron/training/tokenizer/gpt2_tokenization.py): the
+    ``regex`` module splits the text with GPT-2's pattern, each piece's UTF-8 bytes are
+    mapped to printable characters, and a piece is merged by repeatedly joining every
+    occurrence of its adjacent pair listed first in merges.txt; results are memoized
+    per piece in a dict, as GPT-2's ``bpe`` cache does."""
+
+    def __init__(self, vocab_file: str, merge_file: str) -> None:
+        import regex
+
+        from adapters.byte_level_bpe import bytes_to_unicode
+
+        with open(vocab_file, encoding="utf-8") as stream:
+            self.vocab = json.load(stream)
+        with open(merge_file, encoding="utf-8") as stream:
+            lines = stream.read().split("\n")[1:-1]
+        self.priority = {tuple(line.split()): k for k, line in enumerate(lines)}
+        self.byte_char = bytes_to_unicode()
+        self.pattern = regex.compile(
+            r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+        self.memo: dict[str, list[str]] = {}
+
+    def merge(self, piece: str) -> list[str]:
+        if piece in self.memo:
+            return self.memo[piece]
+        symbols = list(piece)
+        while len(symbols) > 1:
+            ranked = [(self.priority.get(pair, len(self.priority)), pair)
+                      for pair in zip(symbols, symbols[1:])]
+            rank, best = min(ranked, key=lambda item: item[0])
+            if rank == len(self.priority):
+                break
+            joined, i = [], 0
+            while i < len(symbols):
+                if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == best:
+                    joined.append(symbols[i] + symbols[i + 1])
+                    i += 2
+                else:
+                    joined.append(symbols[i])
+                    i += 1
+            symbols = joined
+        self.memo[piece] = symbols
+        return symbols
+
+    def encode(self, text: str) -> list[int]:
+        ids = []
+        for piece in self.pattern.findall(text):
+            mapped = "".join(self.byte_char[b] for b in piece.encode("utf-8"))
+            ids.extend(self.vocab.get(token, 0) for token in self.merge(mapped))
+        return ids
+
+
+def peer_encoder(kind: str, options: dict, peer: str):
+    """(encode(text) -> list of ids, eod) of a peer: ``megatron`` (the encoder Megatron-LM
+    calls for ``kind``) or ``rust`` (the ``tokenizers`` encoder, one text per call)."""
     from adapters.text_tokenizers import load_tokenizer
 
     tokenizer = load_tokenizer(kind, **options)
-    _PEER = (tokenizer, tokenizer.eod_id)
+    if peer == "rust":
+        rust = tokenizer._tokenizer
+        return (lambda text: rust.encode(text, add_special_tokens=False).ids), tokenizer.eod_id
+    if kind == "GPT2BPETokenizer":
+        return MegatronStyleGPT2BPE(**options).encode, tokenizer.eod_id
+    from transformers import AutoTokenizer  # Megatron's default: use_fast=False, .tokenize
+
+    hf = AutoTokenizer.from_pretrained(options["tokenizer_model"], use_fast=False)
+    return (lambda text: hf.convert_tokens_to_ids(hf.tokenize(text))), tokenizer.eod_id
+
+
+def _peer_init(kind: str, options: dict, peer: str) -> None:
+    global _PEER
+    _PEER = peer_encoder(kind, options, peer)
 
 
 def _peer_encode(line: str):
-    tokenizer, eod = _PEER
-    ids = tokenizer.encode(json.loads(line)["text"]).tolist()
+    encode, eod = _PEER
+    ids = list(encode(json.loads(line)["text"]))
     if ids:
         ids.append(eod)
     return ids, len(line)
 
 
-def peer_preprocess(megatron, kind, options, jsonl, prefix, workers, dtype) -> int:
+def peer_preprocess(megatron, kind, options, peer, jsonl, prefix, workers, dtype) -> int:
     """Megatron-LM's loop: one encode per document in a pool, add_document per document."""
     builder = megatron.IndexedDatasetBuilder(prefix + ".bin", dtype=dtype)
     documents = 0
     with open(jsonl, encoding="utf-8") as lines, multiprocessing.Pool(
-        workers, initializer=_peer_init, initargs=(kind, options)
+        workers, initializer=_peer_init, initargs=(kind, options, peer)
     ) as pool:
         for ids, _ in pool.imap(_peer_encode, lines, chunksize=32):
             builder.add_document(ids, [len(ids)] if ids else [])
@@ -119,46 +189,71 @@ def _timed(function):
     return time.perf_counter() - start, result
 
 
+PEERS = {
+    "megatron": "Megatron-LM's method and encoder",
+    "rust": "Megatron-LM's method, tokenizers' Rust encoder",
+}
+
+
+def _available_peers(kind: str) -> tuple[list[str], list[str]]:
+    """(peers that can run, notes on those that cannot)."""
+    if kind != "HuggingFaceTokenizer":
+        return list(PEERS), []
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return ["rust"], [f"{kind}: transformers is not installed, so the megatron peer is n/a"]
+    return list(PEERS), []
+
+
 def bench_tokenizer(bench, megatron, kind, options, jsonl, documents, nbytes, repeats) -> None:
-    """One row set (docs/s, MB/s, tokens/s) for one tokenizer type, ours beside the peer."""
+    """Rows (docs/s, MB/s, tokens/s) for one tokenizer type: ours beside each peer."""
     from adapters.text_tokenizers import load_tokenizer
     from megadata_core.format import optimal_dtype
 
-    dtype = np.dtype(optimal_dtype(load_tokenizer(kind, **options).vocab_size)).type
-    ours_s, theirs_s, tokens, identical = [], [], 0, None
+    tokenizer = load_tokenizer(kind, **options)
+    dtype = np.dtype(optimal_dtype(tokenizer.vocab_size)).type
+    peers, notes = _available_peers(kind) if megatron is not None else ([], [])
+    for note in notes:
+        bench.note(note)
+    seconds = {side: [] for side in ["ours", *peers]}
+    tokens, identical = 0, dict.fromkeys(peers)
     for repeat in range(repeats):
-        prefixes = {"ours": bench.path(kind, "ours"), "theirs": bench.path(kind, "theirs")}
-        for side in (["ours", "theirs"] if repeat % 2 == 0 else ["theirs", "ours"]):
+        sides = ["ours", *peers] if repeat % 2 == 0 else [*peers, "ours"]
+        prefixes = {side: bench.path(kind, side) for side in sides}
+        for side in sides:
             if side == "ours":
-                seconds, tokens = _timed(functools.partial(
+                elapsed, tokens = _timed(functools.partial(
                     ours_preprocess, kind, options, jsonl, prefixes["ours"], bench.workers))
-                ours_s.append(seconds)
-            elif megatron is not None:
-                seconds, count = _timed(functools.partial(
-                    peer_preprocess, megatron, kind, options, jsonl, prefixes["theirs"],
+            else:
+                elapsed, count = _timed(functools.partial(
+                    peer_preprocess, megatron, kind, options, side, jsonl, prefixes[side],
                     bench.workers, dtype))
                 if count != documents:
-                    raise RuntimeError(f"peer preprocessed {count} of {documents} lines")
-                theirs_s.append(seconds)
-        if megatron is not None and identical is None:
-            identical = all(
-                filecmp.cmp(prefixes["ours"] + ext, prefixes["theirs"] + ext, shallow=False)
-                for ext in (".bin", ".idx")
-            )
+                    raise RuntimeError(f"peer {side} preprocessed {count} of {documents} lines")
+            seconds[side].append(elapsed)
+        for peer in peers:
+            if identical[peer] is None:
+                identical[peer] = all(
+                    filecmp.cmp(prefixes["ours"] + ext, prefixes[peer] + ext, shallow=False)
+                    for ext in (".bin", ".idx")
+                )
         for prefix in prefixes.values():
             for ext in (".bin", ".idx"):
                 if os.path.exists(prefix + ext):
                     os.remove(prefix + ext)
-    ours = statistics.median(ours_s)
-    theirs = statistics.median(theirs_s) if theirs_s else None
+    ours = statistics.median(seconds["ours"])
     label = f"preprocess {kind}, {documents:,} docs, {bench.workers} workers"
-    bench.row(f"{label}", "docs/s", "higher", documents / ours,
-              documents / theirs if theirs else None, repeats)
-    bench.row(f"{label}", "MB/s", "higher", nbytes / 1e6 / ours,
-              nbytes / 1e6 / theirs if theirs else None, repeats)
-    bench.row(f"{label}", "tokens/s", "higher", tokens / ours,
-              tokens / theirs if theirs else None, repeats)
-    bench.check(f"preprocess {kind}: .bin and .idx byte-identical to the peer's", identical)
+    bench.note(f"preprocess {kind}: ours encodes with {getattr(tokenizer, 'encoder', '?')}")
+    for peer in peers or [None]:
+        theirs = statistics.median(seconds[peer]) if peer else None
+        versus = f" vs {PEERS[peer]}" if peer else ""
+        for unit, amount in (("docs/s", documents), ("MB/s", nbytes / 1e6), ("tokens/s", tokens)):
+            bench.row(f"{label}{versus}", unit, "higher", amount / ours,
+                      amount / theirs if theirs else None, repeats)
+        if peer:
+            bench.check(f"preprocess {kind}: .bin and .idx byte-identical to {PEERS[peer]}",
+                        identical[peer])
 
 
 def bench_sentences(bench, jsonl: str, repeats: int) -> None:
@@ -201,8 +296,10 @@ def format_items(bench, megatron, make_jsonl, repeats: int) -> None:
     shutil.rmtree(os.path.dirname(jsonl), ignore_errors=True)
     if any(item in kinds for item in wanted):
         bench.note(
-            "preprocess-gpt2/-hf peer: Megatron-LM's loop re-implemented (Pool.imap(encode, "
-            "lines, chunksize=32), one encode per document, add_document per document) with "
-            "the same Rust tokenizer per document; Megatron's own GPT2BPE (pure Python) and "
-            "HuggingFaceTokenizer (transformers, use_fast=False) encode slower than that."
+            "preprocess-gpt2/-hf peers: Megatron-LM's loop re-implemented (Pool.imap(encode, "
+            "lines, chunksize=32), one encode per document, add_document per document). "
+            "'megatron': with the encoder Megatron calls (GPT2BPETokenizer: GPT-2's pure-Python "
+            "BPE with its per-piece cache; HuggingFaceTokenizer: transformers AutoTokenizer, "
+            "use_fast=False, tokenize + convert_tokens_to_ids); 'rust': with tokenizers' Rust "
+            "encoder, one document per call (a stricter peer than Megatron itself)."
         )
