@@ -1,6 +1,6 @@
 """The benchmark suites of ``python tools/bench.py SUITE``, one module each.
 
-``format``, ``gpt``, ``builder``, ``blend``, ``loaders``, ``cloud``, ``megatron``
+``format``, ``gpt``, ``builder``, ``blend``, ``loaders``, ``cloud``, ``megatron``, ``scale``
 (:data:`SUITES`); the
 harness they share (:mod:`bench.harness`: the report, measuring, comparing), the cache
 states they time (:mod:`bench.cache_states`) and the peers' imports (:mod:`bench.peers`).
@@ -18,6 +18,7 @@ from bench.gpt import suite_gpt
 from bench.harness import Bench
 from bench.loaders import suite_loaders
 from bench.megatron import suite_megatron
+from bench.scale import suite_scale
 
 # Adding a suite: write ``def suite_x(bench: Bench) -> None`` and list it here.
 SUITES: dict[str, Callable[[Bench], None]] = {
@@ -28,4 +29,5 @@ SUITES: dict[str, Callable[[Bench], None]] = {
     "loaders": suite_loaders,
     "cloud": suite_cloud,
     "megatron": suite_megatron,
+    "scale": suite_scale,
 }
