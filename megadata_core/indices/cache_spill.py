@@ -27,14 +27,20 @@ from megadata_core.indices.allocate import Allocate, in_memory
 #: temporary path -> (data address, shape, dtype) of the arrays spilled by this process
 #: and not yet taken or removed.
 _SPILLED: dict[str, tuple[int, tuple[int, ...], np.dtype]] = {}
+#: Arrays of fewer bytes are made in memory: a shuffle on a fresh file mapping pays
+#: page faults and writeback, worth it only where the array is a real share of RAM.
+SPILL_ABOVE = 1 << 28
 
 
 @contextlib.contextmanager
-def spill_arrays(directory: str | None, file_names: dict[str, str]) -> Iterator[Allocate]:
-    """An allocator making array ``name`` as a memory-mapped temporary of
-    ``file_names[name]`` (a file name in ``directory``); names without a file, empty
-    shapes, no directory or a directory that cannot be written give memory. Temporaries
-    not taken by :func:`take_spilled` are removed on exit."""
+def spill_arrays(
+    directory: str | None, file_names: dict[str, str], spill_above: int = SPILL_ABOVE
+) -> Iterator[Allocate]:
+    """An allocator making array ``name`` of more than ``spill_above`` bytes as a
+    memory-mapped temporary of ``file_names[name]`` (a file name in ``directory``);
+    smaller arrays, names without a file, no directory or a directory that cannot be
+    written give memory. Temporaries not taken by :func:`take_spilled` are removed on
+    exit."""
     if directory is None:
         yield in_memory
         return
@@ -42,7 +48,8 @@ def spill_arrays(directory: str | None, file_names: dict[str, str]) -> Iterator[
 
     def empty(name: str, shape: tuple[int, ...], dtype: np.typing.DTypeLike) -> np.ndarray:
         label = file_names.get(name)
-        if label is None or 0 in shape:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if label is None or nbytes <= spill_above or 0 in shape:
             return np.empty(shape, dtype)
         try:
             os.makedirs(directory, exist_ok=True)

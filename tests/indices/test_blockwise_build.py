@@ -110,7 +110,7 @@ def test_spilled_entries_are_the_files_the_cache_writes_from_memory(tmp_path, sh
         for name, path in cache.entry_paths(spilled, key, "train", names).items()
         if name in names
     }
-    with spill_arrays(spilled, files) as empty:
+    with spill_arrays(spilled, files, spill_above=0) as empty:
         made = build(empty)
         assert all(isinstance(array, np.memmap) for array in made.values() if array.size > 2)
         arrays = cache.load_or_build(spilled, description, "train", lambda: made, names=names)
@@ -130,7 +130,8 @@ def _in_memory(name, shape, dtype):
 
 def test_a_failed_build_leaves_no_spill_file(tmp_path):
     with pytest.raises(DataError):
-        with spill_arrays(str(tmp_path), {"document_index": "x-document_index.npy"}) as empty:
+        files = {"document_index": "x-document_index.npy"}
+        with spill_arrays(str(tmp_path), files, spill_above=0) as empty:
             document_index(range(10), 2, np.random.RandomState(0), False, empty=empty)
             assert glob.glob(str(tmp_path / ".x-document_index.npy.*.tmp"))
             raise DataError("the build failed")
@@ -150,7 +151,7 @@ def test_a_spilled_entry_is_checked_whole_once_then_by_identity(tmp_path, monkey
         arrays = gpt_indices(lengths, range(4000), 8, None, 1, empty=empty)
         return dict(zip(cache.GPT_ARRAYS, arrays))
 
-    with spill_arrays(directory, files) as empty:
+    with spill_arrays(directory, files, spill_above=0) as empty:
         cache.load_or_build(directory, description, "train", lambda: build(empty))
     for name in cache.GPT_ARRAYS:  # built an hour ago (see cache_files.RACY_NS)
         then = os.stat(paths[name]).st_mtime_ns - 3600 * 10**9
@@ -211,3 +212,11 @@ def test_positions_past_2_to_the_32_in_a_feistel_document_index():
         block = lazy.block(lo, lo + 4)
         np.testing.assert_array_equal(block, lazy[np.arange(lo, lo + 4)])
         assert (block >= 0).all() and (block < count).all()
+
+
+def test_arrays_up_to_the_spill_size_stay_in_memory(tmp_path):
+    files = {"shuffle_index": "x-shuffle_index.npy"}
+    with spill_arrays(str(tmp_path), files, spill_above=4000) as empty:
+        small = empty("shuffle_index", (1000,), np.dtype(np.uint32))
+        large = empty("shuffle_index", (1001,), np.dtype(np.uint32))
+        assert not isinstance(small, np.memmap) and isinstance(large, np.memmap)
