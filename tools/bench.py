@@ -22,6 +22,8 @@ Suites (the first positional argument; ``--only`` picks items within one):
              process (documents/s, MB/s, scaling, Ray start-up, worker RSS)
     packing  best-fit packing: padding and documents cut beside Grain's packers and the
              lower bound, build time vs concat, document-masked batch reads
+    scale    one corpus of 10M..1B documents: train-index build time, peak RSS and
+             RssAnon in fresh processes, cache-hit start, reads; beside megatron-core
 
 The first positional argument names the suite; a suite is one function in
 ``bench.SUITES`` (tools/bench/: one module per suite, the shared harness, the peers'

@@ -13,6 +13,7 @@ memory-mapped and name their file (see :mod:`megadata_core.datasets.index_checks
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 import numpy as np
@@ -21,7 +22,9 @@ from megadata_core.datasets.cache_keys import data_identity
 from megadata_core.datasets.config import GPTDataConfig
 from megadata_core.errors import DataError
 from megadata_core.indices import gpt_indices, tokens_per_epoch
-from megadata_core.indices.cache import GPT_ARRAYS, load_or_build
+from megadata_core.indices.allocate import Allocate, in_memory
+from megadata_core.indices.cache import GPT_ARRAYS, description_key, entry_paths, load_or_build
+from megadata_core.indices.cache_spill import spill_arrays
 from megadata_core.indices.feistel import ALGORITHM as FEISTEL_ALGORITHM
 from megadata_core.indices.feistel import ROUNDS as FEISTEL_ROUNDS
 from megadata_core.indices.packed_samples import PACKED_ARRAYS, packed_indices
@@ -85,9 +88,11 @@ def build_arrays(
     ids: np.ndarray | range,
     num_samples: int | None,
     split: str,
+    empty: Allocate = in_memory,
 ) -> dict[str, np.ndarray]:
-    """The arrays of :func:`array_names`, built in memory from the split's ids (a range
-    for consecutive ids: no id array is read, gathered or tiled)."""
+    """The arrays of :func:`array_names`, built from the split's ids (a range for
+    consecutive ids: no id array is read, gathered or tiled) into arrays from ``empty``
+    (memory, or the cache's spill files)."""
     lengths = indexed.sequence_lengths
     tokens = tokens_per_epoch(lengths, ids)
     if tokens == 0:
@@ -95,6 +100,7 @@ def build_arrays(
     options = dict(
         add_extra_token=bool(config.add_extra_token_to_sequence),
         drop_last_partial_sequence=drops_last(config, split),
+        empty=empty,
     )
     length, seed = config.sequence_length, config.random_seed
     if config.packing == "best_fit":
@@ -163,10 +169,15 @@ def gpt_arrays(
     description = {}  # no key is needed (nor the corpus sampled) without a cache
     if directory is not None:
         description = describe(config, indexed, documents, num_samples, split)
-    return load_or_build(
-        directory,
-        description,
-        split,
-        lambda: build_arrays(config, indexed, build_ids, num_samples, split),
-        names=names,
-    )
+    files = {}
+    if directory is not None:  # arrays are built into temporaries of the entry's files
+        paths = entry_paths(directory, description_key(description), split, names)
+        files = {name: os.path.basename(paths[name]) for name in names}
+    with spill_arrays(directory, files) as empty:
+        return load_or_build(
+            directory,
+            description,
+            split,
+            lambda: build_arrays(config, indexed, build_ids, num_samples, split, empty),
+            names=names,
+        )

@@ -76,6 +76,7 @@ from megadata_core.indices.cache_files import (
     npy_header,
     open_checked,
 )
+from megadata_core.indices.cache_spill import take_spilled
 
 try:  # POSIX only; elsewhere the cache is still safe, just without the wait-and-load.
     import fcntl
@@ -338,6 +339,7 @@ def save_cached(
     names = tuple(arrays)
     paths = entry_paths(directory, key, split, names)
     os.makedirs(directory, exist_ok=True)
+    spilled = {name: take_spilled(value, paths[name]) for name, value in arrays.items()}
     arrays = {name: np.ascontiguousarray(value) for name, value in arrays.items()}
     headers = {name: npy_header(array) for name, array in arrays.items()}
     metas = {}
@@ -345,20 +347,24 @@ def save_cached(
         checksums = {
             name: pool.submit(cache_files.file_crc, headers[name], array)
             for name, array in arrays.items()
+            if spilled[name] is None
         }
         for name, array in arrays.items():
-            _write_atomically(
-                paths[name],
-                lambda stream, h=headers[name], a=array: cache_files.write_npy(stream, h, a),
-            )
+            if spilled[name] is not None:  # built in place: read back for its CRC, renamed
+                checksums[name] = pool.submit(_rename_spilled, spilled[name], paths[name])
+            else:
+                _write_atomically(
+                    paths[name],
+                    lambda stream, h=headers[name], a=array: cache_files.write_npy(stream, h, a),
+                )
             metas[name] = {
                 "file": os.path.basename(paths[name]),
                 "shape": list(array.shape),
                 "dtype": array.dtype.str,
-                "file_size": os.path.getsize(paths[name]),
             }
         for name, checksum in checksums.items():
             metas[name]["file_crc32"] = checksum.result()
+            metas[name]["file_size"] = os.path.getsize(paths[name])
     record = {
         "format": CACHE_FORMAT,
         "version": CACHE_VERSION,
@@ -373,6 +379,15 @@ def save_cached(
     text = json.dumps(record, indent=indent, sort_keys=True).encode("utf-8")
     _write_atomically(paths["description"], lambda stream: stream.write(text))
     return {name: open_checked(paths[name], metas[name], "none")[0] for name in names}
+
+
+def _rename_spilled(temporary: str, path: str) -> str:
+    """The CRC-32 of a spilled array's whole file (:mod:`.cache_spill`), which is then
+    renamed to ``path``."""
+    with open(temporary, "rb") as stream:
+        checksum = cache_files.stream_crc(stream)
+    os.replace(temporary, path)
+    return checksum
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.indices._checks import INT32_MAX, check_ids, check_int, id_range
+from megadata_core.indices.allocate import Allocate, in_memory, plain
 
 _FILL_BLOCK = 1 << 20  # ids of a range written per step (a small arange temporary)
 
@@ -22,6 +23,8 @@ def document_index(
     num_epochs: int,
     rng: np.random.RandomState,
     separate_final_epoch: bool,
+    *,
+    empty: Allocate = in_memory,
 ) -> np.ndarray:
     """The ids ``doc_ids`` repeated ``num_epochs`` times and shuffled, bit-identical to
     megatron-core's ``_build_document_index``.
@@ -40,27 +43,31 @@ def document_index(
         num_epochs: E >= 1.
         rng: the RandomState (advanced in place, as in Megatron).
         separate_final_epoch: shuffle the final epoch on its own.
+        empty: where the result is made (:mod:`megadata_core.indices.allocate`; a
+            memory-mapped spill file keeps E * D * 4 bytes out of anonymous memory).
 
     Returns:
-        int32 [E * D].
+        int32 [E * D] from ``empty("document_index", ...)``.
     """
     span = id_range("doc_ids", doc_ids, INT32_MAX + 1)
     ids = span if span is not None else check_ids("doc_ids", doc_ids, INT32_MAX + 1)
     epochs = check_int("num_epochs", num_epochs, 1)
     check_random_state(rng)
-    out = np.empty(epochs * len(ids), dtype=np.int32)
+    result = empty("document_index", (epochs * len(ids),), np.dtype(np.int32))
+    out = plain(result)
     rows = out.reshape(epochs, len(ids))
-    if span is None:
-        rows[...] = ids
-    else:
-        for start in range(0, len(span), _FILL_BLOCK):
-            stop = min(start + _FILL_BLOCK, len(span))
+    for start in range(0, len(ids), _FILL_BLOCK):  # block by block: no [D] temporary
+        stop = min(start + _FILL_BLOCK, len(ids))
+        if span is None:
+            rows[0, start:stop] = ids[start:stop]
+        else:
             rows[0, start:stop] = np.arange(span.start + start, span.start + stop, dtype=np.int32)
-        rows[1:] = rows[0]
+    for epoch in range(1, epochs):
+        rows[epoch] = rows[0]
     if separate_final_epoch and epochs > 1:
         split = (epochs - 1) * len(ids)
         rng.shuffle(out[:split])
         rng.shuffle(out[split:])
     else:
         rng.shuffle(out)
-    return out
+    return result

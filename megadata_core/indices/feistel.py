@@ -563,15 +563,23 @@ def _range_start(ids: np.ndarray) -> int | None:
     return first
 
 
-def _fill_order(out: np.ndarray, ids: np.ndarray, base: int | None, key: int, threads: int) -> None:
-    """``out[i] = ids[P(i)]`` with P keyed by ``key``: ``out`` [D] of any integer dtype,
-    ``base`` from :func:`_range_start` (then ``ids[p] = base + p``: no gather)."""
-    network = _network(ids.size, key)
-    if base is not None and base + 2 * ids.size + network.b < MAX_N:
-        network.fill(out, 0, offset=base, threads=threads)
+def _fill_order(
+    out: np.ndarray,
+    ids: np.ndarray | range,
+    base: int | None,
+    key: int,
+    threads: int,
+    start: int = 0,
+) -> None:
+    """``out[i] = ids[P(start + i)]`` with P keyed by ``key`` over ``[0, len(ids))``:
+    ``out`` of any integer dtype, ``base`` from :func:`_range_start` (then
+    ``ids[p] = base + p``: no gather; a ``range`` of ids always has one)."""
+    network = _network(len(ids), key)
+    if base is not None and base + 2 * len(ids) + network.b < MAX_N:
+        network.fill(out, start, offset=base, threads=threads)
     else:
         source = ids if ids.dtype == out.dtype else ids.astype(out.dtype)
-        network.fill(out, 0, ids=source, threads=threads)
+        network.fill(out, start, ids=source, threads=threads)
 
 
 def feistel_document_order(
@@ -634,6 +642,7 @@ class FeistelDocumentIndex:
     def __init__(self, doc_ids: object, num_epochs: int, seed: int) -> None:
         self.num_epochs = check_int("num_epochs", num_epochs, 1)
         self.seed = seed
+        self._ids32: np.ndarray | None = None
         self._keys = [epoch_key(seed, e, DOCUMENTS_STREAM) for e in range(self.num_epochs)]
         if isinstance(doc_ids, range) and doc_ids.step == 1:  # never materialized
             self.doc_ids = doc_ids
@@ -666,6 +675,27 @@ class FeistelDocumentIndex:
             permuted = feistel_permute(within[mask], count, self._keys[e], threads=1)
             out[mask] = permuted + self._base if self._base is not None else self.doc_ids[permuted]
         return int(out) if out.ndim == 0 else out
+
+    def block(self, lo: int, hi: int) -> np.ndarray:
+        """int32 [hi - lo]: entries ``[lo, hi)`` (``0 <= lo <= hi <= len``), computed a
+        whole run at a time (the sample index reads the order block by block this
+        way, :class:`megadata_core.indices.sample_boundaries.DocumentBlocks`)."""
+        if not 0 <= lo <= hi <= len(self):
+            raise DataError(f"block: [{lo}, {hi}) is not inside [0, {len(self)})")
+        out = np.empty(hi - lo, np.int32)
+        ids = self.doc_ids
+        if self._base is None and ids.dtype != np.int32:
+            if self._ids32 is None:  # once, not per block (the ids are < 2^31)
+                self._ids32 = ids.astype(np.int32)
+            ids = self._ids32
+        position = lo
+        while position < hi:  # one step per epoch the block touches
+            epoch, within = divmod(position, self._count)
+            stop = min(hi, position - within + self._count)
+            part = out[position - lo : stop - lo]
+            _fill_order(part, ids, self._base, self._keys[epoch], 1, start=within)
+            position = stop
+        return out
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         ids = self.doc_ids

@@ -8,6 +8,7 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.indices._checks import check_int
+from megadata_core.indices.allocate import Allocate, in_memory
 from megadata_core.indices.document_order import document_index
 from megadata_core.indices.epochs import (
     num_epochs,
@@ -44,6 +45,7 @@ def gpt_indices(
     *,
     add_extra_token: bool = True,
     drop_last_partial_sequence: bool = True,
+    empty: Allocate = in_memory,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(document_index, sample_index, shuffle_index)`` equal to megatron-core 0.16.1's
     ``GPTDataset._build_document_sample_shuffle_indices`` for the same inputs.
@@ -59,6 +61,8 @@ def gpt_indices(
         sequence_length: S >= 1.
         num_samples: samples requested, or None for one epoch.
         random_seed: in ``[0, 2**32)``.
+        empty: where the three arrays are made (:mod:`megadata_core.indices.allocate`:
+            spill files keep them out of anonymous memory; the values are the same).
 
     Returns:
         int32 [E*D]; int32/int64 [num_samples' + 1, 2]; uint32/int64 [num_samples'],
@@ -73,7 +77,7 @@ def gpt_indices(
     epochs = num_epochs(tokens, sequence_length, num_samples, add_extra_token)
     separate = separate_final_epoch(epochs, tokens, sequence_length, num_samples, add_extra_token)
     rng = seeded_random_state(seed)
-    documents = document_index(document_ids, epochs, rng, separate)
+    documents = document_index(document_ids, epochs, rng, separate, empty=empty)
     samples = sample_index(
         sequence_lengths,
         documents,
@@ -82,10 +86,11 @@ def gpt_indices(
         tokens,
         drop_last_partial_sequence,
         add_extra_token,
+        empty=empty,
     )
     total = len(samples) - 1
     if separate:
         first = samples_in_epochs(epochs - 1, tokens, sequence_length, add_extra_token)
     else:
         first = total
-    return documents, samples, shuffle_index(first, total, rng)
+    return documents, samples, shuffle_index(first, total, rng, empty=empty)

@@ -21,19 +21,24 @@ counts samples as ``ceil(float32(E*T - extra) / S)``, which past ~2**24 tokens l
 partial sample or adds an empty one. Here the count is the exact integer ceiling
 (:func:`megadata_core.indices.epochs.samples_in_epochs`); every row both compute is equal.
 
-Vectorized, in two phases over at most ``_MAX_BLOCKS`` blocks of the document index:
-(1) gather the lengths in document-index order (``np.take``) and sum each block; (2) per
-block, an int64 cumulative sum of its lengths and ``np.searchsorted`` of the sample targets
-that fall in it. No per-token arrays; memory is the gathered lengths (2 or 4 bytes per
-document-index entry) plus one block's int64 sums. Blocks run on threads (numpy releases
-the GIL); the result never depends on the number of threads or blocks.
+Vectorized and block-wise: the document index is read ``block_size`` entries at a
+time (an array, or a source that computes its blocks, e.g. the Feistel order); a group
+of blocks (one per thread) is gathered (``np.take`` of the lengths) and summed, then
+each block takes an int64 cumulative sum of its lengths and ``np.searchsorted`` of the
+sample targets that fall in it, and writes those rows. Memory is a group's gathered
+lengths and sums (O(threads x block_size)), whatever the corpus size; the output comes
+from an allocator (:mod:`megadata_core.indices.allocate`), so it can be a memory-mapped
+file. The result never depends on the number of threads or the block size.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
 import numpy as np
 
@@ -44,20 +49,32 @@ from megadata_core.indices._checks import (
     check_int_array,
     check_lengths,
 )
+from megadata_core.indices.allocate import Allocate, in_memory, plain
 from megadata_core.indices.epochs import samples_in_epochs
 
-_MIN_BLOCK = 1 << 16  # document-index entries below which a block is not split further
-_MAX_BLOCKS = 64  # blocks per call: a bound on Python-level steps, independent of n
+#: Document-index entries per block: a group (one block per thread, at most 8) holds
+#: ~20 bytes per entry (ids, gathered lengths, int64 sums), ~350 MB at 8 threads.
+BLOCK_SIZE = 1 << 21
+#: A corpus of at most this many documents has its lengths copied to uint16 for the
+#: gathers (half the bytes: faster random reads); larger ones are gathered in place
+#: (the copy would be anonymous memory in proportion to the corpus).
+COPY_LENGTHS_BELOW = 1 << 27
 
 
-def _run(work: Callable[[int], None], blocks: Iterable[int], threads: int) -> None:
-    """``work(b)`` for every block, on ``threads`` threads (1: inline)."""
-    if threads <= 1:
-        for block in blocks:
-            work(block)
-        return
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(work, blocks))
+class DocumentBlocks(Protocol):
+    """A document index computed on demand: ``len()`` entries, ``block(lo, hi)`` the
+    ids at positions ``[lo, hi)`` (any integer dtype)."""
+
+    def __len__(self) -> int: ...
+
+    def block(self, lo: int, hi: int) -> np.ndarray: ...
+
+
+def _run(work: Callable, items: list, pool: ThreadPoolExecutor | None) -> list:
+    """``[work(*item) for item in items]``, on the pool's threads (None: inline)."""
+    if pool is None or len(items) <= 1:
+        return [work(*item) for item in items]
+    return list(pool.map(lambda item: work(*item), items))
 
 
 def _default_threads(num_threads: int | None) -> int:
@@ -76,85 +93,105 @@ def sample_index_dtype(num_positions: int, max_length: int) -> np.dtype:
 
 
 def _gather_source(lengths: np.ndarray, num_positions: int, max_length: int) -> np.ndarray:
-    """``lengths``, or a uint16 copy when every length fits and the index reads the corpus
-    densely: random gathers from half the bytes are faster, the values are the same."""
-    if num_positions >= len(lengths) and lengths.dtype.itemsize > 2 and max_length <= 0xFFFF:
+    """``lengths``, or a uint16 copy when every length fits, the index reads the corpus
+    densely and the corpus is small enough (``COPY_LENGTHS_BELOW``): random gathers
+    from half the bytes are faster, the values are the same."""
+    if (
+        num_positions >= len(lengths)
+        and len(lengths) <= COPY_LENGTHS_BELOW
+        and lengths.dtype.itemsize > 2
+        and max_length <= 0xFFFF
+    ):
         return lengths.astype(np.uint16)
     return lengths
 
 
-def _gather_lengths(
-    source: np.ndarray, document_index: np.ndarray, threads: int
-) -> tuple[np.ndarray, list[int], list[int]]:
-    """Phase 1: the lengths in document-index order, gathered block by block.
+def _reader(document_index: np.ndarray | DocumentBlocks) -> Callable[[int, int], np.ndarray]:
+    if isinstance(document_index, np.ndarray):
+        return lambda lo, hi: document_index[lo:hi]
+    return document_index.block
 
-    Returns ``(lengths, starts, bases)``: [n] of ``source``'s dtype; block k is
-    ``[starts[k], starts[k + 1])`` (at most ``_MAX_BLOCKS`` blocks, ``starts[-1] = n``);
-    ``bases[k]`` = tokens before block k, ``bases[-1]`` = all tokens (Python ints).
-    Raises DataError for an id outside ``[0, len(source))`` (checked before gathering).
-    """
-    n, bound = len(document_index), len(source)
-    num_blocks = max(1, min(_MAX_BLOCKS, n // _MIN_BLOCK))
-    starts = [n * k // num_blocks for k in range(num_blocks + 1)]
-    lengths = np.empty(n, dtype=source.dtype)
-    totals = [0] * num_blocks
 
-    def work(k: int) -> None:
-        a, b = starts[k], starts[k + 1]
-        ids = document_index[a:b]
-        if ids.size:
-            low, high = int(ids.min()), int(ids.max())
-            if low < 0 or high >= bound:
-                bad = low if low < 0 else high
-                raise DataError(f"document_index: id {bad} is out of range [0, {bound})")
-        # In range, so "wrap" never wraps; it only skips numpy's per-element error path.
-        np.take(source, ids, out=lengths[a:b], mode="wrap")
-        totals[k] = int(lengths[a:b].sum(dtype=np.int64))
+def _gather(source: np.ndarray, ids: np.ndarray, out: np.ndarray) -> int:
+    """``out[:] = source[ids]`` after a range check; returns the sum (int64)."""
+    bound = len(source)
+    if ids.size:
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= bound:
+            bad = low if low < 0 else high
+            raise DataError(f"document_index: id {bad} is out of range [0, {bound})")
+    # In range, so "wrap" never wraps; it only skips numpy's per-element error path.
+    np.take(source, ids, out=out, mode="wrap")
+    return int(out.sum(dtype=np.int64))
 
-    _run(work, range(num_blocks), min(threads, num_blocks))
-    bases = [0]
-    for total in totals:
-        bases.append(bases[-1] + total)
-    return lengths, starts, bases
+
+def _fill_block(
+    out: np.ndarray,
+    lengths: np.ndarray,
+    a: int,
+    base: int,
+    end: int,
+    sequence_length: int,
+    extra: int,
+    last_row: int,
+) -> None:
+    """Rows j whose target ``j*S + extra`` lies in ``(base, end]``, from the lengths of
+    document-index positions ``[a, a + len(lengths))`` (``base`` tokens before ``a``)."""
+    first = max(1, (base - extra) // sequence_length + 1)
+    last = min(last_row, (end - extra) // sequence_length)
+    if last < first:
+        return
+    ends = np.cumsum(lengths, dtype=np.int64)  # tokens up to each document's end
+    start_tokens = np.arange(first, last + 1, dtype=np.int64) * sequence_length
+    pos = np.searchsorted(ends, start_tokens + (extra - base), side="left")
+    before = ends[pos - 1]  # tokens of this block before pos (pos == 0: none)
+    before[pos == 0] = 0
+    start_tokens -= before
+    start_tokens -= base
+    out[first : last + 1, 1] = start_tokens
+    pos += a
+    out[first : last + 1, 0] = pos
 
 
 def _fill_rows(
     out: np.ndarray,
-    lengths: np.ndarray,
-    starts: list[int],
-    bases: list[int],
+    source: np.ndarray,
+    read: Callable[[int, int], np.ndarray],
+    n: int,
     sequence_length: int,
     extra: int,
     last_row: int,
     threads: int,
-) -> None:
-    """Phase 2: write rows 1..last_row of ``out`` (targets inside the stream), block by
-    block, each from the block's own int64 cumulative sum."""
+    block_size: int,
+) -> int:
+    """Rows 1..last_row of ``out``, a group of ``threads`` blocks at a time; returns the
+    tokens of the whole document index."""
+    buffers = [np.empty(min(block_size, n), dtype=source.dtype) for _ in range(threads)]
 
-    def work(k: int) -> None:
-        a, b, base, end = starts[k], starts[k + 1], bases[k], bases[k + 1]
-        # Rows j whose target j*S + extra lies in (base, end] belong to this block.
-        first = max(1, (base - extra) // sequence_length + 1)
-        last = min(last_row, (end - extra) // sequence_length)
-        if last < first:
-            return
-        ends = np.cumsum(lengths[a:b], dtype=np.int64)  # tokens up to each document's end
-        start_tokens = np.arange(first, last + 1, dtype=np.int64) * sequence_length
-        pos = np.searchsorted(ends, start_tokens + (extra - base), side="left")
-        before = ends[pos - 1]  # tokens of this block before pos (pos == 0: none)
-        before[pos == 0] = 0
-        start_tokens -= before
-        start_tokens -= base
-        out[first : last + 1, 1] = start_tokens
-        pos += a
-        out[first : last + 1, 0] = pos
+    def gather(k: int, a: int, b: int) -> int:
+        return _gather(source, read(a, b), buffers[k][: b - a])
 
-    _run(work, range(len(starts) - 1), min(threads, len(starts) - 1))
+    def fill(k: int, a: int, b: int, base: int, end: int) -> None:
+        lengths = buffers[k][: b - a]
+        _fill_block(out, lengths, a, base, end, sequence_length, extra, last_row)
+
+    base = 0
+    span = block_size * threads
+    with ThreadPoolExecutor(threads) if threads > 1 else contextlib.nullcontext() as pool:
+        for group in range(0, n, span):
+            stop = min(n, group + span)
+            starts = range(group, stop, block_size)
+            blocks = [(k, a, min(stop, a + block_size)) for k, a in enumerate(starts)]
+            totals = _run(gather, blocks, pool)
+            bases = list(itertools.accumulate(totals, initial=base))
+            _run(fill, [(*block, bases[k], bases[k + 1]) for k, block in enumerate(blocks)], pool)
+            base = bases[-1]
+    return base
 
 
 def sample_index(
     sequence_lengths: np.ndarray,
-    document_index: np.ndarray,
+    document_index: np.ndarray | DocumentBlocks,
     sequence_length: int,
     num_epochs: int,
     tokens_per_epoch: int,
@@ -162,14 +199,17 @@ def sample_index(
     add_extra_token: bool | int = True,
     *,
     num_threads: int | None = None,
+    block_size: int = BLOCK_SIZE,
+    empty: Allocate = in_memory,
 ) -> np.ndarray:
     """The 2-D sample index, equal in values to megatron-core's ``helpers.build_sample_idx``
     (see the module docstring for the exact rows and the one deliberate difference).
 
     Args:
         sequence_lengths: int [N] length of every document of the corpus (not negative).
-        document_index: int [n] positions into ``sequence_lengths``; together they hold
-            exactly ``num_epochs * tokens_per_epoch`` tokens.
+        document_index: int [n] positions into ``sequence_lengths``, or a
+            :class:`DocumentBlocks` computing them; together they hold exactly
+            ``num_epochs * tokens_per_epoch`` tokens.
         sequence_length: S >= 1.
         num_epochs: E >= 1.
         tokens_per_epoch: T >= 1.
@@ -177,38 +217,47 @@ def sample_index(
         add_extra_token: samples span S + 1 tokens (Megatron's default) instead of S.
         num_threads: threads to use (default: up to 8 available CPUs); never changes
             the result.
+        block_size: document-index entries per block (bounds the working memory);
+            never changes the result.
+        empty: where the result is made (:mod:`megadata_core.indices.allocate`).
 
     Returns:
         [num_samples + 1, 2] int32, or int64 when ``max(n, max length) >= 2**31``
-        (Megatron's rule).
+        (Megatron's rule), from ``empty("sample_index", ...)``.
     """
     lengths = check_lengths("sequence_lengths", sequence_lengths)
     if lengths.size == 0:
         raise DataError("sequence_lengths: empty corpus (no documents)")
-    doc_index = check_int_array("document_index", document_index)  # range: in phase 1
+    if not hasattr(document_index, "block"):
+        document_index = check_int_array("document_index", document_index)
     length = check_int("sequence_length", sequence_length, 1)
     epochs = check_int("num_epochs", num_epochs, 1)
     tokens = check_int("tokens_per_epoch", tokens_per_epoch, 1)
+    block = check_int("block_size", block_size, 1)
     extra = 1 if add_extra_token else 0
     threads = _default_threads(num_threads)
-    if doc_index.size == 0:
+    n = len(document_index)
+    if n == 0:
         raise DataError("document_index: empty, but tokens_per_epoch > 0")
 
     max_length = int(lengths.max())
-    source = _gather_source(lengths, len(doc_index), max_length)
-    gathered, starts, bases = _gather_lengths(source, doc_index, threads)
-    del source  # a uint16 copy of the lengths: not needed past phase 1 (lower peak memory)
-    if bases[-1] != epochs * tokens:
+    source = _gather_source(lengths, n, max_length)
+    num_samples = samples_in_epochs(epochs, tokens, length, extra, drop_last_partial_sequence)
+    shape = (num_samples + 1, 2)
+    result = empty("sample_index", shape, sample_index_dtype(n, max_length))
+    out = plain(result)
+    out[0] = 0
+    # Rows past the stream's end (the partial sample) are written below; if the index
+    # holds other than E*T tokens the build fails after the fill.
+    last_row = min(num_samples, max(0, epochs * tokens - extra) // length)
+    read = _reader(document_index)
+    total = _fill_rows(out, source, read, n, length, extra, last_row, threads, block)
+    if total != epochs * tokens:
         raise DataError(
-            f"tokens_per_epoch: {epochs} epochs x {tokens} tokens != {bases[-1]} tokens "
+            f"tokens_per_epoch: {epochs} epochs x {tokens} tokens != {total} tokens "
             "in document_index"
         )
-    num_samples = samples_in_epochs(epochs, tokens, length, extra, drop_last_partial_sequence)
-    out = np.empty((num_samples + 1, 2), dtype=sample_index_dtype(len(doc_index), max_length))
-    out[0] = 0
-    last_row = min(num_samples, max(0, bases[-1] - extra) // length)
-    _fill_rows(out, gathered, starts, bases, length, extra, last_row, threads)
     # Past the stream's end (the partial sample): the last document, its length - extra.
-    out[last_row + 1 :, 0] = len(doc_index) - 1
-    out[last_row + 1 :, 1] = int(lengths[doc_index[-1]]) - extra
-    return out
+    out[last_row + 1 :, 0] = n - 1
+    out[last_row + 1 :, 1] = int(lengths[int(read(n - 1, n)[0])]) - extra
+    return result

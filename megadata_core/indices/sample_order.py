@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from megadata_core.indices.allocate import Allocate, in_memory
 from megadata_core.indices.epochs import num_epochs, samples_in_epochs, separate_final_epoch
-from megadata_core.indices.feistel import (
-    FeistelDocumentIndex,
-    FeistelShuffle,
-    feistel_document_index,
-)
+from megadata_core.indices.feistel import FeistelDocumentIndex, FeistelShuffle
 from megadata_core.indices.sample_boundaries import sample_index
 
 #: The arrays a Feistel-mode GPT dataset stores (and caches).
@@ -59,6 +56,7 @@ def feistel_gpt_indices(
     *,
     add_extra_token: bool = True,
     drop_last_partial_sequence: bool = True,
+    empty: Allocate = in_memory,
 ) -> dict[str, np.ndarray]:
     """The stored arrays of a Feistel-mode GPT dataset.
 
@@ -71,6 +69,7 @@ def feistel_gpt_indices(
         tokens: tokens per epoch (:func:`megadata_core.indices.tokens_per_epoch`), > 0.
         add_extra_token: samples span S + 1 tokens (Megatron's default).
         drop_last_partial_sequence: drop a last sample shorter than S + extra.
+        empty: where the sample index is made (:mod:`megadata_core.indices.allocate`).
 
     Returns:
         ``{"sample_index": int [K + 1, 2], "feistel_split": int64 [2]}`` (first sample of
@@ -78,13 +77,13 @@ def feistel_gpt_indices(
     """
     extra = int(add_extra_token)
     epochs = num_epochs(tokens, sequence_length, num_samples, extra)
-    if isinstance(doc_ids, range):  # the Feistel functions take an array
-        doc_ids = np.arange(doc_ids.start, doc_ids.stop, dtype=np.int32)
-    documents = feistel_document_index(doc_ids, epochs, seed)
+    # The document order is computed block by block as the sample index reads it (no
+    # [E * D] array); the dataset recomputes entries on demand, so it is never stored.
+    documents = FeistelDocumentIndex(doc_ids, epochs, seed)
     samples = sample_index(
-        sizes, documents, sequence_length, epochs, tokens, drop_last_partial_sequence, extra
+        sizes, documents, sequence_length, epochs, tokens, drop_last_partial_sequence, extra,
+        empty=empty,
     )
-    del documents  # recomputed on demand by FeistelDocumentIndex; never stored
     first = len(samples) - 1
     if separate_final_epoch(epochs, tokens, sequence_length, num_samples, extra):
         first = samples_in_epochs(epochs - 1, tokens, sequence_length, extra)

@@ -6,13 +6,21 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.indices._checks import check_int
+from megadata_core.indices.allocate import Allocate, in_memory, plain
 from megadata_core.indices.document_order import check_random_state
 
 #: Megatron switches from uint32 to int64 at ``total_size >= iinfo(uint32).max - 1``.
 UINT32_LIMIT = int(np.iinfo(np.uint32).max) - 1
+_FILL_BLOCK = 1 << 22  # entries of the arange written per step
 
 
-def shuffle_index(num_samples: int, total_size: int, rng: np.random.RandomState) -> np.ndarray:
+def shuffle_index(
+    num_samples: int,
+    total_size: int,
+    rng: np.random.RandomState,
+    *,
+    empty: Allocate = in_memory,
+) -> np.ndarray:
     """``[0, num_samples)`` shuffled, then ``[num_samples, total_size)`` shuffled apart,
     bit-identical to megatron-core's ``_build_shuffle_index``.
 
@@ -25,6 +33,7 @@ def shuffle_index(num_samples: int, total_size: int, rng: np.random.RandomState)
             the first E-1 epochs when the final epoch is separate, else ``total_size``).
         total_size: number of samples in the sample index.
         rng: the RandomState (advanced in place).
+        empty: where the result is made (:mod:`megadata_core.indices.allocate`).
 
     Returns:
         uint32 [total_size], or int64 [total_size] when ``total_size >= 2**32 - 2``.
@@ -35,8 +44,12 @@ def shuffle_index(num_samples: int, total_size: int, rng: np.random.RandomState)
         raise DataError(f"num_samples: {first} exceeds total_size {total}")
     check_random_state(rng)
     dtype = np.int64 if total >= UINT32_LIMIT else np.uint32
-    out = np.arange(total, dtype=dtype)
+    result = empty("shuffle_index", (total,), np.dtype(dtype))
+    out = plain(result)
+    for start in range(0, total, _FILL_BLOCK):  # an arange, block by block
+        stop = min(total, start + _FILL_BLOCK)
+        out[start:stop] = np.arange(start, stop, dtype=dtype)
     rng.shuffle(out[:first])
     if first != total:
         rng.shuffle(out[first:])
-    return out
+    return result

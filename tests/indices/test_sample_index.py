@@ -146,17 +146,17 @@ def test_boundaries_on_document_ends_and_empty_documents(megatron_sample_index):
     assert rows.tolist() == [[0, 0], [0, 2], [2, 1], [2, 3], [3, -1]]
 
 
-def test_threads_and_blocks_never_change_the_result(monkeypatch, megatron_sample_index):
+def test_threads_and_blocks_never_change_the_result(megatron_sample_index):
     draw = np.random.default_rng(5)
     sizes = (draw.integers(0, 60, 5000) * (draw.random(5000) < 0.7)).astype(np.int32)
     doc_idx = document_index(np.arange(5000), 2, np.random.RandomState(1), False)
     tokens = int(sizes.sum())
     expected = megatron_sample_index(sizes, doc_idx, 33, 2, tokens, False, True)
-    monkeypatch.setattr(sample_module, "_MIN_BLOCK", 7)
-    for blocks in (1, 2, 3, 64, 1000):
-        monkeypatch.setattr(sample_module, "_MAX_BLOCKS", blocks)
+    for block in (1, 7, 333, 4096, 10_000, 1 << 21):
         for threads in (1, 3):
-            rows = sample_index(sizes, doc_idx, 33, 2, tokens, False, True, num_threads=threads)
+            rows = sample_index(
+                sizes, doc_idx, 33, 2, tokens, False, True, num_threads=threads, block_size=block
+            )
             np.testing.assert_array_equal(rows, expected)
 
 
