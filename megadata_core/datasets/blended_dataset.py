@@ -32,6 +32,7 @@ from megadata_core.indices.blending import (
     balanced_blending_indices,
     blend_counts,
     check_weights,
+    dataset_index_dtype,
     megatron_blending_indices,
     megatron_exhaustive_blending_indices,
     megatron_normalize,
@@ -86,7 +87,8 @@ class BlendedDataset:
             (the builder caches them in its bundle instead).
 
     Attributes:
-        dataset_index: int16 [size] which dataset each sample reads.
+        dataset_index: int16 [size] which dataset each sample reads (int32 past 32,767
+            datasets).
         dataset_sample_index: int64 [size] which of that dataset's samples.
         weights: the normalized weights (float), or the per-dataset sample counts (int)
             of an exhaustive blend.
@@ -182,7 +184,8 @@ class BlendedDataset:
             index, sample = megatron_blending_indices(weights, self.size, normalize=False)
         else:  # Megatron's blend of the datasets with weight > 0 (normalized again)
             index, sample = megatron_blending_indices(weights[live], self.size)
-            index = live.astype(index.dtype)[index]
+            # ids of all the datasets: the live ones' own index dtype may be too narrow
+            index = live.astype(dataset_index_dtype(len(weights)))[index]
         counts = blend_counts(index, len(self.datasets))
         return {"dataset_index": index, "dataset_sample_index": sample, "dataset_counts": counts}
 

@@ -49,6 +49,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from megadata_core.datasets import blend_record
 from megadata_core.datasets.blended_dataset import BLEND_ALGORITHM_VERSION, BlendedDataset
 from megadata_core.datasets.build_plan import (
     Job,
@@ -69,7 +70,12 @@ from megadata_core.datasets.mock import MockGPTLowLevelDataset
 from megadata_core.errors import DataError
 from megadata_core.format import IndexedDataset
 from megadata_core.indices import num_epochs, splits
-from megadata_core.indices.cache import cached_result, pack_arrays, unpack_arrays
+from megadata_core.indices.cache import (
+    cached_result,
+    description_key,
+    pack_arrays,
+    unpack_arrays,
+)
 from megadata_core.indices.feistel import ALGORITHM as FEISTEL_ALGORITHM
 from megadata_core.indices.feistel import ROUNDS as FEISTEL_ROUNDS
 
@@ -251,6 +257,13 @@ class _Builder:
         """
         jobs = self._jobs(recipes)
         prefixes = list(self.fields)
+        files = blend_record.file_identities(prefixes)  # before any corpus is read
+        base = self._bundle_description(recipes, jobs, prefixes, None)
+        record = blend_record.record_description(base, prefixes)
+        if files is not None:
+            described = self._from_record(recipes, jobs, prefixes, files, record, base)
+            if described is not None:
+                return described
         self.corpora.update(
             zip(prefixes, _open_all(self._open_deferred, prefixes, self.max_workers))
         )
@@ -293,9 +306,51 @@ class _Builder:
             build=build,
             stacklevel=3,  # build_datasets' caller
         )
+        if files is not None:
+            blend_record.save_record(
+                self.config.path_to_cache, record, files,
+                [self.corpora[prefix] for prefix in prefixes], description_key(description),
+            )
         if isinstance(found, _Unpacked):
             return self._from_bundle(recipes, jobs, *found.value)
         return found
+
+    def _from_record(
+        self,
+        recipes: list[Recipe | None],
+        jobs: list[Job],
+        prefixes: list[str],
+        files: np.ndarray,
+        record: dict,
+        base: dict,
+    ) -> list | None:
+        """The splits from the blend's one-file record and its bundle, no .idx opened
+        (:mod:`megadata_core.datasets.blend_record`); None to take the full path (no
+        record, a file changed, or a damaged record or bundle: warned)."""
+        directory = self.config.path_to_cache
+        try:
+            found = blend_record.load_record(
+                directory, record, files, BUNDLE_SPLIT, BUNDLE_ARRAYS, base
+            )
+            if found is None:
+                return None
+        except DataError as error:  # the record itself is damaged
+            warnings.warn(f"{error}; reading every corpus instead", stacklevel=4)
+            return None
+        arrays, records, where = found
+        try:
+            unpacked = self._unpack_bundle(recipes, jobs, arrays)
+        except DataError:
+            return None  # a damaged bundle: the full path warns and rebuilds it
+        self.corpora.update(
+            zip(
+                prefixes,
+                blend_record.described_corpora(
+                    prefixes, records, where, self.config.mmap_bin_files
+                ),
+            )
+        )
+        return self._from_bundle(recipes, jobs, *unpacked)
 
     def _gpt_names(self) -> tuple[str, ...]:
         return config_array_names(self.config)

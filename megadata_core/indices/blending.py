@@ -63,6 +63,7 @@ __all__ = [
     "balanced_bound",
     "blend_counts",
     "check_weights",
+    "dataset_index_dtype",
     "megatron_blending_indices",
     "megatron_exhaustive_blending_indices",
     "megatron_normalize",
@@ -89,6 +90,12 @@ def check_weights(weights: object, field: str = "weights") -> np.ndarray:
     if not values.any():
         raise DataError(f"{field}: every weight is 0")
     return values
+
+
+def dataset_index_dtype(datasets: int) -> np.dtype:
+    """The dtype of a ``dataset_index`` over ``datasets`` datasets: int16 up to 32,767
+    (Megatron's), int32 past it."""
+    return engine.dataset_dtype(datasets)
 
 
 def megatron_normalize(weights: object) -> np.ndarray:

@@ -292,6 +292,33 @@ def _load_entry(
     return arrays
 
 
+def load_by_key(
+    directory: str, key: str, split: str, names: tuple[str, ...], *, verify: str = "full"
+) -> tuple[dict, dict[str, np.ndarray]] | None:
+    """``(description, arrays)`` of the entry with this key, for a caller that knows the
+    key but not the whole description (it was recorded elsewhere); None when missing.
+    The stored description must hash to ``key`` and the files pass the checks of
+    :func:`load_cached`; the caller checks that the description is what it expects.
+
+    Raises:
+        DataError: naming the file, when the entry is damaged.
+    """
+    paths = entry_paths(directory, key, split, names)
+    record = _read_record(paths["description"])
+    if record is None:
+        return None
+    stored = record.get("description")
+    if not isinstance(stored, dict):
+        raise DataError(f"{paths['description']}: not a cache description")
+    canonical = canonical_json(stored)
+    if hashlib.sha256(canonical.encode("utf-8")).hexdigest() != key:
+        raise DataError(f"{paths['description']}: description does not match its key {key}")
+    arrays = _load_entry(directory, stored, canonical, split, names, verify)
+    if arrays is None:  # removed meanwhile
+        return None
+    return stored, arrays
+
+
 def _same_json(stored: object, expected: object, canonical: str) -> bool:
     """Whether ``stored`` (parsed JSON) is the expected description (canonical JSON
     ``canonical``): Python equality first (C speed; a tuple never equals the list it

@@ -355,3 +355,43 @@ def test_bad_members_and_config():
         BlendedDataset([Stub(10, 0)], [1], 5, object())
     with pytest.raises(DataError, match="asks"):  # exhaustive beyond a member's length
         BlendedDataset([Stub(10, 0), Stub(10, 1)], [11, 3], None, config("balanced"))
+
+
+# -- more datasets than int16 holds (Megatron's dataset_index dtype) -----------------------
+
+MANY = 40_000  # > 32,767
+
+
+def _many_config(order: str):
+    return mdc.GPTDataConfig(random_seed=1, sequence_length=8, blend_order=order)
+
+
+@pytest.mark.parametrize("order", ["megatron", "balanced"])
+def test_dataset_ids_past_int16(order):
+    """40,000 members, the last 100 weigh most: the first 100 samples read them, by ids
+    past 32,767 in an index dtype that holds them."""
+    weights = np.ones(MANY)
+    weights[-100:] = 1e4
+    members = [Stub(200, tag) for tag in range(MANY)]
+    blend = BlendedDataset(members, weights.tolist(), 100, _many_config(order))
+    assert blend.dataset_index.dtype == np.int32
+    np.testing.assert_array_equal(np.sort(blend.dataset_index), np.arange(MANY - 100, MANY))
+    batch = blend.__getitems__([0, 99])
+    np.testing.assert_array_equal(batch["x"][:, 0], batch["dataset_id"])
+
+
+@pytest.mark.parametrize("order", ["megatron", "balanced"])
+def test_live_ids_past_int16_with_zero_weights(order):
+    """Two live members past id 32,767 among 40,000 (the others weigh 0): the blend
+    reads exactly those ids (not ids wrapped to int16: the megatron order blends the 2
+    live members, whose own index fits int16)."""
+    weights = np.zeros(MANY)
+    live = [MANY - 7_000, MANY - 1]
+    weights[live] = [1.0, 3.0]
+    members = [Untouchable(1, tag) for tag in range(MANY)]
+    for tag in live:
+        members[tag] = Stub(200, tag)
+    blend = BlendedDataset(members, weights.tolist(), 100, _many_config(order))
+    assert blend.dataset_index.dtype == np.int32
+    assert set(np.unique(blend.dataset_index).tolist()) == set(live)
+    assert blend[0]["dataset_id"] in live

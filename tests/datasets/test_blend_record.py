@@ -1,0 +1,113 @@
+"""The one-file description of a built blend: a warm start opens no .idx, a damaged
+record is named and bypassed, a changed corpus is found (at the warm start by its file
+identity, or at the first read of the member by its bytes) before data is served."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pytest
+from builder_oracle import ours_config
+from gpt_oracle import write_corpus
+
+from megadata_core import DataError
+from megadata_core.datasets.builder import build_datasets
+from megadata_core.format import described, reader
+
+SIZES = [300, 30, 10]
+
+
+def _corpora(directory, count=4) -> list[str]:
+    rng = np.random.default_rng(7)
+    return [
+        write_corpus(os.path.join(directory, f"corpus{number}"),
+                     rng.integers(0, 50, int(rng.integers(150, 300))), rng)
+        for number in range(count)
+    ]
+
+
+def _config(prefixes, cache):
+    return ours_config(blend=(list(prefixes), [1.0, 2.0, 3.0, 4.0]), path_to_cache=cache,
+                       random_seed=5, sequence_length=16, split="90,8,2")
+
+
+def _record_files(cache: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(cache, "*-blend-*.npy")))
+
+
+def _batches(split) -> dict:
+    return split.__getitems__(list(range(0, len(split), 5)))
+
+
+@pytest.fixture()
+def built(tmp_path):
+    prefixes = _corpora(str(tmp_path))
+    cache = str(tmp_path / "cache")
+    cold = build_datasets(_config(prefixes, cache), SIZES)
+    return prefixes, cache, cold
+
+
+def test_warm_start_opens_no_idx_and_serves_the_same_data(built, monkeypatch):
+    prefixes, cache, cold = built
+    assert len(_record_files(cache)) == 3
+    opened = []
+    original = reader.IndexedDataset._open
+    monkeypatch.setattr(reader.IndexedDataset, "_open",
+                        lambda self, *a, **k: opened.append(self.path_prefix)
+                        or original(self, *a, **k))
+    warm = build_datasets(_config(prefixes, cache), SIZES)
+    assert opened == []  # decided from the record alone
+    corpora = {member.indexed for split in warm for member in split.datasets}
+    assert all(isinstance(corpus, described.DescribedCorpus) for corpus in corpora)
+    for first, second in zip(cold, warm):
+        np.testing.assert_array_equal(first.dataset_index, second.dataset_index)
+        for key, value in _batches(first).items():
+            np.testing.assert_array_equal(value, _batches(second)[key])
+    assert opened  # the members read, at their first read
+    warm[0].datasets[3].__getitems__([0])
+    assert prefixes[3] in opened
+
+
+def test_a_damaged_record_is_named_and_bypassed(built):
+    prefixes, cache, cold = built
+    path = _record_files(cache)[0]
+    data = bytearray(open(path, "rb").read())
+    data[-1] ^= 0xFF
+    with open(path, "wb") as stream:
+        stream.write(data)
+    with pytest.warns(UserWarning, match=os.path.basename(path)):
+        warm = build_datasets(_config(prefixes, cache), SIZES)
+    np.testing.assert_array_equal(warm[0].dataset_index, cold[0].dataset_index)
+    again = build_datasets(_config(prefixes, cache), SIZES)  # the record was rewritten
+    assert isinstance(again[0].datasets[0].indexed, described.DescribedCorpus)
+
+
+def test_a_changed_corpus_takes_the_full_path(built, tmp_path):
+    prefixes, cache, _ = built
+    rng = np.random.default_rng(99)
+    write_corpus(prefixes[1], rng.integers(0, 50, 260), rng)  # new files, new identities
+    warm = build_datasets(_config(prefixes, cache), SIZES)
+    assert not isinstance(warm[0].datasets[1].indexed, described.DescribedCorpus)
+    fresh = build_datasets(_config(prefixes, None), SIZES)
+    np.testing.assert_array_equal(warm[0].dataset_index, fresh[0].dataset_index)
+    assert len(warm[0].datasets[1]) == len(fresh[0].datasets[1])
+
+
+def test_idx_bytes_changed_under_the_same_identity_fail_at_first_read(built):
+    """An .idx rewritten in place with its times restored (the stat check cannot see
+    it): the member's first read compares its bytes with the recorded sha256."""
+    prefixes, cache, _ = built
+    warm = build_datasets(_config(prefixes, cache), SIZES)
+    idx = prefixes[2] + ".idx"
+    status = os.stat(idx)
+    with open(idx, "r+b") as stream:  # move a token between two lengths: same size
+        stream.seek(34)
+        first, second = np.frombuffer(stream.read(8), "<i4")
+        stream.seek(34)
+        stream.write(np.array([first - 1, second + 1], "<i4").tobytes())
+    os.utime(idx, ns=(status.st_atime_ns, status.st_mtime_ns))
+    member = warm[0].datasets[2]
+    with pytest.raises(DataError, match=r"corpus2\.idx.*sha256.*-bundle-description\.json"):
+        member.__getitems__([0])
