@@ -30,6 +30,7 @@ from megadata_core.preprocess import (
     PreprocessSummary,
     local_engine,
     open_input,
+    open_raw,
     preprocess_jsonl,
     preprocess_tasks,
 )
@@ -192,7 +193,7 @@ class _ZstdRaw(io.RawIOBase):
         self._frame = self._decompressor.decompressobj()
         self._frame_started = False
         self._pending = memoryview(b"")
-        self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._file = open_raw(path)  # local or by URL; closed by close()
 
     def readable(self) -> bool:
         return True
@@ -245,7 +246,7 @@ def open_binary(path: str):
     """open_input plus .zst support (zstandard), for binary line reading."""
     if not path.endswith(".zst"):
         return open_input(path)
-    if not os.path.isfile(path):
+    if "://" not in path and not os.path.isfile(path):
         raise DataError(f"{path}: input file not found")
     return io.BufferedReader(_ZstdRaw(path), buffer_size=1 << 20)
 
@@ -255,6 +256,11 @@ def expand_inputs(values: list[str]) -> list[str]:
     paths: list[str] = []
     for value in values:
         for item in filter(None, (part.strip() for part in value.split(","))):
+            if glob.has_magic(item) and "://" in item:
+                raise DataError(
+                    f"--input: {item!r}: globs of URLs are not expanded; name the objects "
+                    "(comma-separated or repeated --input)"
+                )
             if glob.has_magic(item):
                 matches = sorted(glob.glob(item))
                 if not matches:

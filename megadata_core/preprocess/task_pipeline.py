@@ -31,6 +31,7 @@ from megadata_core.preprocess.pipeline import (
 from megadata_core.preprocess.plan import (
     TableReader,
     fingerprint,
+    input_identities,
     is_table,
     plan_command,
     plan_tasks,
@@ -92,7 +93,10 @@ def preprocess_tasks(
     finals = {key: document_prefix(output_prefix, key, level) for key in keys}
     if merge:  # an unwritable output directory fails before any work
         Staging(output_prefix, list(finals.values())).remove()
-    tasks = plan_tasks(paths, task_size, table_reader=table_reader)
+    identities = input_identities(paths)
+    tasks = plan_tasks(
+        paths, task_size, table_reader=table_reader, sizes=[item[1] for item in identities]
+    )
     options = {
         "json_keys": keys, "append_eod": bool(append_eod), "skip_bad_lines": bool(skip_bad_lines),
         "level": level, "dtype": dtype.name, "task_size": task_size,
@@ -101,7 +105,7 @@ def preprocess_tasks(
             "eod_id": int(tokenizer.eod_id),
         }),
     }
-    plan = plan_command(paths, tasks, options)
+    plan = plan_command(paths, tasks, options, identities)
     print_ = fingerprint(plan)
     directory = work_directory(output_prefix)
     open_work_directory(directory, plan, print_)
@@ -120,10 +124,12 @@ def preprocess_tasks(
     for manifest in manifests.values():
         totals[0] += manifest["documents"]
         totals[1] += manifest["bytes"]
-    index_of = {tuple(task.as_list()): task.index for task in tasks}
     for manifest in (engine or local_engine(1))(runner, pending):
-        index = index_of.get(tuple(manifest["task"]))
-        if index is None:
+        index = manifest.get("index")
+        if not (
+            isinstance(index, int) and 0 <= index < len(tasks)
+            and tasks[index].as_list() == manifest["task"]
+        ):
             raise DataError(f"engine returned a manifest of no planned task: {manifest['task']!r}")
         manifests[index] = manifest
         totals[0] += manifest["documents"]

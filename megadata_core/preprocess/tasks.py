@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import multiprocessing
-import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO
 
@@ -30,6 +29,7 @@ from megadata_core.preprocess.outputs import write_documents
 from megadata_core.preprocess.plan import TableReader, Task
 from megadata_core.preprocess.reading import _BOM, _reading
 from megadata_core.preprocess.records import BadLineError
+from megadata_core.preprocess.remote import is_remote
 from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
 from megadata_core.preprocess.workdir import (
     file_records,
@@ -115,6 +115,7 @@ class TaskRunner:
                 writer.finalize()
         manifest = {
             "fingerprint": self.fingerprint,
+            "index": task.index,  # an input named twice has two tasks of equal as_list()
             "task": task.as_list(),
             "documents": documents,
             "tokens": tokens_per_key,
@@ -208,7 +209,8 @@ def _run_pooled(task: Task) -> dict:
 
 
 def local_engine(workers: int = 1, start_method: str | None = None) -> Engine:
-    """Run tasks in this process (``workers == 1``) or a pool of ``workers`` processes."""
+    """Run tasks in this process (``workers == 1``) or a pool of ``workers`` processes
+    (``start_method`` default: the platform's; spawn for inputs by URL)."""
     if not isinstance(workers, int) or workers < 1:
         raise DataError(f"workers: {workers!r} must be an integer >= 1")
 
@@ -216,15 +218,13 @@ def local_engine(workers: int = 1, start_method: str | None = None) -> Engine:
         if workers == 1 or len(tasks) <= 1:
             yield from map(runner, tasks)
             return
-        context = multiprocessing.get_context(start_method)
+        method = start_method
+        if method is None and any(is_remote(task.path) for task in tasks):
+            # The driver's TensorStore (planning read the objects) aborts in a forked child.
+            method = "spawn"  # (not forkserver: its server keeps the environment it began with)
+        context = multiprocessing.get_context(method)
         with context.Pool(min(workers, len(tasks)), _init_pool, (runner,)) as pool:
             yield from pool.imap_unordered(_run_pooled, tasks)
 
     return run
 
-
-def task_bytes(task: Task) -> int:
-    """Input bytes a task covers on disk (compressed size for .gz/.zst and parquet groups)."""
-    if task.kind == "lines" and task.stop >= 0:
-        return task.stop - task.start
-    return os.path.getsize(task.path) if task.kind == "lines" else 0

@@ -113,7 +113,11 @@ def verified_manifest(
     try:
         with open(path, encoding="utf-8") as stream:
             manifest = json.load(stream)
-        if manifest["fingerprint"] != fingerprint or manifest["task"] != task.as_list():
+        if (
+            manifest["fingerprint"] != fingerprint
+            or manifest["index"] != task.index
+            or manifest["task"] != task.as_list()
+        ):
             return None
         expected = shard_files(directory, task, keys, level)
         records = manifest["files"]

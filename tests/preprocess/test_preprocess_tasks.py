@@ -52,6 +52,17 @@ def test_same_bytes_for_every_task_size_worker_count_and_format(tmp_path, worker
         assert not os.path.exists(f"{prefix}.work")  # removed after the merge
 
 
+def test_an_input_named_twice_is_two_sets_of_tasks(tmp_path):
+    paths = write_inputs(tmp_path, texts(12))
+    expected = _reference(tmp_path, [paths["jsonl"], paths["jsonl"]])
+    for engine in (local_engine(1), local_engine(2)):
+        prefix = tmp_path / f"twice{id(engine)}"
+        summary = _tasks([paths["jsonl"], paths["jsonl"]], prefix, task_size=10**9,
+                         engine=engine)
+        assert files_of(summary.output_prefixes["text"]) == expected
+        assert summary.documents == 24
+
+
 _KILLED_RUN = """
 import functools, sys
 from task_helpers import StallOnceTokenizer
