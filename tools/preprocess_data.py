@@ -327,8 +327,11 @@ def format_summary(summary: PreprocessSummary) -> str:
         lines.append(f"blank lines: {summary.blank_lines} (skipped)")
     for key, prefix in summary.output_prefixes.items():
         lines.append(f"output[{key}]: {prefix}.bin / .idx")
+    for key, path in summary.data_args_paths.items():
+        count = len(summary.partition_prefixes.get(key, []))
+        lines.append(f"data_args[{key}]: {path} ({count} shards, for --data_args_path)")
     for key, prefixes in summary.partition_prefixes.items():
-        if prefixes:
+        if prefixes and key not in summary.data_args_paths:
             lines.append(f"partitions[{key}]: {', '.join(prefixes)}")
     return "\n".join(lines)
 

@@ -158,7 +158,10 @@ def preprocess_tasks(
         else:
             remove_strays(directory, _names(directory, tasks, keys, level))
             for key in keys:
-                write_data_args(f"{finals[key]}.data_args", shards[key], tasks, manifests, key)
+                path = f"{finals[key]}.data_args"
+                write_data_args(path, shards[key], tasks, manifests, key)
+                summary.data_args_paths[key] = path
+            summary.output_prefixes = {}  # nothing written under the corpus names
             summary.partition_prefixes = shards
         summary.seconds = time.perf_counter() - started
         return summary

@@ -241,3 +241,18 @@ def test_tool_task_plan_matches_its_default_run(tmp_path):
         [*common, "--output_prefix", str(tmp_path / "q"), "--task_size", "1",
          "--partitions", "2"], capture_output=True, text=True, env=env, timeout=120)
     assert refused.returncode != 0 and "--partitions 2: Megatron's partitions" in refused.stderr
+
+
+def test_tool_no_merge_reports_the_data_args_it_wrote(tmp_path):
+    paths = write_inputs(tmp_path, texts(9))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tools")])}
+    prefix = tmp_path / "n"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "preprocess_data.py"), "--input", paths["jsonl"],
+         "--output_prefix", str(prefix), "--task_size", "0.0001", "--no_merge", "--noprogress"],
+        capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    data_args = f"{prefix}_text_document.data_args"
+    assert f"data_args[text]: {data_args} (4 shards" in result.stdout
+    assert ".bin / .idx" not in result.stdout
+    assert len(read_data_args(data_args)) == 8  # weight, prefix of 4 shards
