@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import multiprocessing
 from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO
@@ -129,19 +130,40 @@ class TaskRunner:
         return manifest
 
     def _line_parts(self, task: Task) -> Iterator[TokenizedChunk]:
+        """Tokenized chunks of a lines task. Messages name the file's own line numbers:
+        a task that starts past byte 0 counts the lines before it only when a chunk of
+        it has an error to report (a reread of the file up to the task, once)."""
         tokenizer, splitter = self.tools()
-        where = task.path if task.start == 0 else f"{task.path} (task from byte {task.start})"
+        before = 0 if task.start == 0 else None  # lines of the file before the task
         with _reading(task.path), self.open_binary(task.path) as stream:
             if task.start:
                 stream.seek(task.start)
             for first_line, lines, nbytes in _line_chunks(stream, task):
-                part = tokenize_chunk(
-                    lines, tokenizer, self.json_keys, path=where, first_line=first_line,
+                encode = functools.partial(
+                    tokenize_chunk, lines, tokenizer, self.json_keys, path=task.path,
                     append_eod=self.append_eod, dtype=self.dtype,
                     skip_bad_lines=self.skip_bad_lines, splitter=splitter,
                 )
+                part = None
+                if before is None:
+                    with contextlib.suppress(DataError):  # raised again below, numbered
+                        part = encode(first_line=first_line)
+                    if part is None or part.bad_examples:
+                        before, part = self._lines_before(task), None
+                if part is None:
+                    part = encode(first_line=before + first_line)
                 part.nbytes = nbytes
                 yield part
+
+    def _lines_before(self, task: Task) -> int:
+        """Newlines in bytes [0, task.start) of the task's (plain) file."""
+        count = 0
+        remaining = task.start
+        with _reading(task.path), self.open_binary(task.path) as stream:
+            while remaining > 0 and (block := stream.read(min(remaining, 1 << 24))):
+                count += block.count(b"\n")
+                remaining -= len(block)
+        return count
 
     def _table_parts(self, task: Task) -> Iterator[TokenizedChunk]:
         tokenizer, splitter = self.tools()

@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -200,10 +201,21 @@ def test_bad_inputs_are_data_errors_naming_the_file(tmp_path):
         _tasks([str(cut)], tmp_path / "c", task_size=100)
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b'{"text": "a"}\n' * 30 + b"{oops\n")
-    with pytest.raises(DataError, match=r"bad\.jsonl \(task from byte \d+\), line \d+: invalid"):
-        _tasks([str(bad)], tmp_path / "d", task_size=100)
+    with pytest.raises(DataError, match=r"bad\.jsonl, line 31: invalid JSON"):
+        _tasks([str(bad)], tmp_path / "d", task_size=100)  # the file's line, not the task's
     leftovers = [name for name in os.listdir(tmp_path) if name.endswith((".bin", ".idx"))]
     assert leftovers == []
+
+
+def test_skipped_bad_lines_are_named_by_the_files_line_numbers(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes((b'{"text": "a"}\n' * 20 + b"{oops\n") * 3)  # lines 21, 42, 63
+    for engine in (local_engine(1), local_engine(2)):
+        summary = _tasks([str(bad)], tmp_path / f"s{id(engine)}", task_size=90,
+                         skip_bad_lines=True, engine=engine)
+        assert summary.bad_lines == 3 and summary.documents == 60
+        numbers = [re.search(r"bad\.jsonl, line (\d+):", e)[1] for e in summary.bad_line_examples]
+        assert numbers == ["21", "42", "63"]
 
 
 def test_gzip_inputs_are_whole_file_tasks(tmp_path):
