@@ -3,7 +3,9 @@
 ``ParquetReader()`` fills ``megadata_core.preprocess.TableReader``; pass it as
 ``table_reader`` (tools/preprocess_data.py does for ``.parquet`` inputs). Columns are
 converted to Python strings by pyarrow in one call per column (no Python loop per row);
-rows where any wanted column is null are dropped and reported by position.
+rows where any wanted column is null are dropped and reported by position. A URL
+(``s3://``, ``gs://``) is read through ``megadata_core.preprocess.remote``'s ranged file:
+pyarrow fetches the footer and then only the column chunks of the row groups it reads.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from megadata_core.errors import DataError
+from megadata_core.preprocess.remote import is_remote, open_remote
 
 
 def _pyarrow():
@@ -32,6 +35,8 @@ class ParquetReader:
     def _open(self, path: str):
         pa = _pyarrow()
         try:
+            if is_remote(path):
+                return pa.parquet.ParquetFile(open_remote(path, buffer_size=None))
             return pa.parquet.ParquetFile(path)
         except FileNotFoundError:
             raise DataError(f"{path}: input file not found") from None

@@ -343,6 +343,14 @@ class TensorStoreSource:
             ) from error
         return minimum
 
+    def generation(self) -> str:
+        """The object's version stamp (S3 ETag, GCS generation), hex; one zero-length read."""
+        result = _wait(
+            self._kv().read(self._key, byte_range=slice(0, 0)), self.path, self._timeout_s
+        )
+        self._value(result, "reading its generation")
+        return bytes(result.stamp.generation).hex()
+
     def size(self) -> int:
         """The exact size, found by probing single bytes (about 2 log2(size) requests);
         readers use :meth:`check_size` instead."""

@@ -49,6 +49,11 @@ def _host() -> str:
     return f"{name}~{hashlib.sha256(boot + b'/%d' % namespace).hexdigest()[:8]}"
 
 
+def writer_id() -> str:
+    """``pid@host`` of this process, as temporary names and lock files record it."""
+    return f"{os.getpid()}@{_host()}"
+
+
 def _label(label: str) -> str:
     if len(label) <= _MAX_LABEL:
         return label

@@ -31,6 +31,7 @@ from megadata_core.preprocess import (
     PreprocessSummary,
     local_engine,
     open_input,
+    open_raw,
     preprocess_jsonl,
     preprocess_tasks,
 )
@@ -196,7 +197,7 @@ class _ZstdRaw(io.RawIOBase):
         self._frame = self._decompressor.decompressobj()
         self._frame_started = False
         self._pending = memoryview(b"")
-        self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._file = open_raw(path)  # local or by URL; closed by close()
 
     def readable(self) -> bool:
         return True
@@ -249,7 +250,7 @@ def open_binary(path: str):
     """open_input plus .zst support (zstandard), for binary line reading."""
     if not path.endswith(".zst"):
         return open_input(path)
-    if not os.path.isfile(path):
+    if "://" not in path and not os.path.isfile(path):
         raise DataError(f"{path}: input file not found")
     return io.BufferedReader(_ZstdRaw(path), buffer_size=1 << 20)
 
@@ -259,6 +260,11 @@ def expand_inputs(values: list[str]) -> list[str]:
     paths: list[str] = []
     for value in values:
         for item in filter(None, (part.strip() for part in value.split(","))):
+            if glob.has_magic(item) and "://" in item:
+                raise DataError(
+                    f"--input: {item!r}: globs of URLs are not expanded; name the objects "
+                    "(comma-separated or repeated --input)"
+                )
             if glob.has_magic(item):
                 matches = sorted(glob.glob(item))
                 if not matches:
@@ -323,8 +329,11 @@ def format_summary(summary: PreprocessSummary) -> str:
         lines.append(f"blank lines: {summary.blank_lines} (skipped)")
     for key, prefix in summary.output_prefixes.items():
         lines.append(f"output[{key}]: {prefix}.bin / .idx")
+    for key, path in summary.data_args_paths.items():
+        count = len(summary.partition_prefixes.get(key, []))
+        lines.append(f"data_args[{key}]: {path} ({count} shards, for --data_args_path)")
     for key, prefixes in summary.partition_prefixes.items():
-        if prefixes:
+        if prefixes and key not in summary.data_args_paths:
             lines.append(f"partitions[{key}]: {', '.join(prefixes)}")
     return "\n".join(lines)
 

@@ -7,16 +7,16 @@ chunks of lines), ``records`` (one JSON line to its texts), ``encoding`` (a chun
 token arrays), ``pool`` (chunks through worker processes, in order), ``outputs`` (the
 staging directory and the corpora written into it), ``pipeline`` (the driver,
 :func:`preprocess_jsonl`). Past one machine: ``plan`` (inputs cut into deterministic
-tasks, the plan's fingerprint), ``workdir`` (shards and manifests of a resumable run),
-``tasks`` (one task to its shards; the local engine), ``task_pipeline`` (the driver,
-:func:`preprocess_tasks`, on any engine). ``tokenizers`` holds the protocol and ByteTokenizer (the
-adapters fill the protocol with real tokenizers).
+tasks, the plan's fingerprint; ``remote``: inputs by URL), ``workdir`` (shards and
+manifests of a resumable run), ``tasks`` (one task to its shards; the local engine),
+``task_pipeline`` (the driver, :func:`preprocess_tasks`, on any engine). ``tokenizers``
+holds the protocol and ByteTokenizer (the adapters fill the protocol with real tokenizers).
 """
 
 from megadata_core.preprocess.encoding import TokenizedChunk, tokenize_chunk
 from megadata_core.preprocess.pipeline import PreprocessSummary, document_prefix, preprocess_jsonl
 from megadata_core.preprocess.plan import TableReader, Task, plan_tasks
-from megadata_core.preprocess.reading import count_lines, open_input
+from megadata_core.preprocess.reading import count_lines, open_input, open_raw
 from megadata_core.preprocess.records import BadLineError, parse_record
 from megadata_core.preprocess.task_pipeline import preprocess_tasks
 from megadata_core.preprocess.tasks import TaskRunner, local_engine
@@ -35,6 +35,7 @@ __all__ = [
     "document_prefix",
     "local_engine",
     "open_input",
+    "open_raw",
     "parse_record",
     "plan_tasks",
     "preprocess_jsonl",

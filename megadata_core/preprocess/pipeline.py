@@ -21,7 +21,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 import numpy as np
@@ -50,6 +50,9 @@ class PreprocessSummary:
     seconds: float
     output_prefixes: dict[str, str]  # key -> prefix of its .bin/.idx
     partition_prefixes: dict[str, list[str]]  # key -> kept shard prefixes (keep_partitions)
+    # key -> the data-args file listing the shards, when they were left unmerged (no
+    # output_prefixes then)
+    data_args_paths: dict[str, str] = field(default_factory=dict)
 
     @property
     def documents_per_second(self) -> float:

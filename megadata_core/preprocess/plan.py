@@ -8,9 +8,13 @@ order, and the corpus is their documents in task order, that is the input order:
 plan is a pure function of the inputs and ``task_size``, never of an engine or a
 worker count.
 
-The fingerprint hashes each input's identity — absolute path, size and modification
-time in nanoseconds (not its content: hashing a terabyte to plan it would cost a full
-read) — the task boundaries, and every flag that changes output bytes.
+Inputs may be local files or URLs (``s3://``, ``gs://`` with the tensorstore extra;
+``remote``): line cuts of a remote ``.jsonl`` are found with ranged reads.
+
+The fingerprint hashes each input's identity — a local file's absolute path, size and
+modification time in nanoseconds; an object's URL, size and generation (ETag / GCS
+generation) — not its content (hashing a terabyte to plan it would cost a full read),
+then the task boundaries and every flag that changes output bytes.
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
 import numpy as np
 
 from megadata_core.errors import DataError
+from megadata_core.preprocess.remote import is_remote, open_remote, remote_identity
 
 COMPRESSED_SUFFIXES = (".gz", ".zst")
 TABLE_SUFFIXES = (".parquet",)
@@ -100,14 +106,14 @@ def plan_tasks(
     *,
     table_reader: TableReader | None = None,
     open_plain: Callable[[str], BinaryIO] | None = None,
+    sizes: Sequence[int] | None = None,
 ) -> list[Task]:
-    """The tasks of ``paths`` (local files), in input order; ``task_size`` in bytes."""
+    """The tasks of ``paths`` (local files or URLs), in input order; ``task_size`` in
+    bytes; ``sizes`` (bytes of each input) when already known (``input_identities``)."""
     if not isinstance(task_size, int) or task_size < 1:
         raise DataError(f"task_size: {task_size!r} must be a positive number of bytes")
     tasks: list[Task] = []
-    for path in paths:
-        if "://" in path:
-            raise DataError(f"{path}: the task plan reads local files only")
+    for number, path in enumerate(paths):
         if is_table(path):
             if table_reader is None:
                 raise DataError(
@@ -126,8 +132,8 @@ def plan_tasks(
         if path.endswith(COMPRESSED_SUFFIXES):
             tasks.append(Task(len(tasks), path, "lines", 0, -1))
             continue
-        size = os.path.getsize(path)
-        opener = open_plain or (lambda p: open(p, "rb"))  # noqa: SIM115
+        size = sizes[number] if sizes is not None else input_identity(path)[1]
+        opener = open_plain or _open_plain
         with opener(path) as stream:
             bounds = line_boundaries(path, size, task_size, stream)
         for start, stop in zip(bounds[:-1], bounds[1:]):
@@ -135,8 +141,17 @@ def plan_tasks(
     return tasks
 
 
+def _open_plain(path: str) -> BinaryIO:
+    if is_remote(path):
+        return open_remote(path, buffer_size=1 << 18)  # a cut reads about one line
+    return open(path, "rb")  # noqa: SIM115
+
+
 def input_identity(path: str) -> list:
-    """[absolute path, size, mtime in ns] of a local input."""
+    """[absolute path, size, mtime in ns] of a local input; [url, size, generation] of
+    an object."""
+    if is_remote(path):
+        return remote_identity(path)
     try:
         stat = os.stat(path)
     except FileNotFoundError:
@@ -144,12 +159,23 @@ def input_identity(path: str) -> list:
     return [os.path.abspath(path), stat.st_size, stat.st_mtime_ns]
 
 
+def input_identities(paths: Sequence[str]) -> list[list]:
+    """``input_identity`` of each path; objects are asked concurrently (a few requests each)."""
+    if not any(is_remote(path) for path in paths):
+        return [input_identity(path) for path in paths]
+    with ThreadPoolExecutor(16) as pool:
+        return list(pool.map(input_identity, paths))
+
+
 def plan_command(
-    paths: Sequence[str], tasks: Sequence[Task], options: Mapping[str, object]
+    paths: Sequence[str],
+    tasks: Sequence[Task],
+    options: Mapping[str, object],
+    identities: Sequence[list] | None = None,
 ) -> dict:
     """Everything the output bytes depend on, as JSON-ready values."""
     return {
-        "inputs": [input_identity(path) for path in paths],
+        "inputs": list(identities) if identities is not None else input_identities(paths),
         "tasks": [task.as_list() for task in tasks],
         **{name: _jsonable(value) for name, value in sorted(options.items())},
     }

@@ -9,17 +9,48 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from megadata_core.errors import DataError
+from megadata_core.preprocess.remote import is_remote, open_remote
 
 _BOM = b"\xef\xbb\xbf"
 
 
+class _OwningGzip(gzip.GzipFile):
+    """A GzipFile that closes the file object it decompresses."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
+
+
+def open_raw(path: str) -> BinaryIO:
+    """The stored bytes of an input, not decompressed: a local file or a URL's object."""
+    if is_remote(path):
+        return open_remote(path)
+    try:
+        return open(path, "rb", buffering=1 << 20)
+    except FileNotFoundError:
+        raise DataError(f"{path}: input file not found") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: input path is a directory, not a file") from None
+
+
 def open_input(path: str) -> BinaryIO:
-    """Open a ``.jsonl`` (plain) or ``.jsonl.gz`` file for binary line reading."""
+    """Open a ``.jsonl`` (plain) or ``.jsonl.gz`` file, local or by URL (``s3://``,
+    ``gs://`` with the tensorstore extra), for binary line reading."""
     if str(path).endswith(".zst"):
         raise DataError(
             f"{path}: zstd input needs an open_binary that decompresses it "
             "(tools/preprocess_data.py passes one built on the zstandard package)"
         )
+    if is_remote(str(path)):
+        raw = open_remote(path)
+        return _OwningGzip(raw) if str(path).endswith(".gz") else raw
     try:
         if str(path).endswith(".gz"):
             return gzip.open(path, "rb")

@@ -31,6 +31,7 @@ from megadata_core.preprocess.pipeline import (
 from megadata_core.preprocess.plan import (
     TableReader,
     fingerprint,
+    input_identities,
     is_table,
     plan_command,
     plan_tasks,
@@ -39,6 +40,7 @@ from megadata_core.preprocess.reading import open_input
 from megadata_core.preprocess.tasks import Engine, TaskRunner, local_engine
 from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
 from megadata_core.preprocess.workdir import (
+    driver_lock,
     manifest_path,
     open_work_directory,
     remove_strays,
@@ -92,7 +94,10 @@ def preprocess_tasks(
     finals = {key: document_prefix(output_prefix, key, level) for key in keys}
     if merge:  # an unwritable output directory fails before any work
         Staging(output_prefix, list(finals.values())).remove()
-    tasks = plan_tasks(paths, task_size, table_reader=table_reader)
+    identities = input_identities(paths)
+    tasks = plan_tasks(
+        paths, task_size, table_reader=table_reader, sizes=[item[1] for item in identities]
+    )
     options = {
         "json_keys": keys, "append_eod": bool(append_eod), "skip_bad_lines": bool(skip_bad_lines),
         "level": level, "dtype": dtype.name, "task_size": task_size,
@@ -101,57 +106,65 @@ def preprocess_tasks(
             "eod_id": int(tokenizer.eod_id),
         }),
     }
-    plan = plan_command(paths, tasks, options)
+    plan = plan_command(paths, tasks, options, identities)
     print_ = fingerprint(plan)
     directory = work_directory(output_prefix)
-    open_work_directory(directory, plan, print_)
-    runner = TaskRunner(
-        directory, print_, tokenizer_factory, keys, level, dtype, append_eod, skip_bad_lines,
-        open_binary, table_reader, splitter_factory,
-    )
-    manifests: dict[int, dict] = {}
-    for task in tasks:
-        manifest = verified_manifest(directory, task, keys, level, print_)
-        if manifest is not None:
-            manifests[task.index] = manifest
-    remove_strays(directory, _names(directory, [tasks[i] for i in manifests], keys, level))
-    pending = [task for task in tasks if task.index not in manifests]
-    totals = [0, 0]
-    for manifest in manifests.values():
-        totals[0] += manifest["documents"]
-        totals[1] += manifest["bytes"]
-    index_of = {tuple(task.as_list()): task.index for task in tasks}
-    for manifest in (engine or local_engine(1))(runner, pending):
-        index = index_of.get(tuple(manifest["task"]))
-        if index is None:
-            raise DataError(f"engine returned a manifest of no planned task: {manifest['task']!r}")
-        manifests[index] = manifest
-        totals[0] += manifest["documents"]
-        totals[1] += manifest["bytes"]
-        if progress is not None:
-            progress(totals[0], totals[1])
-    missing = [task.describe() for task in tasks if task.index not in manifests]
-    if missing:
-        raise DataError(f"engine finished without tasks: {', '.join(missing[:5])}")
-    shards = {key: [shard_prefix(directory, task, key, level) for task in tasks] for key in keys}
-    summary = _summary(tasks, manifests, keys, started, finals)
-    if merge:
-        with Staging(output_prefix, list(finals.values())) as staging:
-            for key in keys:
-                merge_datasets(shards[key], staging.staged(finals[key]))
-            staging.publish(list(finals.values()))
-        if keep_shards:
-            summary.partition_prefixes = shards
+    with driver_lock(directory):  # one driver per work directory
+        open_work_directory(directory, plan, print_)
+        runner = TaskRunner(
+            directory, print_, tokenizer_factory, keys, level, dtype, append_eod, skip_bad_lines,
+            open_binary, table_reader, splitter_factory,
+        )
+        manifests: dict[int, dict] = {}
+        for task in tasks:
+            manifest = verified_manifest(directory, task, keys, level, print_)
+            if manifest is not None:
+                manifests[task.index] = manifest
+        remove_strays(directory, _names(directory, [tasks[i] for i in manifests], keys, level))
+        pending = [task for task in tasks if task.index not in manifests]
+        totals = [0, 0]
+        for manifest in manifests.values():
+            totals[0] += manifest["documents"]
+            totals[1] += manifest["bytes"]
+        for manifest in (engine or local_engine(1))(runner, pending):
+            index = manifest.get("index")
+            if not (
+                isinstance(index, int) and 0 <= index < len(tasks)
+                and tasks[index].as_list() == manifest["task"]
+            ):
+                raise DataError(
+                    f"engine returned a manifest of no planned task: {manifest['task']!r}"
+                )
+            manifests[index] = manifest
+            totals[0] += manifest["documents"]
+            totals[1] += manifest["bytes"]
+            if progress is not None:
+                progress(totals[0], totals[1])
+        missing = [task.describe() for task in tasks if task.index not in manifests]
+        if missing:
+            raise DataError(f"engine finished without tasks: {', '.join(missing[:5])}")
+        shards = {k: [shard_prefix(directory, task, k, level) for task in tasks] for k in keys}
+        summary = _summary(tasks, manifests, keys, started, finals)
+        if merge:
+            with Staging(output_prefix, list(finals.values())) as staging:
+                for key in keys:
+                    merge_datasets(shards[key], staging.staged(finals[key]))
+                staging.publish(list(finals.values()))
+            if keep_shards:
+                summary.partition_prefixes = shards
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    temp_files.remove_tree(directory)
         else:
-            with contextlib.suppress(FileNotFoundError):
-                temp_files.remove_tree(directory)
-    else:
-        remove_strays(directory, _names(directory, tasks, keys, level))
-        for key in keys:
-            write_data_args(f"{finals[key]}.data_args", shards[key], tasks, manifests, key)
-        summary.partition_prefixes = shards
-    summary.seconds = time.perf_counter() - started
-    return summary
+            remove_strays(directory, _names(directory, tasks, keys, level))
+            for key in keys:
+                path = f"{finals[key]}.data_args"
+                write_data_args(path, shards[key], tasks, manifests, key)
+                summary.data_args_paths[key] = path
+            summary.output_prefixes = {}  # nothing written under the corpus names
+            summary.partition_prefixes = shards
+        summary.seconds = time.perf_counter() - started
+        return summary
 
 
 def write_data_args(

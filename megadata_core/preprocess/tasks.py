@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import multiprocessing
-import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO
 
@@ -30,6 +30,7 @@ from megadata_core.preprocess.outputs import write_documents
 from megadata_core.preprocess.plan import TableReader, Task
 from megadata_core.preprocess.reading import _BOM, _reading
 from megadata_core.preprocess.records import BadLineError
+from megadata_core.preprocess.remote import is_remote
 from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
 from megadata_core.preprocess.workdir import (
     file_records,
@@ -115,6 +116,7 @@ class TaskRunner:
                 writer.finalize()
         manifest = {
             "fingerprint": self.fingerprint,
+            "index": task.index,  # an input named twice has two tasks of equal as_list()
             "task": task.as_list(),
             "documents": documents,
             "tokens": tokens_per_key,
@@ -128,19 +130,40 @@ class TaskRunner:
         return manifest
 
     def _line_parts(self, task: Task) -> Iterator[TokenizedChunk]:
+        """Tokenized chunks of a lines task. Messages name the file's own line numbers:
+        a task that starts past byte 0 counts the lines before it only when a chunk of
+        it has an error to report (a reread of the file up to the task, once)."""
         tokenizer, splitter = self.tools()
-        where = task.path if task.start == 0 else f"{task.path} (task from byte {task.start})"
+        before = 0 if task.start == 0 else None  # lines of the file before the task
         with _reading(task.path), self.open_binary(task.path) as stream:
             if task.start:
                 stream.seek(task.start)
             for first_line, lines, nbytes in _line_chunks(stream, task):
-                part = tokenize_chunk(
-                    lines, tokenizer, self.json_keys, path=where, first_line=first_line,
+                encode = functools.partial(
+                    tokenize_chunk, lines, tokenizer, self.json_keys, path=task.path,
                     append_eod=self.append_eod, dtype=self.dtype,
                     skip_bad_lines=self.skip_bad_lines, splitter=splitter,
                 )
+                part = None
+                if before is None:
+                    with contextlib.suppress(DataError):  # raised again below, numbered
+                        part = encode(first_line=first_line)
+                    if part is None or part.bad_examples:
+                        before, part = self._lines_before(task), None
+                if part is None:
+                    part = encode(first_line=before + first_line)
                 part.nbytes = nbytes
                 yield part
+
+    def _lines_before(self, task: Task) -> int:
+        """Newlines in bytes [0, task.start) of the task's (plain) file."""
+        count = 0
+        remaining = task.start
+        with _reading(task.path), self.open_binary(task.path) as stream:
+            while remaining > 0 and (block := stream.read(min(remaining, 1 << 24))):
+                count += block.count(b"\n")
+                remaining -= len(block)
+        return count
 
     def _table_parts(self, task: Task) -> Iterator[TokenizedChunk]:
         tokenizer, splitter = self.tools()
@@ -208,7 +231,8 @@ def _run_pooled(task: Task) -> dict:
 
 
 def local_engine(workers: int = 1, start_method: str | None = None) -> Engine:
-    """Run tasks in this process (``workers == 1``) or a pool of ``workers`` processes."""
+    """Run tasks in this process (``workers == 1``) or a pool of ``workers`` processes
+    (``start_method`` default: the platform's; spawn for inputs by URL)."""
     if not isinstance(workers, int) or workers < 1:
         raise DataError(f"workers: {workers!r} must be an integer >= 1")
 
@@ -216,15 +240,13 @@ def local_engine(workers: int = 1, start_method: str | None = None) -> Engine:
         if workers == 1 or len(tasks) <= 1:
             yield from map(runner, tasks)
             return
-        context = multiprocessing.get_context(start_method)
+        method = start_method
+        if method is None and any(is_remote(task.path) for task in tasks):
+            # The driver's TensorStore (planning read the objects) aborts in a forked child.
+            method = "spawn"  # (not forkserver: its server keeps the environment it began with)
+        context = multiprocessing.get_context(method)
         with context.Pool(min(workers, len(tasks)), _init_pool, (runner,)) as pool:
             yield from pool.imap_unordered(_run_pooled, tasks)
 
     return run
 
-
-def task_bytes(task: Task) -> int:
-    """Input bytes a task covers on disk (compressed size for .gz/.zst and parquet groups)."""
-    if task.kind == "lines" and task.stop >= 0:
-        return task.stop - task.start
-    return os.path.getsize(task.path) if task.kind == "lines" else 0

@@ -9,14 +9,21 @@ its files and the plan, and rebuilds any other.
 
 A work directory made by a different command is refused with a DataError naming the
 differences (it is never deleted on a guess: it may be hours of someone's work).
+
+One driver at a time: :func:`driver_lock` holds an ``fcntl.flock`` on ``driver.lock``
+(its text: the holder's ``pid@host``) for the whole run, and a second driver is refused
+with a DataError naming the holder. The kernel drops the lock when its holder dies
+(``kill -9`` included), so a dead driver's lock file is simply taken over.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from megadata_core import temp_files
 from megadata_core.errors import DataError
@@ -24,6 +31,7 @@ from megadata_core.format.reader import bin_path_of, idx_path_of
 from megadata_core.preprocess.plan import Task, command_differences
 
 PLAN_FILE = "plan.json"
+LOCK_FILE = "driver.lock"
 
 
 def work_directory(output_prefix: str) -> str:
@@ -52,6 +60,54 @@ def write_json(path: str, content: Mapping) -> None:
         if os.path.exists(temp):
             os.unlink(temp)
         raise
+
+
+@contextlib.contextmanager
+def driver_lock(directory: str) -> Iterator[None]:
+    """Create ``directory`` if needed and hold its driver lock (see the module docstring)."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise DataError(f"{directory}: exists and is not a work directory")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise DataError(f"{directory}: cannot create work directory ({error.strerror})") from None
+    path = os.path.join(directory, LOCK_FILE)
+    handle = _locked(directory, path)
+    try:
+        os.ftruncate(handle, 0)
+        os.pwrite(handle, temp_files.writer_id().encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):  # removed with the directory
+            os.unlink(path)  # while held: a waiting driver then finds the file replaced
+        os.close(handle)  # releases the lock
+
+
+def _locked(directory: str, path: str) -> int:
+    """An open descriptor of ``path`` holding its exclusive lock."""
+    while True:
+        handle = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(handle, 256, 0).decode("utf-8", "replace").strip()
+            os.close(handle)
+            raise DataError(
+                f"{directory}: in use by another driver ({holder or 'pid@host not yet written'}"
+                "); one driver per work directory: wait for it to end or stop it"
+            ) from None
+        except OSError as error:
+            os.close(handle)
+            raise DataError(
+                f"{path}: cannot lock ({error.strerror}); the work directory needs a file "
+                "system with file locks"
+            ) from None
+        try:  # the holder we waited on may have unlinked the file it locked
+            if os.stat(path).st_ino == os.fstat(handle).st_ino:
+                return handle
+        except FileNotFoundError:
+            pass
+        os.close(handle)
 
 
 def open_work_directory(directory: str, command: Mapping, fingerprint: str) -> None:
@@ -113,7 +169,11 @@ def verified_manifest(
     try:
         with open(path, encoding="utf-8") as stream:
             manifest = json.load(stream)
-        if manifest["fingerprint"] != fingerprint or manifest["task"] != task.as_list():
+        if (
+            manifest["fingerprint"] != fingerprint
+            or manifest["index"] != task.index
+            or manifest["task"] != task.as_list()
+        ):
             return None
         expected = shard_files(directory, task, keys, level)
         records = manifest["files"]
@@ -145,7 +205,7 @@ def remove_strays(directory: str, keep: set[str]) -> list[str]:
     directory, and it calls this only when no task of its own is running)."""
     removed = []
     for entry in os.scandir(directory):
-        if entry.name == PLAN_FILE or entry.name in keep:
+        if entry.name in (PLAN_FILE, LOCK_FILE) or entry.name in keep:
             continue
         if entry.is_dir(follow_symlinks=False):
             temp_files.remove_tree(entry.path)

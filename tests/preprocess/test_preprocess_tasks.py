@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -50,6 +51,17 @@ def test_same_bytes_for_every_task_size_worker_count_and_format(tmp_path, worker
         assert files_of(summary.output_prefixes["text"]) == expected, task_size
         assert summary.documents == 120
         assert not os.path.exists(f"{prefix}.work")  # removed after the merge
+
+
+def test_an_input_named_twice_is_two_sets_of_tasks(tmp_path):
+    paths = write_inputs(tmp_path, texts(12))
+    expected = _reference(tmp_path, [paths["jsonl"], paths["jsonl"]])
+    for engine in (local_engine(1), local_engine(2)):
+        prefix = tmp_path / f"twice{id(engine)}"
+        summary = _tasks([paths["jsonl"], paths["jsonl"]], prefix, task_size=10**9,
+                         engine=engine)
+        assert files_of(summary.output_prefixes["text"]) == expected
+        assert summary.documents == 24
 
 
 _KILLED_RUN = """
@@ -97,6 +109,42 @@ def test_driver_killed_mid_run_then_rerun_gives_same_bytes(tmp_path):
     assert (work / "task000000.json").stat().st_mtime_ns == first  # skipped, not redone
     assert not [name for name in os.listdir(work) if name.endswith(".tmp")]
     assert sorted(os.listdir(out)) == ["o.work", "o_text_document.bin", "o_text_document.idx"]
+
+
+def test_a_second_driver_on_one_work_directory_is_refused_until_the_first_dies(tmp_path):
+    paths = write_inputs(tmp_path, texts(6, {3: "STALL"}))
+    marker = tmp_path / "marker"
+    expected = _reference(tmp_path, [paths["jsonl"]])
+    prefix = tmp_path / "o"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(HELPERS)])}
+    first = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_RUN, paths["jsonl"], str(prefix), str(marker)],
+        cwd=REPO, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True,
+    )
+    second = functools.partial(
+        preprocess_tasks, [paths["jsonl"]], str(prefix),
+        functools.partial(StallOnceTokenizer, str(marker)), append_eod=True, task_size=1,
+        keep_shards=True,
+    )
+    try:
+        deadline = time.monotonic() + 120  # a watchdog against a hang, not a timing check
+        while not marker.exists():
+            assert first.poll() is None, first.stderr.read()
+            assert time.monotonic() < deadline, "the first driver never stalled"
+            time.sleep(0.05)
+        with pytest.raises(DataError, match=rf"o\.work: in use by another driver "
+                                            rf"\({first.pid}@[^ ]+\); one driver per"):
+            second()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        first.stderr.close()
+    lock = pathlib.Path(f"{prefix}.work/driver.lock")
+    assert lock.read_text().startswith(f"{first.pid}@")  # a dead driver's lock file stays
+    summary = second()  # and is taken over
+    assert files_of(summary.output_prefixes["text"]) == expected
+    assert not lock.exists()
 
 
 def test_manifest_that_does_not_verify_is_rebuilt(tmp_path):
@@ -153,10 +201,21 @@ def test_bad_inputs_are_data_errors_naming_the_file(tmp_path):
         _tasks([str(cut)], tmp_path / "c", task_size=100)
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b'{"text": "a"}\n' * 30 + b"{oops\n")
-    with pytest.raises(DataError, match=r"bad\.jsonl \(task from byte \d+\), line \d+: invalid"):
-        _tasks([str(bad)], tmp_path / "d", task_size=100)
+    with pytest.raises(DataError, match=r"bad\.jsonl, line 31: invalid JSON"):
+        _tasks([str(bad)], tmp_path / "d", task_size=100)  # the file's line, not the task's
     leftovers = [name for name in os.listdir(tmp_path) if name.endswith((".bin", ".idx"))]
     assert leftovers == []
+
+
+def test_skipped_bad_lines_are_named_by_the_files_line_numbers(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes((b'{"text": "a"}\n' * 20 + b"{oops\n") * 3)  # lines 21, 42, 63
+    for engine in (local_engine(1), local_engine(2)):
+        summary = _tasks([str(bad)], tmp_path / f"s{id(engine)}", task_size=90,
+                         skip_bad_lines=True, engine=engine)
+        assert summary.bad_lines == 3 and summary.documents == 60
+        numbers = [re.search(r"bad\.jsonl, line (\d+):", e)[1] for e in summary.bad_line_examples]
+        assert numbers == ["21", "42", "63"]
 
 
 def test_gzip_inputs_are_whole_file_tasks(tmp_path):
@@ -194,3 +253,18 @@ def test_tool_task_plan_matches_its_default_run(tmp_path):
         [*common, "--output_prefix", str(tmp_path / "q"), "--task_size", "1",
          "--partitions", "2"], capture_output=True, text=True, env=env, timeout=120)
     assert refused.returncode != 0 and "--partitions 2: Megatron's partitions" in refused.stderr
+
+
+def test_tool_no_merge_reports_the_data_args_it_wrote(tmp_path):
+    paths = write_inputs(tmp_path, texts(9))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tools")])}
+    prefix = tmp_path / "n"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "preprocess_data.py"), "--input", paths["jsonl"],
+         "--output_prefix", str(prefix), "--task_size", "0.0001", "--no_merge", "--noprogress"],
+        capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    data_args = f"{prefix}_text_document.data_args"
+    assert f"data_args[text]: {data_args} (4 shards" in result.stdout
+    assert ".bin / .idx" not in result.stdout
+    assert len(read_data_args(data_args)) == 8  # weight, prefix of 4 shards

@@ -2,23 +2,29 @@
 
 Usage::
 
-    python tools/bench.py preprocess --repeats 1            # ~1-2 min on 2 cores
-    python tools/bench.py preprocess --scale 0.1 --repeats 1
+    python tools/bench.py preprocess --repeats 1            # ~100 MB, ~3-4 min on 2 cores
+    python tools/bench.py preprocess --scale 0.05 --repeats 1
 
-Rows (ByteTokenizer, so JSON parsing, encoding and writing are timed, not a BPE; the
-"theirs" column is the single-process ``preprocess_jsonl`` run of the same input):
+Rows (the "theirs" column of the scale-* rows is the single-process
+``preprocess_jsonl`` run of the same input, not Megatron):
 
 * ``scale-local1`` / ``scale-local2`` / ``scale-ray2``: documents/s and MB/s of
   ``preprocess_tasks`` with the local engine on 1 and 2 processes and Ray on a local
-  2-CPU cluster (its start not counted); every corpus must equal the single-process one.
+  2-CPU cluster (its start counted: a run pays it), on English-like jsonl (about 100 MB
+  at scale 1, 16 tasks) with Megatron's ``GPT2BPETokenizer`` (a 16k byte-level BPE
+  trained on the input, as the format suite's preprocess items); every corpus must
+  equal the single-process one. Without the ``tokenizers`` package: ByteTokenizer.
 * ``scale-efficiency``: local 2 workers / (2 x local 1 worker).
-* ``ray-startup``: seconds of ``ray.init`` plus one trivial task.
+* ``task-seconds``: mean seconds of one task on one core (local 1 worker), the figure
+  a cluster estimate scales from; ``ray-startup``: seconds of ``ray.init`` plus one
+  trivial task.
 * ``worker-rss``: peak RSS (MiB) of a pool worker with a corpus 1x and 10x larger at the
-  same task size (a task's memory, not the corpus').
+  same task size (a task's memory, not the corpus'); ByteTokenizer, a smaller corpus.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -52,19 +58,21 @@ def _corpus(prefix: str) -> list[str]:
 
 def suite_preprocess_scale(bench: Bench) -> None:
     """Task plan engines vs one process; Ray's start; a worker's memory vs corpus size."""
+    from bench.format import make_jsonl
+
     source = bench.path("scale", "input.jsonl")
-    documents = bench.scaled(40_000, 200)
-    _write_corpus(source, documents, bench.seed)
-    size = os.path.getsize(source)
+    documents = bench.scaled(175_000, 200)
+    size = make_jsonl(source, documents, bench.seed)
+    factory, tokenizer_name = _tokenizer(bench, source)
     task_size = max(1, size // 16)
     bench.note(f"preprocess: {documents} documents, {size / 1e6:.1f} MB jsonl, tasks of "
-               f"{task_size / 1e6:.2f} MB (16 tasks), ByteTokenizer; the peer column of the "
-               "scale-* rows is the single-process preprocess_jsonl, not Megatron")
+               f"{task_size / 1e6:.2f} MB (16 tasks), {tokenizer_name}; the peer column of "
+               "the scale-* rows is the single-process preprocess_jsonl, not Megatron")
     reference = bench.path("scale", "single")
     single = []
     for _ in range(bench.repeats):
         progress("single process")
-        seconds, _ = measure(lambda: preprocess_jsonl([source], reference, ByteTokenizer,
+        seconds, _ = measure(lambda: preprocess_jsonl([source], reference, factory,
                                                       append_eod=True))
         single.append(seconds)
     single_s = median_of(single)
@@ -78,14 +86,15 @@ def suite_preprocess_scale(bench: Bench) -> None:
         bench.note("ray is not installed: scale-ray2 and ray-startup are n/a")
     rates = {}
     for name, make in engines.items():
-        rates[name] = _timed_engine(bench, name, make, source, task_size, reference)
+        rates[name] = _timed_engine(bench, name, make, source, task_size, reference, factory)
     if ray is not None:
         progress("ray startup")
         seconds, _ = measure(lambda: _start_ray(ray))
-        bench.row("ray-startup (init + one task)", "s", "lower", seconds, None, 1)
-        rates["ray2"] = _timed_engine(bench, "ray2", lambda: ray_engine(progress=False), source,
-                                      task_size, reference)
         ray.shutdown()
+        bench.row("ray-startup (init + one task)", "s", "lower", seconds, None, 1)
+        rates["ray2"] = _timed_engine(
+            bench, "ray2", lambda: ray_engine(progress=False, num_cpus=2), source, task_size,
+            reference, factory)
     for name, seconds in rates.items():
         bench.row(f"scale-{name} documents/s", "docs/s", "higher", documents / seconds,
                   documents / single_s, bench.repeats)
@@ -93,7 +102,27 @@ def suite_preprocess_scale(bench: Bench) -> None:
                   size / 1e6 / single_s, bench.repeats)
     bench.row("scale-efficiency (2 workers / 2x1)", "ratio", "higher",
               rates["local1"] / (2 * rates["local2"]), None, bench.repeats)
-    _worker_rss(bench, source, documents, task_size)
+    bench.row(f"task-seconds (one {task_size / 1e6:.1f} MB task, one core)", "s", "lower",
+              rates["local1"] / 16, None, bench.repeats)
+    rss_source = bench.path("scale", "rss_input.jsonl")
+    rss_documents = bench.scaled(40_000, 200)
+    _write_corpus(rss_source, rss_documents, bench.seed)
+    _worker_rss(bench, rss_source, rss_documents, max(1, os.path.getsize(rss_source) // 16))
+
+
+def _tokenizer(bench, source: str):
+    """(picklable factory, name): GPT2BPETokenizer trained on ``source``, else bytes."""
+    try:
+        import tokenizers  # noqa: F401
+    except ImportError:
+        bench.note("the tokenizers package is not installed: ByteTokenizer instead of BPE")
+        return ByteTokenizer, "ByteTokenizer"
+    from adapters.text_tokenizers import load_tokenizer
+    from bench.preprocess import train_tokenizer_files
+
+    files = train_tokenizer_files(source, bench.path("scale", "tokenizer"))
+    factory = functools.partial(load_tokenizer, "GPT2BPETokenizer", **files["GPT2BPETokenizer"])
+    return factory, "GPT2BPETokenizer (16k BPE trained on the input)"
 
 
 def _start_ray(ray) -> None:
@@ -101,14 +130,13 @@ def _start_ray(ray) -> None:
     ray.get(ray.remote(lambda: 0).remote())
 
 
-def _timed_engine(bench, name, make, source, task_size, reference) -> float:
+def _timed_engine(bench, name, make, source, task_size, reference, factory) -> float:
     prefix = bench.path("scale", name)
     times = []
     for _ in range(bench.repeats):
         progress(f"task plan, {name}")
         seconds, _ = measure(lambda: preprocess_tasks(
-            [source], prefix, ByteTokenizer, append_eod=True, task_size=task_size,
-            engine=make()))
+            [source], prefix, factory, append_eod=True, task_size=task_size, engine=make()))
         times.append(seconds)
         bench.check(f"{name} corpus == single process",
                     same_files(*zip(_corpus(prefix), _corpus(reference))))

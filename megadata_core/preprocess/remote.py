@@ -1,0 +1,111 @@
+"""Inputs named by URL (``s3://``, ``gs://``, ...): a seekable file over a byte source.
+
+The byte source comes from the format's scheme registry (``adapters/tensorstore_bins.py``
+fills it for s3, gs and http(s) with the tensorstore extra). Every read is a ranged
+request: planning a plain ``.jsonl`` reads one buffer per cut, a task reads its own
+byte range, a ``.gz``/``.zst`` file streams whole, and pyarrow reads a parquet file's
+footer and the column chunks of its row groups through :class:`RangedFile`.
+
+An object's identity (for the plan's fingerprint) is ``[url, size, generation]``: the
+generation is the store's version stamp (S3 ETag, GCS generation; hex), read with one
+zero-length request, since objects have no modification time to stat. A size may cost
+about ``2 log2(size)`` one-byte probes (TensorStore has no HEAD), so sizes are kept per
+process for each (url, generation): the object under a generation never changes.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from typing import BinaryIO
+
+from megadata_core.errors import DataError
+from megadata_core.format.sources import ByteSource, is_local, open_source
+
+BUFFER_SIZE = 4 << 20  # bytes per ranged request when reading lines
+
+_sizes: dict[tuple[str, str | None], int] = {}
+_sizes_lock = threading.Lock()
+
+
+def is_remote(path: str) -> bool:
+    """True for a URL that a registered byte source reads (not a local path or file://)."""
+    return "://" in path and not is_local(path)
+
+
+def _generation(source: ByteSource) -> str | None:
+    stamp = getattr(source, "generation", None)
+    return None if stamp is None else stamp()
+
+
+def _stat(source: ByteSource) -> tuple[int, str | None]:
+    generation = _generation(source)
+    key = (source.path, generation)
+    with _sizes_lock:
+        size = _sizes.get(key) if generation is not None else None
+    if size is None:
+        size = int(source.size())
+        if generation is not None:
+            with _sizes_lock:
+                _sizes[key] = size
+    return size, generation
+
+
+def remote_identity(url: str) -> list:
+    """``[url, size, generation]`` of an object (generation None when the store has none)."""
+    size, generation = _stat(open_source(url))
+    return [url, size, generation]
+
+
+class RangedFile(io.RawIOBase):
+    """A read-only, seekable file over a byte source: each ``readinto`` is one ranged read."""
+
+    def __init__(self, source: ByteSource, size: int) -> None:
+        self.source = source
+        self.name = source.path
+        self._size = int(size)
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def size(self) -> int:
+        return self._size
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise OSError(f"{self.name}: seek to {base + offset}, before the start")
+        self._position = base + offset
+        return self._position
+
+    def readinto(self, buffer) -> int:
+        count = min(len(buffer), self._size - self._position)
+        if count <= 0:
+            return 0
+        data = self.source.read(self._position, count)
+        memoryview(buffer).cast("B")[:count] = data
+        self._position += count
+        return count
+
+    def close(self) -> None:
+        if not self.closed:
+            self.source.close()
+        super().close()
+
+
+def open_remote(url: str, buffer_size: int | None = BUFFER_SIZE) -> BinaryIO:
+    """The object at ``url`` as a binary file (buffered; raw :class:`RangedFile` when
+    ``buffer_size`` is None, for readers such as pyarrow that ask for exact ranges)."""
+    if not is_remote(url):
+        raise DataError(f"{url}: not a URL of a remote object")
+    source = open_source(url)
+    size, _ = _stat(source)
+    raw = RangedFile(source, size)
+    return raw if buffer_size is None else io.BufferedReader(raw, buffer_size=buffer_size)
