@@ -438,7 +438,7 @@ def output_command() -> dict:
     }
 
 
-def run_tasks(inputs, factory, splitter, progress) -> PreprocessSummary:
+def run_tasks(inputs, factory, splitter, progress, merge_bar) -> PreprocessSummary:
     """The task plan on the engine --engine names."""
     if FLAGS.engine == "ray":
         from adapters.ray_preprocess import ray_engine
@@ -471,6 +471,7 @@ def run_tasks(inputs, factory, splitter, progress) -> PreprocessSummary:
         keep_shards=FLAGS.keep_shards,
         command=output_command(),
         progress=task_progress,
+        merge_progress=merge_bar.update,
     )
 
 
@@ -490,9 +491,11 @@ def main(argv: list[str]) -> None:
                 require_zstandard(path)
                 break
         progress = _Progress(FLAGS.progress, FLAGS.log_interval)
+        # Shards merged (partitions or tasks, times keys); drawn once the merge starts.
+        merge_bar = progress_bars.LazyBar(FLAGS.progress, desc="merging", unit=" shards")
         try:
             if task_mode():
-                summary = run_tasks(inputs, factory, splitter, progress)
+                summary = run_tasks(inputs, factory, splitter, progress, merge_bar)
             else:
                 summary = preprocess_jsonl(
                     inputs,
@@ -508,9 +511,11 @@ def main(argv: list[str]) -> None:
                     progress=progress,
                     splitter_factory=splitter,
                     keep_sequential_samples=FLAGS.keep_sequential_samples,
+                    merge_progress=merge_bar.update,
                 )
         finally:
             progress.close()
+            merge_bar.close()
     except DataError as error:
         sys.exit(f"error: {error}")
     print(format_summary(summary))

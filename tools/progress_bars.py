@@ -22,3 +22,21 @@ def bar(enabled: bool, **options):
 def _is_terminal(stream) -> bool:
     isatty = getattr(stream, "isatty", None)
     return bool(isatty is not None and isatty())
+
+
+class LazyBar:
+    """A :func:`bar` made at its first ``update``: a phase that never runs draws nothing."""
+
+    def __init__(self, enabled: bool, **options) -> None:
+        self.enabled = enabled
+        self.options = options
+        self.bar = None
+
+    def update(self, count: int = 1) -> None:
+        if self.bar is None:
+            self.bar = bar(self.enabled, **self.options)
+        self.bar.update(count)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -117,6 +117,7 @@ def preprocess_jsonl(
     start_method: str | None = None,
     splitter_factory: Callable[[], SentenceSplitter] | None = None,
     keep_sequential_samples: bool = False,
+    merge_progress: Callable[[int], object] | None = None,
 ) -> PreprocessSummary:
     """Tokenize JSON-lines files into ``{output_prefix}_{key}_document.bin/.idx``.
 
@@ -134,7 +135,8 @@ def preprocess_jsonl(
     [k*ceil(n/K), (k+1)*ceil(n/K)) (one extra read counts the n lines) and the corpus
     keeps the input order. ``keep_partitions`` keeps the shards as
     ``{output_prefix}_{k}_{key}_{level}``. ``progress(documents, bytes)`` gets running
-    totals after each chunk.
+    totals after each chunk; ``merge_progress(1)`` is called after each shard is merged
+    (``partitions`` x keys calls in all).
 
     All work happens in a hidden directory beside the outputs (``outputs.Staging``);
     finished corpora get their final names only at the end, so on any error, or
@@ -180,7 +182,7 @@ def preprocess_jsonl(
         if partitions > 1:
             for key in keys:
                 merge_datasets([staging.staged(shard) for shard in shards[key]],
-                               staging.staged(finals[key]))
+                               staging.staged(finals[key]), progress=merge_progress)
         kept = shards if keep_partitions else {key: [] for key in keys}
         staging.publish([*finals.values(), *sum(kept.values(), [])])
     return PreprocessSummary(

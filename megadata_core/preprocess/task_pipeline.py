@@ -68,6 +68,7 @@ def preprocess_tasks(
     keep_shards: bool = False,
     command: Mapping[str, object] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    merge_progress: Callable[[int], object] | None = None,
 ) -> PreprocessSummary:
     """Tokenize jsonl (.gz, .zst) and parquet files into ``{output_prefix}_{key}_document``.
 
@@ -79,7 +80,8 @@ def preprocess_tasks(
     ``--data_args_path``. ``command`` describes the tokenizer and anything else that
     changes output bytes but that this function cannot see (default: the tokenizer's
     repr, vocab_size and eod_id); a work directory of a different command is refused.
-    ``progress(documents, bytes)`` gets running totals after each task.
+    ``progress(documents, bytes)`` gets running totals after each task;
+    ``merge_progress(1)`` is called after each shard is merged (tasks x keys calls).
     """
     paths, keys = _validate(inputs, output_prefix, json_keys, 1, 1, 1)
     output_prefix = os.fspath(output_prefix)
@@ -148,7 +150,8 @@ def preprocess_tasks(
         if merge:
             with Staging(output_prefix, list(finals.values())) as staging:
                 for key in keys:
-                    merge_datasets(shards[key], staging.staged(finals[key]))
+                    merge_datasets(shards[key], staging.staged(finals[key]),
+                                   progress=merge_progress)
                 staging.publish(list(finals.values()))
             if keep_shards:
                 summary.partition_prefixes = shards

@@ -311,3 +311,12 @@ def test_segment_ids_are_marked_when_samples_carry_them():
     plain = inspect_samples.as_text(tokens, inspect_samples.runs(
         tokens, documents, loss_mask, None, eod_id=0), None)
     assert "seg" not in plain and plain.count("⟦doc") == 2
+
+
+def test_preprocess_merge_phase_has_its_bar_only_when_it_merges(data):
+    command = _tool_commands(data, "preprocess_data")
+    status, terminal = _under_pty([*command, "--partitions=2"])
+    assert status == 0, terminal
+    assert re.search(r"merging: 2 shards", terminal), terminal
+    status, terminal = _under_pty(command)  # one partition: nothing to merge
+    assert status == 0 and "merging" not in terminal, terminal
