@@ -443,7 +443,13 @@ class _Builder:
         built: dict[Job, GPTDataset] = {}
         templates: dict[str, GPTDataset] = {}  # per split: the first member, fully checked
         large = []
-        for job, row in zip(jobs, rows):
+        corpora = [self.corpora[job.prefix] for job in jobs]
+        firsts, ends = splits.document_bounds(
+            [job.bookend for job in jobs], [len(corpus) for corpus in corpora]
+        )
+        for job, row, indexed, first, end in zip(
+            jobs, rows, corpora, firsts.tolist(), ends.tolist()
+        ):
             if row < 0:
                 large.append(job)
                 continue
@@ -454,9 +460,7 @@ class _Builder:
                     job, self.memory_config, arrays=given
                 )
             else:
-                indexed = self.corpora[job.prefix]
-                documents = splits.document_ranges([job.bookend], len(indexed))[0]
-                built[job] = template._sibling(indexed, documents, job.num_samples, given)
+                built[job] = template._sibling(indexed, range(first, end), job.num_samples, given)
             built[job]._entry = self.bundle_entry  # named by read-time range checks
             if self.progress is not None:
                 self.progress(1)
