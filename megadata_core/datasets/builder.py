@@ -69,6 +69,7 @@ from megadata_core.datasets.gpt_dataset import GPTDataset
 from megadata_core.datasets.mock import MockGPTLowLevelDataset
 from megadata_core.errors import DataError
 from megadata_core.format import IndexedDataset
+from megadata_core.format.open_files import OpenFiles
 from megadata_core.indices import num_epochs, splits
 from megadata_core.indices.cache import (
     cached_result,
@@ -161,19 +162,26 @@ class _Builder:
         self.corpora: dict[str, object] = {}
         self.fields: dict[str, str] = {}
         self.bundle_entry = "build bundle"  # with its blob's path once one is loaded
+        # One bound for every corpus of the build: their .bin maps / descriptors.
+        self.open_files = OpenFiles(config.max_open_files)
 
     def _open(self, prefix: str):
+        """The corpus, validated (a small .idx read whole: no descriptor kept)."""
+        corpus = self._open_deferred(prefix)
         try:
-            return IndexedDataset(prefix, mmap=self.config.mmap_bin_files)
+            corpus.validate()
         except DataError as error:
             raise self._open_error(prefix, error) from error
+        return corpus
 
     def _open_deferred(self, prefix: str):
         """The corpus with its index arrays not validated yet (see :meth:`_validate`)."""
         try:
-            return IndexedDataset.open_deferred(prefix, mmap=self.config.mmap_bin_files)
+            corpus = IndexedDataset.open_deferred(prefix, mmap=self.config.mmap_bin_files)
         except DataError as error:
             raise self._open_error(prefix, error) from error
+        corpus.share_open_files(self.open_files)
+        return corpus
 
     def _validate(self, prefix: str) -> None:
         validate = getattr(self.corpora[prefix], "validate", None)
@@ -342,14 +350,12 @@ class _Builder:
             unpacked = self._unpack_bundle(recipes, jobs, arrays)
         except DataError:
             return None  # a damaged bundle: the full path warns and rebuilds it
-        self.corpora.update(
-            zip(
-                prefixes,
-                blend_record.described_corpora(
-                    prefixes, records, where, self.config.mmap_bin_files
-                ),
-            )
+        described = blend_record.described_corpora(
+            prefixes, records, where, self.config.mmap_bin_files
         )
+        for corpus in described:
+            corpus.share_open_files(self.open_files)
+        self.corpora.update(zip(prefixes, described))
         return self._from_bundle(recipes, jobs, *unpacked)
 
     def _gpt_names(self) -> tuple[str, ...]:
@@ -437,7 +443,13 @@ class _Builder:
         built: dict[Job, GPTDataset] = {}
         templates: dict[str, GPTDataset] = {}  # per split: the first member, fully checked
         large = []
-        for job, row in zip(jobs, rows):
+        corpora = [self.corpora[job.prefix] for job in jobs]
+        firsts, ends = splits.document_bounds(
+            [job.bookend for job in jobs], [len(corpus) for corpus in corpora]
+        )
+        for job, row, indexed, first, end in zip(
+            jobs, rows, corpora, firsts.tolist(), ends.tolist()
+        ):
             if row < 0:
                 large.append(job)
                 continue
@@ -448,9 +460,7 @@ class _Builder:
                     job, self.memory_config, arrays=given
                 )
             else:
-                indexed = self.corpora[job.prefix]
-                documents = splits.document_ranges([job.bookend], len(indexed))[0]
-                built[job] = template._sibling(indexed, documents, job.num_samples, given)
+                built[job] = template._sibling(indexed, range(first, end), job.num_samples, given)
             built[job]._entry = self.bundle_entry  # named by read-time range checks
             if self.progress is not None:
                 self.progress(1)

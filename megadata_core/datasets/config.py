@@ -21,6 +21,7 @@ import numpy as np
 from megadata_core.checks import check_int
 from megadata_core.datasets import blend_args
 from megadata_core.errors import DataError
+from megadata_core.format.open_files import DEFAULT_MAX_OPEN_FILES, check_limit
 from megadata_core.indices import splits
 
 SHUFFLE_MODES = ("megatron", "feistel")
@@ -146,6 +147,7 @@ class GPTDataConfig:
     blend_order: str = "balanced"
     packing: str = "concat"
     document_masking: bool = False
+    max_open_files: int = DEFAULT_MAX_OPEN_FILES
 
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
@@ -178,6 +180,7 @@ class GPTDataConfig:
         if not -(1 << 63) <= pad < 1 << 63:
             raise DataError(f"pad_id: {pad} does not fit int64")
         put("pad_id", pad)
+        put("max_open_files", check_limit("max_open_files", self.max_open_files))
         if self.shuffle not in SHUFFLE_MODES:
             raise DataError(f"shuffle: {self.shuffle!r} is not one of {SHUFFLE_MODES}")
         if self.blend_order not in BLEND_ORDERS:

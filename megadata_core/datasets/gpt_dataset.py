@@ -112,7 +112,6 @@ class GPTDataset:
         self._pad_maybe_in_corpus = dtype.kind not in "iu" or (
             np.iinfo(dtype).min <= self.pad_id <= np.iinfo(dtype).max
         )
-        self._flat = None
         self._pool: BufferPool | None = None
         self._constants: dict[tuple[str, int], np.ndarray] = {}
         self._entry: str | None = None  # where arrays that are not cache files came from
@@ -156,7 +155,6 @@ class GPTDataset:
         state["indexed"] = indexed
         state["indices"], state["_ids_description"] = document_ids(indexed, indices)
         state["num_samples"] = None if num_samples is None else int(num_samples)
-        state["_flat"] = None
         state["_pool"] = None
         state["_constants"] = {}
         other._set_arrays(dict(arrays))
@@ -296,8 +294,9 @@ class GPTDataset:
                 )
         except DataError as error:
             raise index_checks.with_origin(error, self._arrays, self._entry) from None
-        if self._flat is None:
-            self._flat = reading.flat_tokens(self.indexed)
+        # Asked every batch, never kept: a view would pin the .bin map open past the
+        # corpus's OpenFiles bound (a blend of 10,000 members).
+        flat = reading.flat_tokens(self.indexed)
         check_bin = getattr(self.indexed, "check_bin", None)  # mock data has no file
         if check_bin is not None:
             check_bin()  # a .bin truncated under us: DataError, not SIGBUS
@@ -309,7 +308,7 @@ class GPTDataset:
                 width,
                 self.pad_id,
                 self.token_dtype,
-                self._flat,
+                flat,
                 self._buffers.empty,
             )
             return text, padded, pieces
@@ -421,7 +420,6 @@ class GPTDataset:
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_flat"] = None
         state["_pool"] = None
         state["_constants"] = {}
         state["_arrays"] = {
@@ -442,6 +440,7 @@ class GPTDataset:
             _, dtype, low, high = state["indices"]
             state["indices"] = np.arange(low, high, dtype=dtype)
         state.pop("_buffers", None)  # pickled by an older version
+        state.pop("_flat", None)
         state.setdefault("_pool", None)
         state.setdefault("_entry", None)
         self.__dict__.update(state)

@@ -120,6 +120,7 @@ class DescribedCorpus(IndexedDataset):
             "mmap": self.mmap,
             "record": tuple(self._record),
             "where": self._where,
+            "open_files": self._open_files,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -127,6 +128,7 @@ class DescribedCorpus(IndexedDataset):
             state["path_prefix"], CorpusRecord(*state["record"]), state["where"],
             mmap=state["mmap"],
         )
+        self._open_files = state.get("open_files")
 
     def __repr__(self) -> str:
         return (

@@ -10,6 +10,7 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.format import idx_layout
+from megadata_core.format.open_files import OpenFiles
 from megadata_core.format.sources import (
     ByteSource,
     LocalFileSource,
@@ -57,7 +58,13 @@ class IndexedDataset:
     (local files) so opening costs O(1) memory; tokens are read through a memmap
     when ``mmap=True`` and with ``os.pread`` otherwise. Remote prefixes
     (``s3://``, ``gs://``, ...) read through the byte-source registry.
+
+    Corpora that :meth:`share_open_files` an :class:`OpenFiles` keep at most its limit
+    of .bin maps / descriptors open between them (least recently used closed, reopened
+    at the next read).
     """
+
+    _open_files: OpenFiles | None = None  # the bound shared with other corpora, if any
 
     def __init__(
         self, path_prefix: str, *, multimodal: bool | None = None, mmap: bool = True
@@ -175,14 +182,50 @@ class IndexedDataset:
     def _mapped_bin(self) -> np.ndarray | None:
         """The .bin as a read-only uint8 memory map (mapped at the first call), or None
         (pread, remote or empty .bin)."""
-        if self._bin_map is None and self._bin_file is not None:
-            try:
-                with open(self._bin_file, "rb") as stream:
-                    self._check_bin_stat(os.fstat(stream.fileno()))
-                    self._bin_map = np.memmap(stream, dtype=np.uint8, mode="r")
-            except (OSError, ValueError) as error:
-                raise DataError(f"{self._bin_file}: cannot map the .bin ({error})") from error
-        return self._bin_map
+        mapped = self._bin_map
+        if mapped is not None:
+            if self._open_files is not None:
+                self._open_files.used(self)
+            return mapped
+        if self._bin_file is None:
+            return None
+        try:
+            with open(self._bin_file, "rb") as stream:
+                self._check_bin_stat(os.fstat(stream.fileno()))
+                mapped = self._bin_map = np.memmap(stream, dtype=np.uint8, mode="r")
+        except (OSError, ValueError) as error:
+            raise DataError(f"{self._bin_file}: cannot map the .bin ({error})") from error
+        if self._open_files is not None:
+            self._open_files.opened(self)
+        return mapped
+
+    def _pread_source(self) -> ByteSource:
+        """The .bin's byte source (pread or remote); a local one shared with an
+        :class:`OpenFiles` is counted there when it opens its descriptor."""
+        source = self._bin_source
+        if self._open_files is not None and isinstance(source, LocalFileSource):
+            if source.is_open:
+                self._open_files.used(self)
+            else:
+                source.size()  # opens it
+                self._open_files.opened(self)
+        return source
+
+    def share_open_files(self, open_files: OpenFiles | None) -> None:
+        """Count this corpus's .bin map / descriptor in ``open_files`` (shared with other
+        corpora, e.g. a blend's members); None: no bound."""
+        self._open_files = open_files
+
+    def release_open_files(self) -> None:
+        """Drop the .bin map / descriptor (:class:`OpenFiles` asks, least recently used
+        first). Only references are dropped: a read in flight keeps the map or source it
+        holds, and the descriptor closes with its last reference. The next read reopens
+        (and checks the .bin's identity again)."""
+        state = self.__dict__  # a corpus described by a record may not be loaded
+        state["_bin_map"] = None
+        source = state.get("_bin_source")
+        if isinstance(source, LocalFileSource) and source.is_open:
+            state["_bin_source"] = LocalFileSource(source.path)
 
     def _check_bin_stat(self, info: os.stat_result) -> None:
         """DataError unless ``info`` is the .bin this index was opened with, holding at
@@ -254,7 +297,7 @@ class IndexedDataset:
         if mapped is not None:
             self.check_bin()
             return np.frombuffer(mapped, dtype=self.dtype, count=count, offset=byte_offset)
-        return np.frombuffer(self._bin_source.read(byte_offset, nbytes), dtype=self.dtype)
+        return np.frombuffer(self._pread_source().read(byte_offset, nbytes), dtype=self.dtype)
 
     def _check_index(self, index: int) -> int:
         count = len(self)
@@ -370,6 +413,8 @@ class IndexedDataset:
         if self._bin_source is not None:
             self._bin_source.close()
         self._bin_map = None
+        if self._open_files is not None:
+            self._open_files.closed(self)
 
     def __getstate__(self) -> dict:
         # Memmaps would pickle by value; keep only what reopening needs.
@@ -377,12 +422,14 @@ class IndexedDataset:
             "path_prefix": self.path_prefix,
             "mmap": self.mmap,
             "multimodal": self.multimodal,
+            "open_files": self._open_files,  # one bound for corpora pickled together
         }
 
     def __setstate__(self, state: dict) -> None:
         self.path_prefix = state["path_prefix"]
         self.mmap = state["mmap"]
         self._requested_multimodal = state["multimodal"]
+        self._open_files = state.get("open_files")
         self._open(validate=False)
 
     def __repr__(self) -> str:

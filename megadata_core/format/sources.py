@@ -126,6 +126,11 @@ class LocalFileSource:
             self._size = os.fstat(self._fd).st_size
         return self._fd
 
+    @property
+    def is_open(self) -> bool:
+        """Whether the descriptor is open (it opens at the first ``size`` or ``read``)."""
+        return self._fd is not None
+
     def size(self) -> int:
         self._open()
         return int(self._size)

@@ -16,7 +16,10 @@ def test_field_names_match_megatron():
         from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
     theirs = {field.name for field in dataclasses.fields(GPTDatasetConfig)}
     ours = {field.name for field in dataclasses.fields(mdc.GPTDataConfig)}
-    extras = {"eod_id", "pad_id", "shuffle", "blend_order", "packing", "document_masking"}
+    extras = {
+        "eod_id", "pad_id", "shuffle", "blend_order", "packing", "document_masking",
+        "max_open_files",
+    }
     assert extras <= ours
     assert ours - extras <= theirs
     defaults = GPTDatasetConfig.__dataclass_fields__

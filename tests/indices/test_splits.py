@@ -154,3 +154,17 @@ def test_samples_per_dataset_match_megatron(megatron_splits):
         [math.ceil(3 * 1.5), None, 2],
         [math.ceil(8 * 1.5), None, 5],
     ]
+
+
+def test_document_bounds_equal_document_ranges_for_every_job():
+    rng = np.random.default_rng(4)
+    counts = np.concatenate([rng.integers(0, 5000, 2000), [1, 2, 3, 4, 10, 1000, 2**40]])
+    halves = [(0.0, 0.5), (0.5, 1.0), (0.25, 0.75), (0.125, 0.375)]  # .5 ties: half to even
+    matrices = [splits.split_matrix(splits.parse_split(text)) for text in
+                ("969,30,1", "98,2,0", "1,1,1", "33.3,33.3,33.4", "7,2,1")]
+    bookends = [pair for matrix in matrices for pair in matrix if pair] + halves
+    chosen = [bookends[i] for i in rng.integers(0, len(bookends), len(counts))]
+    firsts, ends = splits.document_bounds(chosen, counts)
+    expected = [splits.document_ranges([pair], int(n))[0] for pair, n in zip(chosen, counts)]
+    assert firsts.tolist() == [r.start for r in expected]
+    assert ends.tolist() == [r.stop for r in expected]

@@ -30,11 +30,11 @@ class Row:
     unit: str
     better: str  # "lower" or "higher"
     ours: float | None
-    theirs: float | None
+    theirs: float | str | None  # a str: why the peer has no figure ("fails: ...")
     runs: int
 
     def ratio(self) -> float | None:
-        if self.ours is None or self.theirs is None or self.theirs == 0:
+        if self.ours is None or not isinstance(self.theirs, (int, float)) or self.theirs == 0:
             return None
         return self.ours / self.theirs
 
@@ -78,9 +78,11 @@ def progress(message: str) -> None:
     print(f"  .. {message}", file=sys.stderr, flush=True)
 
 
-def _fmt(value: float | None) -> str:
+def _fmt(value: float | str | None) -> str:
     if value is None:
         return "n/a"
+    if isinstance(value, str):
+        return value
     if value == 0:
         return "0"
     magnitude = abs(value)
