@@ -293,13 +293,16 @@ class _Runs:
             return np.empty(0, dtype=np.intp), bin_offsets
         taken = np.concatenate(self.taken)
         repeats = np.repeat(np.asarray(self.takes, dtype=np.int64), [len(t) for t in self.taken])
-        # Piece k of a run lands in row bin_offsets[bin] + base + (k - the run's first k):
-        # one value per (bin, run), spread over its pieces; no per-piece gather.
-        shift = bin_offsets[taken + full_count]
-        shift += np.concatenate(self.bases)
-        shift -= np.cumsum(repeats) - repeats
-        row = np.arange(int(repeats.sum()), dtype=np.intp)
-        row += np.repeat(shift, repeats)
+        # The pieces of one (bin, run) entry take consecutive rows from bin_offsets[bin] +
+        # base: rows are a cumsum of ones with a jump at each entry's first piece (one
+        # [R] array, written in place; no per-piece gather).
+        start = bin_offsets[taken + full_count]
+        start += np.concatenate(self.bases)
+        jump = start.copy()
+        jump[1:] -= start[:-1] + repeats[:-1] - 1
+        row = np.ones(int(repeats.sum()), dtype=np.intp)
+        row[np.cumsum(repeats) - repeats] = jump
+        np.cumsum(row, out=row)
         return row, bin_offsets
 
 
