@@ -25,8 +25,8 @@ of ``count[c] * (c // s)`` over the classes finds where the n_s pieces run out, 
 pieces left open new bins of ``capacity // s`` pieces each. The Python work per size is
 one step per non-empty class the pieces reach (each such class but the last is emptied);
 the numpy work is over the classes >= s. The placement is kept as runs (these bins take
-k pieces each), and every piece's row is one ``np.repeat`` of a per-run start at the
-end. Memory is O(documents + bins + capacity), never documents x capacity.
+k pieces each), and every piece's row comes from them at the end in one cumsum. Memory
+is O(documents + bins + capacity), never documents x capacity.
 
 Which document of a size takes which place is a sort of the documents by (remainder
 size, rank in ``order``), one per order (epoch): :func:`fill_documents`.
@@ -161,7 +161,7 @@ def pack_layout(lengths: np.ndarray, capacity: int) -> PackLayout:
     del remainder
     # per_key[k]: remainders of size capacity - 1 - k (k = capacity - 1: none)
     per_key = np.bincount(key, minlength=capacity)
-    runs = _place(per_key[:-1], capacity, full_count)
+    runs = _place(per_key[:-1], capacity)
     row, bin_offsets = runs.rows(full_count)
     return PackLayout(
         capacity, lengths, key, lengths >= capacity, len(row), full_count, row, per_key,
@@ -205,7 +205,7 @@ def _stable_argsort(key: np.ndarray, order: np.ndarray) -> np.ndarray:
 
     Sorted as the uint64 values ``key[order[i]] << 32 | i``: they are distinct, so numpy's
     unstable sort (SIMD where the CPU has it) gives the stable order, faster than the
-    radix argsort of 16-bit keys; built in place, no [D] int64 temporary beside them.
+    radix argsort of 16-bit keys; the positions are extracted in place.
     """
     count = len(order)
     if count > 1 << 32 or key.dtype.itemsize > 4:
@@ -264,9 +264,7 @@ def best_fit_pack(
     order = np.arange(count, dtype=np.int64) if order is None else check_order(order, count)
     document = fill_documents(layout, order)
     offset = piece_offsets(layout, document)
-    return PackedBins(
-        document, offset, layout.piece_lengths(), layout.bin_offsets
-    )
+    return PackedBins(document, offset, layout.piece_lengths(), layout.bin_offsets)
 
 
 @dataclass(frozen=True)
@@ -306,14 +304,14 @@ class _Runs:
         return row, bin_offsets
 
 
-def _place(per_size: np.ndarray, capacity: int, first_bin: int) -> _Runs:
+def _place(per_size: np.ndarray, capacity: int) -> _Runs:
     """BFD with FIFO ties of ``per_size[k]`` pieces of size ``capacity - 1 - k`` (largest
-    first; every size in ``[1, capacity)``) into bins numbered from ``first_bin``."""
+    first; every size in ``[1, capacity)``) into bins numbered from 0."""
     count = np.zeros(capacity, dtype=np.int64)  # open bins per remaining capacity
     queues: list[list[np.ndarray]] = [[] for _ in range(capacity)]
-    # pieces per bin so far (bin - first_bin); there are at most as many bins as pieces
-    filled = np.zeros(int(per_size.sum()), dtype=np.int32)
-    taken: list[np.ndarray] = []  # bins (minus first_bin) that took pieces, in order
+    # pieces per bin so far (< capacity); there are at most as many bins as pieces
+    filled = np.zeros(int(per_size.sum()), dtype=np.int32 if capacity <= INT32_MAX else np.int64)
+    taken: list[np.ndarray] = []  # bins that took pieces, in order
     takes: list[int] = []  # pieces each bin of taken[i] took
     bases: list[np.ndarray] = []  # their pieces before
     next_bin = 0
