@@ -438,10 +438,10 @@ def raw_plan(dataset, pointers: np.ndarray, positions: np.ndarray) -> list[tuple
     """(destination start, destination stop, source start, source stop) of every piece of
     every sample at ``positions``, in tokens of a flat [B * (S + 1)] output and of the
     flat token view of the .bin (computed per piece in Python, outside any timing)."""
-    if dataset.packing != "concat":
+    if dataset.sample_index is None:  # a best_fit dataset: packed bins, no windows
         from megadata_core import DataError
 
-        raise DataError(f"raw plan: reads concat samples, not packing={dataset.packing!r}")
+        raise DataError(f"raw plan: reads concat samples, not packing={dataset.config.packing!r}")
     lengths = dataset.indexed.sequence_lengths
     width = SEQUENCE + 1
     plan = []
