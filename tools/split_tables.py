@@ -15,6 +15,8 @@ import progress_bars
 from megadata_core import DataError, IndexedDataset
 from megadata_core.datasets import builder
 from megadata_core.indices import num_epochs, samples_in_epochs, splits, tokens_per_epoch
+from megadata_core.indices.packed_samples import packed_epochs
+from megadata_core.indices.packing import pack_layout
 
 SPLITS = ("train", "valid", "test")
 
@@ -63,9 +65,16 @@ def _planned_row(job, indexed, config) -> Row:
             f"indices: the {len(documents)} documents of the {job.split} split hold no tokens"
         )
     extra = int(config.add_extra_token_to_sequence)
-    drop_last = config.drop_last_partial_validation_sequence if job.split == "valid" else True
-    epochs = num_epochs(tokens, config.sequence_length, job.num_samples, extra)
-    built = samples_in_epochs(epochs, tokens, config.sequence_length, extra, drop_last)
+    if config.packing == "best_fit":  # whole epochs of B bins; B from the packing alone
+        layout = pack_layout(lengths[documents.start : documents.stop],
+                             config.sequence_length + extra)
+        bins = len(layout.bin_offsets) - 1
+        epochs = packed_epochs(bins, job.num_samples)
+        built = epochs * bins
+    else:
+        drop_last = config.drop_last_partial_validation_sequence if job.split == "valid" else True
+        epochs = num_epochs(tokens, config.sequence_length, job.num_samples, extra)
+        built = samples_in_epochs(epochs, tokens, config.sequence_length, extra, drop_last)
     return Row(
         indexed.path_prefix, len(documents), None, job.num_samples, built, epochs,
         tokens * epochs,
@@ -109,7 +118,7 @@ def _built_row(dataset, weight: float | None = None) -> Row:
     """A member's row from the built GPTDataset."""
     documents = len(dataset.indices)
     lengths = dataset.indexed.sequence_lengths
-    epochs = len(dataset.document_index) // max(1, documents)
+    epochs = dataset.epochs
     tokens = tokens_per_epoch(lengths, dataset.indices) * epochs if documents else 0
     return Row(
         dataset.indexed.path_prefix, documents, weight, dataset.num_samples, len(dataset),
@@ -184,6 +193,13 @@ def print_tables(tables: list[Table], sizes, config) -> None:
         f"{f' - {extra}' if extra else ''}) // {length} samples (Megatron's GPTDataset); a "
         "blend reads only the samples it needs. tokens: E times the documents' tokens.",
     )
+    if config.packing == "best_fit":
+        notes = notes[:1] + (
+            "built: a dataset holds whole epochs of B samples, B = the bins of "
+            f"{length + extra} tokens that best-fit-decreasing packs the documents into "
+            "(packing=best_fit): the least E with E * B >= requested, E * B samples; a "
+            "blend reads only the samples it needs. tokens: E times the documents' tokens.",
+        )
     print()
     for note in notes:
         print(textwrap.fill(note, width=92, subsequent_indent="  "))

@@ -11,6 +11,15 @@ serves and zeroes pad positions of later samples in that cached tensor, so its v
 depend on the order samples are read. Here every sample's values depend on the sample
 alone (megatron-core's values when each sample is read first).
 
+``inter_document_masking`` (Megatron-LM main's option; megatron-core 0.16.1 has none) is
+megadata's ``document_masking`` of Megatron's concat samples: a sample is Megatron-LM
+main's dict, ``tokens``, ``labels``, ``loss_mask``, ``position_ids`` (restarting at 0 per
+document), ``cu_seqlens`` int32 [S + 1] (padded with S) and ``max_seqlen`` (int32
+scalar), with no attention mask. One more difference, on purpose: the loss mask also
+zeroes a label that crosses into the next document. megadata's ``best_fit`` packing is
+not exposed here (Megatron-LM main has no such option for pretraining): use
+``megadata_core.GPTDataConfig(packing="best_fit")``.
+
 The index cache is megadata's (``path_to_cache``, content-addressed, written atomically);
 with ``path_to_cache=None`` the indices are built in memory (megatron-core writes them
 next to the corpus). ``fast_cache_load`` and ``defer_npy_index_mmap`` are accepted and
@@ -64,6 +73,7 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
     sequences_per_dataset: dict[str, tuple[int, int]] | None = None
     token_dtype_code: int | None = field(init=False, default=None)
     context_parallel_size: int | None = None
+    inter_document_masking: bool = False  # Megatron-LM main's name (see the module doc)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -93,6 +103,7 @@ def core_config(config: BlendedMegatronDatasetConfig, **changes) -> mdc.GPTDataC
     per_split = (
         config.blend_per_split if config.blend_per_split and any(config.blend_per_split) else None
     )
+    masking = bool(getattr(config, "inter_document_masking", False))
     fields = dict(
         random_seed=config.random_seed,
         sequence_length=config.sequence_length,
@@ -105,7 +116,10 @@ def core_config(config: BlendedMegatronDatasetConfig, **changes) -> mdc.GPTDataC
         reset_position_ids=bool(getattr(config, "reset_position_ids", False)),
         reset_attention_mask=bool(getattr(config, "reset_attention_mask", False)),
         eod_mask_loss=bool(getattr(config, "eod_mask_loss", False)),
-        create_attention_mask=bool(getattr(config, "create_attention_mask", True)),
+        # Megatron-LM main returns no attention mask with inter_document_masking
+        create_attention_mask=bool(getattr(config, "create_attention_mask", True))
+        and not masking,
+        document_masking=masking,
         drop_last_partial_validation_sequence=bool(
             getattr(config, "drop_last_partial_validation_sequence", True)
         ),
@@ -135,9 +149,9 @@ def _low_level_corpus(dataset):
 
 def _tensors(sample: dict) -> dict:
     """A megadata sample (numpy) as Megatron's dict of writable tensors (copies only of
-    read-only arrays)."""
+    read-only arrays; a numpy scalar such as ``max_seqlen`` becomes a 0-d tensor)."""
     return {
-        key: torch.from_numpy(value if value.flags.writeable else value.copy())
+        key: torch.from_numpy(value if value.flags.writeable else numpy.array(value))
         for key, value in sample.items()
     }
 
@@ -249,7 +263,10 @@ class GPTDataset(MegatronDataset):
                     "loss_mask": ones.clone(),
                     "position_ids": positions,  # shared, as megatron-core's cached one
                 }
-        return _tensors(self.core[idx])
+        sample = self.core[idx]
+        if self.core.config.document_masking:  # Megatron-LM main's keys
+            sample.pop("segment_ids")
+        return _tensors(sample)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -267,6 +284,7 @@ class GPTDataset(MegatronDataset):
             dtype = numpy.dtype(core.indexed.dtype)
             plain = (
                 not (config.reset_position_ids or config.reset_attention_mask)
+                and not core.config.document_masking
                 and not (config.eod_mask_loss or config.create_attention_mask)
                 and bool(config.add_extra_token_to_sequence)
                 and dtype.kind in "iu"

@@ -275,25 +275,41 @@ class GPTDataset:
     def _positions(self, indices: object) -> np.ndarray:
         return sample_positions(indices, len(self), self.split)
 
+    @property
+    def packing(self) -> str:
+        """``"best_fit"`` when the samples are packed bins (no ``document_index`` or
+        ``sample_index``: both are None), else ``"concat"``."""
+        return "concat" if self._packed is None else "best_fit"
+
+    @property
+    def epochs(self) -> int:
+        """Epochs of the split's documents that the samples hold."""
+        if self._packed is not None:
+            return int(self._packed["packed_shape"][0])
+        return len(self.document_index) // max(1, len(self.indices))
+
+    def _pieces(self, rows: np.ndarray) -> reading.Pieces:
+        """The pieces of the samples at sample-index ``rows`` (shuffle index values),
+        either packing."""
+        try:  # index values out of range: DataErrors naming the array and its source
+            if self._packed is not None:
+                return reading.locate_packed_pieces(
+                    self._packed, self.indexed.sequence_lengths, rows
+                )
+            return reading.locate_pieces(
+                self.sample_index,
+                self.document_index,
+                self.indexed.sequence_lengths,
+                rows,
+                self._extra,
+            )
+        except DataError as error:
+            raise index_checks.with_origin(error, self._arrays, self._entry) from None
+
     def _text(self, positions: np.ndarray) -> tuple[np.ndarray, bool, reading.Pieces]:
         """[B, S + extra] tokens of the samples at ``positions`` (corpus dtype, or
         token_dtype padded with pad_id), whether any sample was padded, and the pieces."""
-        rows = self.shuffle_index[positions]  # int [B]; locate_pieces widens it
-        try:  # index values out of range: DataErrors naming the array and its source
-            if self._packed is not None:
-                pieces = reading.locate_packed_pieces(
-                    self._packed, self.indexed.sequence_lengths, rows
-                )
-            else:
-                pieces = reading.locate_pieces(
-                    self.sample_index,
-                    self.document_index,
-                    self.indexed.sequence_lengths,
-                    rows,
-                    self._extra,
-                )
-        except DataError as error:
-            raise index_checks.with_origin(error, self._arrays, self._entry) from None
+        pieces = self._pieces(self.shuffle_index[positions])  # int [B]; widened there
         # Asked every batch, never kept: a view would pin the .bin map open past the
         # corpus's OpenFiles bound (a blend of 10,000 members).
         flat = reading.flat_tokens(self.indexed)

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from megadata_core.datasets.reading import locate_pieces
 from megadata_core.errors import DataError
 
 #: The percentiles ``length_percentiles`` reports by default.
@@ -185,29 +184,26 @@ def sample_sources(dataset, indices, *, tokens: bool = False) -> SampleSources:
         rows = np.flatnonzero(ids == j)
         member = parts[j]
         shuffled = np.asarray(member.shuffle_index)[samples[rows]].astype(np.int64)
-        starts = np.asarray(member.sample_index)[shuffled, 0].astype(np.int64)
-        first[rows] = np.asarray(member.document_index)[starts]
+        pieces = member._pieces(shuffled)  # concat windows or packed bins alike
+        first[rows] = pieces.document[pieces.first]
         if documents is not None:
-            documents[rows] = _token_documents(member, shuffled, documents.shape[1])
+            documents[rows] = _token_documents(pieces, len(rows), documents.shape[1])
     return SampleSources(ids, samples, first, documents)
 
 
-def _token_documents(dataset, rows: np.ndarray, width: int) -> np.ndarray:
-    """int64 [B, width]: the sequence of each text token of a GPTDataset's samples at
-    sample-index ``rows`` (already shuffled), -1 past a padded sample's end."""
-    pieces = locate_pieces(
-        dataset.sample_index, dataset.document_index, dataset.indexed.sequence_lengths,
-        rows, int(dataset.config.add_extra_token_to_sequence),
-    )
+def _token_documents(pieces, count: int, width: int) -> np.ndarray:
+    """int64 [B, width]: the sequence of each text token of B = ``count`` samples made
+    of ``pieces`` (:class:`~megadata_core.datasets.reading.Pieces`), -1 past a padded
+    (packed) sample's end."""
     per_sample = np.diff(np.append(pieces.first, len(pieces.length)))
-    owner = np.repeat(np.arange(len(rows)), per_sample)  # sample of each piece
+    owner = np.repeat(np.arange(count), per_sample)  # sample of each piece
     token_owner = np.repeat(owner, pieces.length)
-    tokens = np.zeros(len(rows), dtype=np.int64)  # text tokens of each sample
+    tokens = np.zeros(count, dtype=np.int64)  # text tokens of each sample
     np.add.at(tokens, owner, pieces.length)
     sample_start = np.cumsum(tokens) - tokens
     column = np.arange(len(token_owner), dtype=np.int64) - sample_start[token_owner]
     keep = column < width
-    out = np.full((len(rows), width), -1, dtype=np.int64)
+    out = np.full((count, width), -1, dtype=np.int64)
     owned = np.repeat(np.asarray(pieces.document, dtype=np.int64), pieces.length)
     out[token_owner[keep], column[keep]] = owned[keep]
     return out

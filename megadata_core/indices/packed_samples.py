@@ -43,6 +43,8 @@ Stored arrays (4 bytes a piece where ids fit int32, about what concat stores a d
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from megadata_core.errors import DataError
@@ -118,13 +120,13 @@ def packed_indices(
     corpus = np.asarray(sequence_lengths)
     span = id_range("document_ids", document_ids, len(corpus))
     if span is not None:
-        lengths = corpus[span.start : span.stop].astype(np.int64)
+        lengths = corpus[span.start : span.stop]  # a view: pack_layout reads int32 as is
         high_id = span.stop - 1
     else:
         ids = check_ids("document_ids", document_ids, len(corpus)).astype(np.int64)
-        lengths = corpus[ids].astype(np.int64)
+        lengths = corpus[ids]
         high_id = int(ids.max()) if ids.size else 0
-    if int(lengths.sum()) == 0:
+    if int(lengths.sum(dtype=np.int64)) == 0:
         raise DataError(f"document_ids: the {len(lengths)} documents hold no tokens")
     capacity = length + int(bool(add_extra_token))
     count = len(lengths)
@@ -139,27 +141,46 @@ def packed_indices(
         rng.shuffle(order)  # the same draws for any dtype
         return order
 
-    layout = pack_layout(lengths, capacity)  # one layout serves every epoch
-    bins, pieces, full = len(layout.bin_offsets) - 1, len(layout.piece_length), layout.full_count
-    epochs = packed_epochs(bins, num_samples)
-    documents = np.empty(epochs * pieces, _narrow(high_id))
-    full_offset = np.empty(epochs * full, np.int64)
-    for epoch in range(epochs):
-        rows = documents[epoch * pieces : (epoch + 1) * pieces]
-        fill_documents(layout, epoch_order(epoch), rows)
-        if full:
-            full_offset[epoch * full : (epoch + 1) * full] = full_offsets(rows[:full], capacity)
-        if span is not None:
-            rows += span.start
-        else:
-            rows[...] = ids[rows]
-    head = packed_first_range(bins, epochs, num_samples)
+    # One worker thread packs while this thread draws the document orders (the
+    # shuffles release the GIL): the layout beside epoch 0's order, epoch e's fill
+    # beside epoch e + 1's order, the last fill beside the sample shuffle. The draws
+    # stay in this thread, in the same sequence, so the values never depend on it.
+    with ThreadPoolExecutor(1, thread_name_prefix="megadata-pack") as pool:
+        pending = pool.submit(pack_layout, lengths, capacity)  # one layout, every epoch
+        order = epoch_order(0)
+        layout = pending.result()
+        bins, pieces, full = len(layout.bin_offsets) - 1, layout.num_pieces, layout.full_count
+        epochs = packed_epochs(bins, num_samples)
+        documents = np.empty(epochs * pieces, _narrow(high_id))
+        full_offset = np.empty(epochs * full, np.int64)
+
+        def fill(epoch: int, order: np.ndarray) -> None:
+            rows = documents[epoch * pieces : (epoch + 1) * pieces]
+            fill_documents(layout, order, rows)
+            if full:
+                full_offset[epoch * full : (epoch + 1) * full] = full_offsets(
+                    rows[:full], capacity
+                )
+            if span is not None:
+                if span.start:
+                    rows += span.start
+            else:
+                rows[...] = ids[rows]
+
+        for epoch in range(epochs):
+            if epoch:
+                pending.result()
+            pending = pool.submit(fill, epoch, order)
+            order = epoch_order(epoch + 1) if epoch + 1 < epochs else None
+        head = packed_first_range(bins, epochs, num_samples)
+        order_of_samples = shuffle_index(head, epochs * bins, rng) if rng is not None else None
+        pending.result()
     out = {
         "piece_document": documents,
         "bin_offsets": layout.bin_offsets,
         "full_offset": full_offset,
         "packed_shape": np.array([epochs, head, full, capacity], dtype=np.int64),
     }
-    if rng is not None:
-        out["shuffle_index"] = shuffle_index(head, epochs * bins, rng)
+    if order_of_samples is not None:
+        out["shuffle_index"] = order_of_samples
     return out

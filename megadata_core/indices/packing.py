@@ -24,8 +24,12 @@ every bin of a class takes ``c // s`` pieces (the last bin used maybe fewer): a 
 of ``count[c] * (c // s)`` over the classes finds where the n_s pieces run out, and the
 pieces left open new bins of ``capacity // s`` pieces each. The Python work per size is
 one step per non-empty class the pieces reach (each such class but the last is emptied);
-the numpy work is over the classes >= s, and the piece -> bin map is one ``np.repeat``
-at the end. Memory is O(documents + bins + capacity), never documents x capacity.
+the numpy work is over the classes >= s. The placement is kept as runs (these bins take
+k pieces each), and every piece's row comes from them at the end in one cumsum. Memory
+is O(documents + bins + capacity), never documents x capacity.
+
+Which document of a size takes which place is a sort of the documents by (remainder
+size, rank in ``order``), one per order (epoch): :func:`fill_documents`.
 
 The padding fraction of a packing is ``1 - sum(lengths) / (B * capacity)``: B bins, each
 padded at its end.
@@ -33,12 +37,13 @@ padded at its end.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
 from megadata_core.errors import DataError
-from megadata_core.indices._checks import check_int, check_lengths
+from megadata_core.indices._checks import INT32_MAX, check_int, check_lengths
 
 
 @dataclass(frozen=True)
@@ -88,12 +93,12 @@ def check_order(order: object, count: int) -> np.ndarray:
     return array
 
 
-def _sort_key(sizes: np.ndarray, capacity: int) -> np.ndarray:
-    """Keys that sort sizes in [1, capacity) decreasingly and 0 last; 16-bit where they
-    fit, which numpy's stable sort handles as a radix sort (linear time)."""
-    key = capacity - 1 - sizes
-    key[sizes == 0] = capacity - 1
-    return key.astype(np.uint16 if capacity <= 1 << 16 else np.int64)
+def _sort_keys(remainder: np.ndarray, capacity: int) -> np.ndarray:
+    """``capacity - 1 - remainder``: sorts remainders in [1, capacity) decreasingly and 0
+    (no remainder piece) last. 16-bit where it fits, which numpy's stable sort handles as
+    a radix sort (linear time)."""
+    dtype = np.uint16 if capacity <= 1 << 16 else remainder.dtype
+    return np.subtract(capacity - 1, remainder, dtype=dtype, casting="unsafe")
 
 
 @dataclass(frozen=True)
@@ -102,57 +107,65 @@ class PackLayout:
 
     The bins' shapes (which sizes sit where) depend only on the multiset of piece sizes;
     ``order`` only decides which of the equal-sized pieces takes which place. So one
-    layout serves every epoch (:func:`fill_pieces`).
+    layout serves every epoch (:func:`fill_documents`).
 
     Attributes:
         capacity: tokens per bin.
-        lengths: int64 [D] the document lengths.
+        lengths: int [D] the document lengths (as given: int32 stays int32).
         key: [D] sort key of each document's remainder piece (decreasing size, empty last).
+        cut: bool [D] documents of at least ``capacity`` tokens (they have full pieces).
         remainders: R, documents with a non-empty remainder piece.
         full_count: F, capacity-sized pieces (bins 0 .. F-1, piece rows 0 .. F-1).
-        row: int64 [R] the piece row of the k-th remainder piece in (size desc, order).
-        piece_length: int64 [P] tokens of each piece row.
-        bin_offsets: int64 [B + 1].
+        row: intp [R] the piece row of the k-th remainder piece in (size desc, order).
+        per_key: int64 [capacity] remainder pieces per key (key k: size capacity - 1 - k).
+        bin_offsets: int64 [B + 1]; P = ``bin_offsets[-1]`` piece rows.
     """
 
     capacity: int
     lengths: np.ndarray
     key: np.ndarray
+    cut: np.ndarray
     remainders: int
     full_count: int
     row: np.ndarray
-    piece_length: np.ndarray
+    per_key: np.ndarray
     bin_offsets: np.ndarray
+
+    @property
+    def num_pieces(self) -> int:
+        """P, piece rows."""
+        return int(self.bin_offsets[-1])
+
+    def piece_lengths(self) -> np.ndarray:
+        """int64 [P] tokens of each piece row."""
+        capacity, full = self.capacity, self.full_count
+        lengths = np.empty(self.num_pieces, dtype=np.int64)
+        lengths[:full] = capacity  # full bins are bins 0 .. F-1, one row each
+        sizes = np.arange(capacity - 1, 0, -1, dtype=np.int64)
+        lengths[self.row] = np.repeat(sizes, self.per_key[:-1])
+        return lengths
 
 
 def pack_layout(lengths: np.ndarray, capacity: int) -> PackLayout:
     """The :class:`PackLayout` of BFD over documents of ``lengths`` (int [D], >= 0) into
     bins of ``capacity`` (>= 1) tokens."""
-    lengths = check_lengths("lengths", lengths).astype(np.int64, copy=False)
+    lengths = check_lengths("lengths", lengths)
     capacity = check_int("capacity", capacity, 1)
-    whole = lengths // capacity
-    remainder = lengths - whole * capacity
-    full_count = int(whole.sum())
-    del whole
-    per_size = np.bincount(remainder, minlength=capacity)
-    key = _sort_key(remainder, capacity)
+    # int32 intermediates where the values fit (a corpus's lengths are int32): half the
+    # memory traffic of int64.
+    if lengths.dtype != np.int64 and (lengths.dtype != np.int32 or capacity > INT32_MAX):
+        lengths = lengths.astype(np.int64)
+    remainder = np.remainder(lengths, capacity)
+    full_count = (int(lengths.sum(dtype=np.int64)) - int(remainder.sum(dtype=np.int64))) // capacity
+    key = _sort_keys(remainder, capacity)
     del remainder
-    sizes = np.repeat(np.arange(capacity - 1, 0, -1, dtype=np.int64), per_size[:0:-1])
-    piece_bin, rank, bins = _place(sizes, capacity, full_count)
-    # Bin b's pieces go to rows bin_offsets[b] + rank (rank: placement order in the bin).
-    filled = np.bincount(piece_bin, minlength=bins)
-    filled[:full_count] += 1  # a full bin holds its one capacity-sized piece
-    bin_offsets = np.zeros(bins + 1, dtype=np.int64)
-    np.cumsum(filled, out=bin_offsets[1:])
-    del filled
-    row = bin_offsets[piece_bin]
-    row += rank
-    del piece_bin, rank
-    piece_length = np.empty(int(bin_offsets[-1]), dtype=np.int64)
-    piece_length[:full_count] = capacity  # full bins are bins 0 .. F-1, one row each
-    piece_length[row] = sizes
+    # per_key[k]: remainders of size capacity - 1 - k (k = capacity - 1: none)
+    per_key = np.bincount(key, minlength=capacity)
+    runs = _place(per_key[:-1], capacity)
+    row, bin_offsets = runs.rows(full_count)
     return PackLayout(
-        capacity, lengths, key, len(sizes), full_count, row, piece_length, bin_offsets
+        capacity, lengths, key, lengths >= capacity, len(row), full_count, row, per_key,
+        bin_offsets,
     )
 
 
@@ -174,16 +187,37 @@ def fill_documents(
         ``out``, or int64 [P].
     """
     if out is None:
-        out = np.empty(len(layout.piece_length), dtype=np.int64)
+        out = np.empty(layout.num_pieces, dtype=np.int64)
     # Remainders, longest first, equal lengths in ``order`` (a stable sort; the empty
     # remainders sort last and are cut off).
-    sort = np.argsort(layout.key[order], kind="stable")[: layout.remainders]
+    sort = _stable_argsort(layout.key, order)[: layout.remainders]
     out[layout.row] = order[sort]
+    del sort
     full = layout.full_count
     if full:
-        cut = order[np.flatnonzero(layout.lengths[order] >= layout.capacity)]
+        cut = order[np.flatnonzero(layout.cut[order])]
         out[:full] = np.repeat(cut, layout.lengths[cut] // layout.capacity)
     return out
+
+
+def _stable_argsort(key: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """int64 [D] ``np.argsort(key[order], kind="stable")``.
+
+    Sorted as the uint64 values ``key[order[i]] << 32 | i``: they are distinct, so numpy's
+    unstable sort (SIMD where the CPU has it) gives the stable order, faster than the
+    radix argsort of 16-bit keys; the positions are extracted in place.
+    """
+    count = len(order)
+    if count > 1 << 32 or key.dtype.itemsize > 4:
+        return np.argsort(key[order], kind="stable")
+    packed = np.empty(count, dtype=np.uint64)
+    halves = packed.view(np.uint32)
+    low, high = (0, 1) if sys.byteorder == "little" else (1, 0)
+    halves[high::2] = key[order]
+    halves[low::2] = np.arange(count, dtype=np.uint32)
+    packed.sort()
+    packed &= np.uint64(0xFFFFFFFF)
+    return packed.view(np.int64)
 
 
 def full_offsets(documents: np.ndarray, capacity: int) -> np.ndarray:
@@ -203,7 +237,8 @@ def piece_offsets(layout: PackLayout, documents: np.ndarray) -> np.ndarray:
     """int64 [P] the first token of every piece inside its document (see
     :func:`fill_documents`)."""
     capacity, full = layout.capacity, layout.full_count
-    offsets = layout.lengths[documents] // capacity
+    offsets = layout.lengths[documents].astype(np.int64)
+    offsets //= capacity
     offsets *= capacity
     offsets[:full] = full_offsets(documents[:full], capacity)
     return offsets
@@ -229,22 +264,54 @@ def best_fit_pack(
     order = np.arange(count, dtype=np.int64) if order is None else check_order(order, count)
     document = fill_documents(layout, order)
     offset = piece_offsets(layout, document)
-    return PackedBins(document, offset, layout.piece_length, layout.bin_offsets)
+    return PackedBins(document, offset, layout.piece_lengths(), layout.bin_offsets)
 
 
-def _place(
-    sizes: np.ndarray, capacity: int, first_bin: int
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """BFD with FIFO ties of the pieces ``sizes`` (sorted decreasingly, each in
-    ``[1, capacity)``) into bins numbered from ``first_bin``.
+@dataclass(frozen=True)
+class _Runs:
+    """The placement as runs: run i puts ``takes[i]`` consecutive pieces into each bin of
+    ``taken[i]`` (bins counted from the first remainder bin), after ``bases[i]`` pieces
+    it already holds; runs are in placement order. ``filled[:opened]``: pieces per bin."""
 
-    Returns ``(bin, rank, bins)``: int64 [P] the bin of every piece and its rank among
-    that bin's pieces (placement order), and the number of bins in all.
-    """
+    taken: list
+    takes: list
+    bases: list
+    filled: np.ndarray
+    opened: int
+
+    def rows(self, full_count: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(row, bin_offsets)``: intp [R] the piece row of every placed piece, in
+        placement order, and int64 [B + 1] with the ``full_count`` one-piece bins first."""
+        bins = full_count + self.opened
+        bin_offsets = np.zeros(bins + 1, dtype=np.int64)
+        bin_offsets[1 : full_count + 1] = 1  # a full bin holds its one capacity-sized piece
+        bin_offsets[full_count + 1 :] = self.filled[: self.opened]
+        np.cumsum(bin_offsets, out=bin_offsets)
+        if not self.taken:
+            return np.empty(0, dtype=np.intp), bin_offsets
+        taken = np.concatenate(self.taken)
+        repeats = np.repeat(np.asarray(self.takes, dtype=np.int64), [len(t) for t in self.taken])
+        # The pieces of one (bin, run) entry take consecutive rows from bin_offsets[bin] +
+        # base: rows are a cumsum of ones with a jump at each entry's first piece (one
+        # [R] array, written in place; no per-piece gather).
+        start = bin_offsets[taken + full_count]
+        start += np.concatenate(self.bases)
+        jump = start.copy()
+        jump[1:] -= start[:-1] + repeats[:-1] - 1
+        row = np.ones(int(repeats.sum()), dtype=np.intp)
+        row[np.cumsum(repeats) - repeats] = jump
+        np.cumsum(row, out=row)
+        return row, bin_offsets
+
+
+def _place(per_size: np.ndarray, capacity: int) -> _Runs:
+    """BFD with FIFO ties of ``per_size[k]`` pieces of size ``capacity - 1 - k`` (largest
+    first; every size in ``[1, capacity)``) into bins numbered from 0."""
     count = np.zeros(capacity, dtype=np.int64)  # open bins per remaining capacity
     queues: list[list[np.ndarray]] = [[] for _ in range(capacity)]
-    filled = np.zeros(len(sizes), dtype=np.int64)  # pieces per bin so far (bin - first_bin)
-    taken: list[np.ndarray] = []  # bins (minus first_bin) that took pieces, in order
+    # pieces per bin so far (< capacity); there are at most as many bins as pieces
+    filled = np.zeros(int(per_size.sum()), dtype=np.int32 if capacity <= INT32_MAX else np.int64)
+    taken: list[np.ndarray] = []  # bins that took pieces, in order
     takes: list[int] = []  # pieces each bin of taken[i] took
     bases: list[np.ndarray] = []  # their pieces before
     next_bin = 0
@@ -258,15 +325,8 @@ def _place(
             queues[target].append(bins)
             count[target] += len(bins)
 
-    if len(sizes) == 0:
-        empty = np.empty(0, dtype=np.int64)
-        return empty, empty, first_bin
-    change = np.flatnonzero(sizes[1:] != sizes[:-1]) + 1
-    group_start = np.concatenate([[0], change]).tolist()
-    group_stop = np.concatenate([change, [len(sizes)]]).tolist()
-    for start, stop in zip(group_start, group_stop):
-        size = int(sizes[start])
-        left = stop - start
+    present = np.flatnonzero(per_size)
+    for size, left in zip((capacity - 1 - present).tolist(), per_size[present].tolist()):
         classes = count[size:]
         per_bin = np.arange(size, capacity, dtype=np.int64) // size
         reach = np.cumsum(classes * per_bin)
@@ -300,10 +360,4 @@ def _place(
                 take(new[:filled_bins], each, capacity - each * size)
             if rest:
                 take(new[filled_bins:], rest, capacity - rest * size)
-    bins = np.concatenate(taken)
-    repeats = np.repeat(np.asarray(takes, dtype=np.int64), [len(t) for t in taken])
-    run_start = np.cumsum(repeats) - repeats  # first piece of each (bin, step) run
-    rank = np.arange(len(sizes), dtype=np.int64)
-    rank -= np.repeat(run_start - np.concatenate(bases), repeats)
-    bins += first_bin
-    return np.repeat(bins, repeats), rank, first_bin + next_bin
+    return _Runs(taken, takes, bases, filled, next_bin)

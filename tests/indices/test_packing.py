@@ -8,7 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from megadata_core import DataError
-from megadata_core.indices.packing import best_fit_pack
+from megadata_core.indices.feistel import feistel_document_order
+from megadata_core.indices.gpt import seeded_random_state
+from megadata_core.indices.packed_samples import packed_indices
+from megadata_core.indices.packing import _stable_argsort, best_fit_pack
+from megadata_core.indices.sample_shuffle import shuffle_index
 
 
 def reference_bfd(lengths: list[int], capacity: int, order: list[int]) -> list[list[tuple]]:
@@ -134,3 +138,58 @@ def test_bad_input(args, message):
 def test_empty():
     packed = best_fit_pack(np.zeros(3, dtype=np.int64), 4)
     assert packed.num_bins == 0 and len(packed.piece_document) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from([np.uint8, np.uint16, np.int32, np.int64]),
+    st.lists(st.integers(0, 255), max_size=300),
+    st.randoms(use_true_random=False),
+)
+def test_stable_argsort_equals_numpy(dtype, keys, random):
+    keys = np.array(keys, dtype=dtype)
+    order = list(range(len(keys)))
+    random.shuffle(order)
+    order = np.array(order, dtype=np.int32)
+    expected = np.argsort(keys[order], kind="stable")
+    assert np.array_equal(_stable_argsort(keys, order), expected)
+
+
+@pytest.mark.parametrize("shuffle", ["megatron", "feistel"])
+@pytest.mark.parametrize("span", [True, False])
+def test_packed_indices_equal_one_best_fit_pack_per_epoch(shuffle, span):
+    """The epochs (packed beside the drawing of the next order) equal best_fit_pack of
+    each epoch's order, drawn in sequence, and the sample shuffle comes after them."""
+    rng = np.random.default_rng(9)
+    corpus = rng.integers(0, 40, 500).astype(np.int32)
+    ids = range(37, 500) if span else np.sort(rng.choice(500, 300, replace=False))
+    lengths = corpus[np.asarray(ids)]
+    out = packed_indices(corpus, ids, 15, 3000, 5, shuffle=shuffle)
+    epochs, head, full, capacity = out["packed_shape"].tolist()
+    assert epochs > 2 and capacity == 16
+    draws = seeded_random_state(5)
+    pieces = len(out["piece_document"]) // epochs
+    for epoch in range(epochs):
+        if shuffle == "megatron":
+            order = np.arange(len(lengths))
+            draws.shuffle(order)
+        else:
+            order = feistel_document_order(np.arange(len(lengths)), 5, epoch)
+        packed = best_fit_pack(lengths, capacity, order)
+        rows = out["piece_document"][epoch * pieces : (epoch + 1) * pieces]
+        assert np.array_equal(rows, np.asarray(ids)[packed.piece_document])
+        assert np.array_equal(out["bin_offsets"], packed.bin_offsets)
+        assert np.array_equal(
+            out["full_offset"][epoch * full : (epoch + 1) * full], packed.piece_offset[:full]
+        )
+    if shuffle == "megatron":
+        expected = shuffle_index(head, epochs * (len(out["bin_offsets"]) - 1), draws)
+        assert np.array_equal(out["shuffle_index"], expected)
+
+
+def test_layout_same_for_int32_and_int64_lengths():
+    lengths = np.random.default_rng(4).integers(0, 3000, 2000)
+    order = np.random.default_rng(5).permutation(2000)
+    wide, narrow = (best_fit_pack(lengths.astype(t), 1000, order) for t in (np.int64, np.int32))
+    assert bins_of(wide) == bins_of(narrow)
+    assert narrow.piece_offset.dtype == narrow.piece_length.dtype == np.int64

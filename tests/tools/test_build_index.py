@@ -79,6 +79,9 @@ def _table(stdout: str) -> list[str]:
          "--config.add_extra_token_to_sequence=False"],
         ["--train_data_path=0.6 {root}/a 0.4 {root}/b",
          "--valid_data_path={root}/a {root}/b", "--config.multiple_validation_sets=True"],
+        ["--config.packing=best_fit", "--config.document_masking=True"],  # packed bins
+        ["--config.packing=best_fit", "--data_path={root}/a", "--split=90,8,2",
+         "--config.add_extra_token_to_sequence=False", "--config.shuffle=feistel"],
     ],
 )
 def test_dry_run_prints_the_real_runs_tables(corpora, flags):
@@ -90,6 +93,8 @@ def test_dry_run_prints_the_real_runs_tables(corpora, flags):
     assert real.returncode == 0, real.stderr
     assert _table(dry.stdout) == _table(real.stdout)
     assert ("realized shares" in real.stdout) == ("a blend of" in real.stdout)
+    packed = "--config.packing=best_fit" in flags
+    assert ("best-fit-decreasingpacks" in "".join(real.stdout.split())) == packed
 
 
 def test_table_labels_requested_and_built(corpora):

@@ -320,3 +320,44 @@ def test_preprocess_merge_phase_has_its_bar_only_when_it_merges(data):
     assert re.search(r"merging: 2 shards", terminal), terminal
     status, terminal = _under_pty(command)  # one partition: nothing to merge
     assert status == 0 and "merging" not in terminal, terminal
+
+
+def test_packed_samples_order_and_config(data):
+    """best_fit splits (no document or sample index): samples name each bin's documents
+    and segments, order maps where the bins start, config prints the packed tables."""
+    packed = ["--config.packing=best_fit", "--config.document_masking=True"]
+    result = _run(data, "samples", f"--config={data['small']}", "--indices=0,7,123", *packed)
+    assert result.returncode == 0, result.stderr
+    from dataclasses import replace
+
+    config, _ = _built(data["small"])
+    config = replace(config, packing="best_fit", document_masking=True)
+    train = mdc.build_datasets(config, [500, 50, 10])[0]
+    blocks = result.stdout.split("\nsample ")[1:]
+    assert len(blocks) == 3
+    first = {}
+    for index, block in zip((0, 7, 123), blocks):
+        sample = train[index]
+        member = train.datasets[int(sample["dataset_id"])]
+        row = int(member.shuffle_index[int(train.dataset_sample_index[index])])
+        arrays = member._packed
+        bins = len(arrays["bin_offsets"]) - 1
+        epoch, local = divmod(row, bins)
+        base = epoch * int(arrays["bin_offsets"][-1])
+        begin, end = arrays["bin_offsets"][local : local + 2] + base
+        documents = arrays["piece_document"][begin:end].tolist()
+        first[index] = documents[0]
+        segments = sorted(set(sample["segment_ids"].tolist()))
+        heading = block.split("\n", 1)[0]
+        assert f"{len(documents)} document(s) {documents}" in heading
+        assert f"segments {segments}" in heading and max(segments) == len(documents)
+    order = _run(data, "order", f"--config={data['small']}", "--global_batch_size=8",
+                 "--batches=4", "--regions=5", *packed, out="packed_order")
+    _wrote(order)
+    index = np.asarray(train.dataset_index)[:32]
+    for j, member in enumerate(train.datasets):
+        count = int((index == j).sum())
+        assert f"dataset {j} {member.indexed.path_prefix}: {count:,} samples " in order.stdout
+    table = _run(data, "config", f"--config={data['small']}", *packed, out="packed_config")
+    _wrote(table)
+    assert "best-fit-decreasingpacks" in "".join(table.stdout.split())

@@ -174,7 +174,9 @@ def megatron_dataset(megatron, prefix: str, num_samples, cache: str):
 
 
 def ours_dataset(prefix: str, num_samples, cache: str | None, shuffle: str = "megatron"):
-    """megadata's train GPTDataset over every document of ``prefix``."""
+    """megadata's train GPTDataset over every document of ``prefix``: Megatron's concat
+    windows, whose document, sample and shuffle indices this suite compares with
+    Megatron's and reads directly (best_fit datasets have none: the packing suite)."""
     import megadata_core as mdc
 
     config = mdc.GPTDataConfig(
@@ -184,6 +186,7 @@ def ours_dataset(prefix: str, num_samples, cache: str | None, shuffle: str = "me
         eod_id=EOD,
         create_attention_mask=False,
         shuffle=shuffle,
+        packing="concat",
     )
     indexed = mdc.IndexedDataset(prefix)
     return mdc.GPTDataset(indexed, document_ids(len(indexed)), num_samples, config)
@@ -435,6 +438,10 @@ def raw_plan(dataset, pointers: np.ndarray, positions: np.ndarray) -> list[tuple
     """(destination start, destination stop, source start, source stop) of every piece of
     every sample at ``positions``, in tokens of a flat [B * (S + 1)] output and of the
     flat token view of the .bin (computed per piece in Python, outside any timing)."""
+    if dataset.sample_index is None:  # a best_fit dataset: packed bins, no windows
+        from megadata_core import DataError
+
+        raise DataError(f"raw plan: reads concat samples, not packing={dataset.config.packing!r}")
     lengths = dataset.indexed.sequence_lengths
     width = SEQUENCE + 1
     plan = []

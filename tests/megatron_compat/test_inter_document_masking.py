@@ -1,0 +1,46 @@
+"""``GPTDatasetConfig(inter_document_masking=True)`` of the drop-in: Megatron-LM main's
+sample keys and dtypes, tokens and labels as megatron-core's, document masks as megadata's
+document_masking (checked against Megatron-LM main's definition in the core's tests)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from compat_helpers import build, fresh_sample, ours, theirs
+
+MAIN_KEYS = ["tokens", "labels", "loss_mask", "position_ids", "cu_seqlens", "max_seqlen"]
+
+
+def test_keys_dtypes_and_values(corpora):
+    prefixes = corpora(2, seed=5)
+    kw = dict(random_seed=4, sequence_length=24, blend=(prefixes, [0.5, 0.5]),
+              split="90,10,0", create_attention_mask=True)
+    them = build(theirs, "GPTDataset", [60, 8, 0], **kw)[0]
+    us = build(ours, "GPTDataset", [60, 8, 0], inter_document_masking=True, **kw)[0]
+    assert len(us) == len(them)
+    for index in range(len(us)):
+        sample, reference = us[index], fresh_sample(them, index)
+        assert list(sample) == ["dataset_id", *MAIN_KEYS]  # a blend adds dataset_id
+        assert [sample[key].dtype for key in MAIN_KEYS] == [
+            torch.long, torch.long, torch.float, torch.long, torch.int32, torch.int32]
+        assert sample["cu_seqlens"].shape == (25,) and sample["max_seqlen"].shape == ()
+        assert torch.equal(sample["tokens"], reference["tokens"])
+        assert torch.equal(sample["labels"], reference["labels"])
+        member, row = us.datasets[int(us.dataset_index[index])], int(us.dataset_sample_index[index])
+        core = member.core.__getitems__([row])
+        for key in ("cu_seqlens", "position_ids", "loss_mask"):
+            assert np.array_equal(sample[key].numpy(), core[key][0]), key
+        assert int(sample["max_seqlen"]) == int(core["max_seqlen"][0])
+        cu = sample["cu_seqlens"].tolist()
+        positions = np.concatenate([np.arange(b - a) for a, b in zip(cu[:-1], cu[1:])])
+        assert sample["position_ids"].tolist() == positions.tolist()
+        # the loss mask is megatron-core's but for labels that cross a document boundary
+        dropped = (reference["loss_mask"] > 0) & (sample["loss_mask"] == 0)
+        assert (sample["loss_mask"] <= reference["loss_mask"]).all()
+        ends = [end - 1 for end in cu[1:] if end > 0]  # 23: the extra token's document
+        assert set(torch.nonzero(dropped).flatten().tolist()) <= set(ends)
+    assert list(us.datasets[0][0]) == MAIN_KEYS
+    batch = torch.utils.data.default_collate([us[0], us[1]])
+    assert batch["cu_seqlens"].shape == (2, 25) and batch["max_seqlen"].shape == (2,)
+    plain = build(ours, "GPTDataset", [60, 8, 0], **kw)[0]
+    assert "cu_seqlens" not in plain[0] and "attention_mask" in plain[0]
