@@ -33,3 +33,17 @@ def test_a_failed_peer_prints_its_reason_and_no_ratio():
     table = render_table([row])
     assert "fails: Too many open files at ulimit 20000" in table
     assert table.splitlines()[-1].split()[-5] == "n/a"  # the ratio column
+
+
+def test_olmo_overlay_that_cannot_install_is_a_reason_and_leaves_nothing(tmp_path, monkeypatch):
+    from bench import olmo
+
+    monkeypatch.setenv("MEGADATA_BENCH_CACHE", str(tmp_path))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # offline: pip must fail, not hang
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "no-wheels"))
+    python, reason = olmo.overlay_python(create=False)
+    assert python is None and "does not exist" in reason
+    python, reason = olmo.overlay_python(create=True)
+    assert python is None
+    assert reason.startswith(f"pip install {olmo.OLMO_CORE} failed: "), reason
+    assert list(tmp_path.iterdir()) == [], "a half-built overlay was left in the cache"

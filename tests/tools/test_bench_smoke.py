@@ -156,6 +156,10 @@ def test_bench_packing_smoke(tmp_path):
         "best_fit (peer = concat): peak RSS (MiB)",
         "best_fit __getitems__ (peer = concat __getitems__) (tokens/s)",
         "best_fit __getitems__ (peer = Grain BestFit iterator) (tokens/s)",
+        # OLMo-core: a figure when its overlay venv exists in the bench cache, else n/a
+        "padding, lognormal, 0.5k docs, S = 4096, peer = OLMo-core packed (%)",
+        "best_fit (peer = OLMo-core NumpyPackedFSLDataset): time (s)",
+        "best_fit (peer = OLMo-core NumpyPackedFSLDataset): peak RSS (MiB)",
     ):
         assert metric in out, f"missing row {metric!r}:\n{out}"
     assert "check documents cut, lognormal: only those longer than 4097" in out

@@ -29,10 +29,18 @@ Items:
   over the same documents (``MapDataset.source(IndexedDataset).shuffle``, each cut to
   C tokens as Grain requires, 32 bins, ``.batch(32)``) in tokens/s.
 
-OLMo-core's ``NumpyPackedFSLDataset`` (also OBFD) is not a peer here: ``pip install
-ai2-olmo-core`` (3.0.0) does not pull CUDA, but it pins ``filelock<4`` and, through
-``cached-path``, ``huggingface_hub<2``, i.e. downgrades two packages the rest of the
-environment uses; the suite notes it.
+OLMo-core's ``NumpyPackedFSLDataset`` (best fit decreasing too, "OBFD") is a second peer
+for ``padding`` and ``build``. ``ai2-olmo-core`` 3.0.0 installs without CUDA but pins
+``filelock<4`` and ``huggingface_hub<2``, so it runs in an overlay venv in the bench cache
+(:mod:`bench.olmo`; created on first use at scale >= 0.1, only used below it) in fresh
+interpreters, ``long_doc_strategy=fragment`` (cut, as ours; its default truncates), at
+``sequence_length`` 4096: its packer takes powers of 2 only, so ours is packed at 4096 too
+for those rows, and its instance count must equal ours. ``padding``: its default input, a
+raw uint16 token file with EOS ending each document (scanned for boundaries). ``build``:
+the same 10M documents as a sparse token file plus the Dolma ``.csv.gz`` metadata
+(``use_array_if_local=False``), time of constructor + ``prepare()`` (it packs in a forked
+worker; peak RSS counts it). If the overlay cannot be built, its rows are n/a and the
+notes say why.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ import numpy as np
 
 from bench.gpt import lognormal_lengths, time_batches, write_sparse_corpus, write_token_corpus
 from bench.harness import median_of, progress
+from bench.olmo import OLMO_CORE, overlay_python, run_olmo, write_olmo_metadata, write_olmo_tokens
 from bench.peers import proc_status
 
 SEQUENCE = 4096
@@ -55,6 +64,10 @@ CAPACITY = SEQUENCE + 1
 BATCH = 32
 GRAIN_BINS = 32
 EOD = 0
+OLMO_SEQUENCE = 4096  # OLMo-core's packer (a segment tree) takes powers of 2 only
+OLMO_VOCAB = 50_000
+OLMO_MIN_SCALE = 0.1  # below: the OLMo overlay venv is used only if it exists already
+OLMO_BUILD_REPEATS = 2  # at most: one OLMo-core build of 10M documents takes ~2 min
 MIB = 1024 * 1024
 LONG_MEAN = 1000
 LONG_SIGMA = 1.2
@@ -94,23 +107,23 @@ def demo_lengths(bench) -> np.ndarray:
 # -- the packers -----------------------------------------------------------------------
 
 
-def lower_bound(lengths: np.ndarray) -> float:
+def lower_bound(lengths: np.ndarray, capacity: int = CAPACITY) -> float:
     """1 - T / (fewest samples x C): the least padding any packing can have."""
     tokens = int(lengths.sum())
-    return 1 - tokens / (-(-tokens // CAPACITY) * CAPACITY)
+    return 1 - tokens / (-(-tokens // capacity) * capacity)
 
 
-def pack_ours(lengths: np.ndarray, order: np.ndarray) -> dict:
+def pack_ours(lengths: np.ndarray, order: np.ndarray, capacity: int = CAPACITY) -> dict:
     from megadata_core.indices.packing import best_fit_pack
 
     start = time.perf_counter()
-    bins = best_fit_pack(lengths, CAPACITY, order)
+    bins = best_fit_pack(lengths, capacity, order)
     seconds = time.perf_counter() - start
     pieces = np.bincount(bins.piece_document, minlength=len(lengths))
     kept = np.bincount(bins.piece_document, weights=bins.piece_length, minlength=len(lengths))
     return {
         "samples": bins.num_bins,
-        "padding": 1 - int(lengths.sum()) / (bins.num_bins * CAPACITY),
+        "padding": 1 - int(lengths.sum()) / (bins.num_bins * capacity),
         "cut": int((pieces > 1).sum()),
         "every_token_once": bool(np.array_equal(kept, lengths)),
         "seconds": seconds,
@@ -175,7 +188,50 @@ def pack_grain(packer: str, lengths: np.ndarray, order: np.ndarray, seed: int) -
     }
 
 
-def item_padding(bench) -> None:
+def padding_olmo(bench, olmo: tuple[str | None, str], name: str, label: str,
+                 lengths: np.ndarray, order: np.ndarray) -> None:
+    """OLMo-core's NumpyPackedFSLDataset beside ours, both at OLMO_SEQUENCE tokens per
+    sample, on the same documents (its token file holds them in ``order``)."""
+    ours = pack_ours(lengths, order, OLMO_SEQUENCE)
+    theirs: dict | str = olmo[1] or "n/a"
+    if olmo[0] is not None:
+        progress(f"padding, {name}: OLMo-core NumpyPackedFSLDataset (overlay venv)")
+        tokens = bench.path("padding-olmo", "tokens.npy")
+        write_olmo_tokens(tokens, lengths[order], EOD, OLMO_VOCAB, bench.seed)
+        theirs = run_olmo(olmo[0], tokens, OLMO_SEQUENCE, EOD, OLMO_VOCAB, metadata=False,
+                          work_dir=os.path.join(bench.workdir, "padding-olmo", "work"))
+        shutil.rmtree(os.path.join(bench.workdir, "padding-olmo"), ignore_errors=True)
+    got = isinstance(theirs, dict)
+    at = f"{label}, S = {OLMO_SEQUENCE}"
+    bench.row(f"padding, {at}, peer = OLMo-core packed", "%", "lower",
+              100 * ours["padding"], 100 * theirs["padding"] if got else None, 1)
+    bench.row(f"documents cut, {at}, peer = OLMo-core packed", "docs", "lower",
+              ours["cut"], theirs["cut"] if got else None, 1)
+    if not got:
+        bench.note(f"padding, {name}: OLMo-core n/a: {theirs}")
+        return
+    longer = int((lengths > OLMO_SEQUENCE).sum())
+    bench.check(
+        f"padding, {name}: OLMo-core's instance count equals ours at S = {OLMO_SEQUENCE}",
+        theirs["samples"] == ours["samples"],
+        f"({theirs['samples']:,} vs {ours['samples']:,})",
+    )
+    bench.check(
+        f"documents cut, {name}: OLMo-core's and ours only those longer than {OLMO_SEQUENCE}",
+        theirs["cut"] == ours["cut"] == longer,
+        f"({theirs['cut']:,}, {ours['cut']:,}, {longer:,})",
+    )
+    bench.check(f"every token once, {name}: OLMo-core", theirs["every_token_once"])
+    bench.note(
+        f"padding, {name}, S = {OLMO_SEQUENCE}: samples ours {ours['samples']:,}, OLMo-core "
+        f"{theirs['samples']:,}, fewest possible "
+        f"{-(-int(lengths.sum()) // OLMO_SEQUENCE):,} (lower bound "
+        f"{100 * lower_bound(lengths, OLMO_SEQUENCE):.4f}%); OLMo-core build (EOS scan + OBFD, "
+        f"fresh process) {theirs['seconds']:.2f} s, ours best_fit_pack {ours['seconds']:.3f} s"
+    )
+
+
+def item_padding(bench, olmo: tuple[str | None, str]) -> None:
     rng = np.random.default_rng(bench.seed + 30)
     corpora = {
         "demo corpus": demo_lengths(bench),
@@ -208,6 +264,7 @@ def item_padding(bench) -> None:
                   ours["cut"], concat["cut"], 1)
         bench.row(f"pack time, {label}, peer = Grain BestFit", "s", "lower",
                   ours["seconds"], best["seconds"], 1)
+        padding_olmo(bench, olmo, name, label, lengths, order)
         bench.check(
             f"padding, {name}: ours <= Grain BestFit's",
             ours["padding"] <= best["padding"],
@@ -303,7 +360,67 @@ def _resources_for(documents: int, workdir: str) -> str | None:
     return None
 
 
-def item_build(bench) -> None:
+def build_olmo(bench, olmo: tuple[str | None, str], lengths: np.ndarray,
+               ours: list[dict], label: str) -> None:
+    """Cold builds of OLMo-core's NumpyPackedFSLDataset (S = OLMO_SEQUENCE) over the same
+    documents, beside our best_fit builds (``ours``)."""
+    repeats = min(bench.repeats, OLMO_BUILD_REPEATS)
+    results: list[dict] = []
+    failed = olmo[1]
+    if olmo[0] is not None:
+        tokens = bench.path("build-olmo", "tokens.npy")
+        write_olmo_metadata(tokens, lengths)
+        for repeat in range(repeats):
+            progress(f"build: OLMo-core NumpyPackedFSLDataset, repeat {repeat + 1}/{repeats}")
+            work = os.path.join(bench.workdir, "build-olmo", f"work_{repeat}")
+            result = run_olmo(olmo[0], tokens, OLMO_SEQUENCE, EOD, OLMO_VOCAB,
+                              metadata=True, work_dir=work)
+            shutil.rmtree(work, ignore_errors=True)
+            if isinstance(result, str):
+                failed = result
+                break
+            results.append(result)
+        shutil.rmtree(os.path.join(bench.workdir, "build-olmo"), ignore_errors=True)
+    got = bool(results) and not failed
+
+    def stat(value, side):
+        return median_of([value(r) for r in side]) if got or side is ours else None
+
+    metric = f"{label}, best_fit (peer = OLMo-core NumpyPackedFSLDataset)"
+    runs = len(results) if got else 0
+    bench.row(f"{metric}: time", "s", "lower",
+              stat(lambda r: r["seconds"], ours), stat(lambda r: r["seconds"], results), runs)
+    bench.row(f"{metric}: peak RSS", "MiB", "lower",
+              stat(lambda r: r["peak"] / MIB, ours), stat(lambda r: r["peak"] / MIB, results),
+              runs)
+    bench.row(f"{metric}: peak RSS above imports", "MiB", "lower",
+              stat(lambda r: (r["peak"] - r["baseline"]) / MIB, ours),
+              stat(lambda r: (r["peak"] - r["baseline"]) / MIB, results), runs)
+    if not got:
+        bench.note(f"build: OLMo-core n/a: {failed}")
+        return
+    from megadata_core.indices.packing import best_fit_pack
+
+    expected = best_fit_pack(lengths.astype(np.int64), OLMO_SEQUENCE,
+                             np.arange(len(lengths))).num_bins
+    bench.check(
+        f"build: OLMo-core's instance count equals ours at S = {OLMO_SEQUENCE}",
+        results[0]["samples"] == expected and results[0]["every_token_once"],
+        f"({results[0]['samples']:,} vs {expected:,})",
+    )
+    bench.note(
+        f"build: OLMo-core NumpyPackedFSLDataset, sequence_length={OLMO_SEQUENCE} (its packer "
+        f"takes powers of 2; ours {CAPACITY} = S + 1), long_doc_strategy=fragment, boundaries "
+        "from the Dolma metadata .csv.gz (use_array_if_local=False: a 10M-document token file "
+        "to scan for EOS would be ~10 GB here), constructor + prepare() in a fresh "
+        "interpreter with a fresh work_dir; it packs in a forked worker (the peak is the larger "
+        "of the parent's VmHWM and the worker's ru_maxrss) and does not shuffle (its loader "
+        f"does); {results[0]['samples']:,} instances; ours: shuffle + best fit + "
+        "document_masking index, in-process."
+    )
+
+
+def item_build(bench, olmo: tuple[str | None, str]) -> None:
     count = bench.scaled(10_000_000, minimum=1000)
     short = _resources_for(count, bench.workdir)
     if short:
@@ -335,6 +452,7 @@ def item_build(bench) -> None:
     bench.row(f"{label}, best_fit (peer = concat): peak RSS above imports", "MiB", "lower",
               stat("best_fit", lambda r: (r["peak"] - r["baseline"]) / MIB),
               stat("concat", lambda r: (r["peak"] - r["baseline"]) / MIB), bench.repeats)
+    build_olmo(bench, olmo, lengths, results["best_fit"], label)
     bench.note(
         f"build: samples best_fit {results['best_fit'][0]['samples']:,}, concat "
         f"{results['concat'][0]['samples']:,}; each build a fresh interpreter and cache "
@@ -444,16 +562,23 @@ def item_read(bench) -> None:
 
 def suite_packing(bench) -> None:
     """Best-fit packing: padding and documents cut vs Grain, build time, batch reads."""
+    olmo: tuple[str | None, str] = (None, "not asked")
+    if bench.wants("padding") or bench.wants("build"):
+        create = bench.scale >= OLMO_MIN_SCALE
+        if create:
+            progress("OLMo-core: the overlay venv (created on first use: venv + pip install)")
+        olmo = overlay_python(create)
     if bench.wants("padding"):
-        item_padding(bench)
+        item_padding(bench, olmo)
     if bench.wants("build"):
-        item_build(bench)
+        item_build(bench, olmo)
     if bench.wants("read"):
         item_read(bench)
     bench.note(
-        "OLMo-core's NumpyPackedFSLDataset is not measured: ai2-olmo-core 3.0.0 installs "
-        "without CUDA but pins filelock<4 and (via cached-path) huggingface_hub<2, "
-        "downgrading packages this environment uses (filelock 4.2, huggingface_hub 2.4)."
+        f"OLMo-core ({OLMO_CORE}) runs in an overlay venv in the bench cache ("
+        + (olmo[0].split("/bin/")[0] if olmo[0] else f"not used: {olmo[1]}")
+        + "; its own filelock<4 and huggingface_hub<2 shadow this environment's there only); "
+        f"below scale {OLMO_MIN_SCALE} the overlay is not created, only used if it exists."
     )
 
 
