@@ -25,7 +25,9 @@ def assert_same_items(remote: mdc.IndexedDataset, local: mdc.IndexedDataset) -> 
         np.testing.assert_array_equal(remote[index], local[index], err_msg=f"sequence {index}")
 
 
-def gpt_config(prefixes: list[str], cache: str, weights=(0.6, 0.4)) -> mdc.GPTDataConfig:
+def gpt_config(
+    prefixes: list[str], cache: str, weights=(0.6, 0.4), **options
+) -> mdc.GPTDataConfig:
     blend = " ".join(f"{weight} {prefix}" for weight, prefix in zip(weights, prefixes))
     return mdc.GPTDataConfig(
         random_seed=5,
@@ -34,6 +36,7 @@ def gpt_config(prefixes: list[str], cache: str, weights=(0.6, 0.4)) -> mdc.GPTDa
         blend=blend,
         split="90,10,0",
         path_to_cache=cache,
+        **options,
     )
 
 
@@ -50,13 +53,20 @@ def test_every_item_partial_get_and_slice_equal_local(store, local_corpora):
             np.testing.assert_array_equal(remote_piece, local_piece)
 
 
-def test_gpt_and_blended_batches_equal_local(store, local_corpora, tmp_path):
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"packing": "best_fit", "document_masking": True, "pad_id": 0}],
+    ids=["concat", "best_fit_masked"],
+)
+def test_gpt_and_blended_batches_equal_local(store, local_corpora, tmp_path, options):
     remote_sets = mdc.build_datasets(
-        gpt_config([store.url(name) for name in CORPORA], str(tmp_path / "remote_cache")),
+        gpt_config([store.url(name) for name in CORPORA], str(tmp_path / "remote_cache"),
+                   **options),
         [400, 40, None],
     )
     local_sets = mdc.build_datasets(
-        gpt_config([local_corpora[name] for name in CORPORA], str(tmp_path / "local_cache")),
+        gpt_config([local_corpora[name] for name in CORPORA], str(tmp_path / "local_cache"),
+                   **options),
         [400, 40, None],
     )
     rng = np.random.default_rng(0)
