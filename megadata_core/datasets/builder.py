@@ -72,8 +72,10 @@ from megadata_core.format import IndexedDataset
 from megadata_core.format.open_files import OpenFiles
 from megadata_core.indices import num_epochs, splits
 from megadata_core.indices.cache import (
+    array_digest,
     cached_result,
     description_key,
+    json_digest,
     pack_arrays,
     unpack_arrays,
 )
@@ -85,7 +87,7 @@ IN_MEMORY_BELOW = 4096
 PROBE_OPENS = 8  # corpora opened (and timed) before choosing threads or not
 MOCK_SPLIT = "1,1,1"  # Megatron forces this split for mock data
 #: The build bundle: one cache entry per build with a blend (see :class:`_Builder`).
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 2  # 2: per-prefix lists as digests
 BUNDLE_SPLIT = "bundle"  # the file name part of its entry (where a split name goes)
 BUNDLE_ARRAYS = ("jobs", "blends", "table", "blob")
 BLEND_NAMES = ("dataset_index", "dataset_sample_index", "dataset_counts")
@@ -317,7 +319,8 @@ class _Builder:
         if files is not None:
             blend_record.save_record(
                 self.config.path_to_cache, record, files,
-                [self.corpora[prefix] for prefix in prefixes], description_key(description),
+                [self.corpora[prefix] for prefix in prefixes], identities,
+                description_key(description),
             )
         if isinstance(found, _Unpacked):
             return self._from_bundle(recipes, jobs, *found.value)
@@ -385,14 +388,16 @@ class _Builder:
             "feistel": [FEISTEL_ROUNDS, FEISTEL_ALGORITHM],
             "blend_order": config.blend_order,
             "in_memory_below": self.in_memory_below,
-            "corpora": identities,
-            # [corpus, split, first and last fraction of its documents, samples]
-            "jobs": [
-                [corpus[job.prefix], job.split, *job.bookend, job.num_samples] for job in jobs
-            ],
+            # digests of the per-prefix lists (10,000 prefixes: ~5 MB of JSON to write,
+            # hash and read at every start); the identities themselves are in the record
+            "corpora": None if identities is None else json_digest(identities),
+            "jobs": _jobs_digest(jobs, corpus),
             "recipes": [
                 None if recipe is None
-                else [recipe.kind, [number[job] for job in recipe.jobs], recipe.weights,
+                else [recipe.kind, array_digest(np.array([number[job] for job in recipe.jobs],
+                                                         dtype=np.int64)),
+                      None if recipe.weights is None
+                      else array_digest(np.array(recipe.weights, dtype=np.float64)),
                       recipe.size]
                 for recipe in recipes
             ],
@@ -475,6 +480,20 @@ class _Builder:
             if given is not None:
                 result[-1]._entry = self.bundle_entry
         return result
+
+
+def _jobs_digest(jobs: list[Job], corpus: dict[str, int]) -> list:
+    """``[splits, digest]``: the jobs as int64 [J, 3] (corpus number, split number,
+    samples or -1) and float64 [J, 2] (first and last fraction of the documents)."""
+    names = sorted({job.split for job in jobs})
+    code = {name: number for number, name in enumerate(names)}
+    numbers = np.array(
+        [(corpus[job.prefix], code[job.split], -1 if job.num_samples is None else job.num_samples)
+         for job in jobs],
+        dtype=np.int64,
+    ).reshape(len(jobs), 3)
+    bookends = np.array([job.bookend for job in jobs], dtype=np.float64).reshape(len(jobs), 2)
+    return [names, array_digest(numbers), array_digest(bookends)]
 
 
 def _blend_inputs(

@@ -150,6 +150,8 @@ def period_counts(rates: np.ndarray) -> np.ndarray | None:
 #: Added to (or subtracted from) a masked dataset's key: far beyond any real deadline
 #: (rates below MIN_RATE are dropped, so deadlines stay below ~2**152) or error.
 HUGE = 1e300
+#: The unit roundoff of float64.
+EPSILON = 2.0**-53
 #: EDF rates below this are never picked (their first release lies past step 2**100).
 MIN_RATE = 2.0**-100
 
@@ -247,6 +249,119 @@ class Megatron:
     def guess(self, steps: np.ndarray) -> np.ndarray:
         """int64 [n, K]: a guess of the counts after ``steps[k]`` steps."""
         return apportion(self.weights / self.weights.sum(), steps)
+
+
+class MegatronShortlist(Megatron):
+    """The megatron rule (no caps) over many datasets, exact, on a shortlist per column.
+
+    The steps run in blocks of ``B`` steps. Before step ``s`` of a block at most ``s``
+    datasets were picked in it, so one of the ``s + 1`` largest errors ``e_(s+1)`` at
+    the block's start was not, and its error grew by ``w_j * s >= w_min * s`` since: the
+    max error of every step of the block is at least
+    ``L = min_s (e_(s+1) + w_min * s) - r``, ``r = 8 u (x + 1)`` bounding the rounding
+    of the computed errors (each within ``4 u (x + 1)`` of the real one). A dataset whose
+    computed error at the block's last ``x``, with its count at the start, is below
+    ``L`` (``fl(w x)`` is monotone in x) can neither win nor tie a step of the block.
+    The shortlist holds the others (about B of n), in increasing dataset order, so the
+    row argmax breaks ties to the lowest dataset as the full one does. A step costs
+    ~B per column instead of n; the block's start costs a few passes over [K, n].
+
+    Extra state: per group of columns, the shortlists' dataset ids intp [k, m] (padded
+    with the dummy dataset n: weight 0, count HUGE, never the max), their weights and
+    counts [k, m]; the full counts [K, n + 1] are brought up to date at a block's end
+    and by :meth:`state`.
+    """
+
+    def __init__(self, weights: np.ndarray, block: int) -> None:
+        super().__init__(weights, None)
+        self.wide = True
+        self.block = int(min(block, len(weights) - 1))
+        self.width = 2 * self.block  # a step reads B to 2B per column (segment lengths)
+        self.padded = np.append(weights, 0.0)
+        self.lowest = float(weights.min()) * (1.0 - 2 * EPSILON)  # below every w_j
+
+    def start(self, counts: np.ndarray, steps: np.ndarray) -> None:
+        size, n = len(steps), len(self.weights)
+        self.offsets = np.arange(size, dtype=np.intp)
+        self.rows = self.offsets[:, None]
+        self.counts_t = np.empty((size, n + 1))
+        self.counts_t[:, :n] = np.asarray(counts).T
+        self.counts_t[:, n] = HUGE
+        self.time = steps.astype(np.float64)
+        self.errors = np.empty((size, n))
+        self.x = np.empty(size)
+        self.groups = []  # no shortlist yet: the first step makes them
+        self.left = 0
+
+    def _shortlist(self) -> None:
+        """The shortlists of every column for the block starting now, in groups of
+        columns by shortlist length (a run's true start, where every error lies near
+        every other for the first ~n steps, lists nearly all datasets)."""
+        n, block = len(self.weights), self.block
+        counts = self.counts_t[:, :n]
+        now = np.maximum(self.time, 1.0)
+        errors = np.multiply.outer(now, self.weights, out=self.errors)
+        errors -= counts
+        top = -np.sort(np.partition(-errors, block - 1, axis=1)[:, :block], axis=1)
+        last = np.maximum(self.time + (block - 1), 1.0)
+        steps = np.maximum(self.time[:, None] + np.arange(block), 1.0) - now[:, None]
+        floor = (top + self.lowest * steps).min(axis=1) - 8 * EPSILON * (last + 1.0)
+        np.multiply.outer(last, self.weights, out=errors)
+        errors -= counts
+        rows, ids = np.nonzero(errors >= floor[:, None])
+        lengths = np.bincount(rows, minlength=len(self.time))
+        starts = np.cumsum(lengths) - lengths
+        places = np.arange(len(rows)) - starts[rows]
+        median = np.median(lengths)
+        bounds = np.array([1.25 * median, 4 * median, np.inf])
+        kind = np.searchsorted(bounds, lengths)
+        self.groups = []
+        for number in range(len(bounds)):
+            members = np.flatnonzero(kind == number)
+            if members.size == 0:
+                continue
+            group = np.full(len(self.time), -1, dtype=np.intp)
+            group[members] = np.arange(members.size)
+            short_ids = np.full((members.size, int(lengths[members].max())), n, dtype=np.intp)
+            keep = group[rows] >= 0
+            short_ids[group[rows[keep]], places[keep]] = ids[keep]
+            self.groups.append(
+                (
+                    members,
+                    short_ids,
+                    self.padded[short_ids],
+                    self.counts_t[members[:, None], short_ids],
+                    np.empty(short_ids.shape),
+                    np.arange(members.size) * short_ids.shape[1],
+                )
+            )
+        self.left = block
+
+    def _store(self) -> None:
+        for members, ids, _, counts, _, _ in self.groups:  # the dummy's HUGE stays HUGE
+            self.counts_t[members[:, None], ids] = counts
+
+    def step(self, pick: np.ndarray, before: np.ndarray) -> None:
+        if self.left == 0:
+            self._store()
+            self._shortlist()
+        for members, ids, weights, counts, errors, base in self.groups:
+            x = np.maximum(self.time[members], 1.0)
+            np.multiply(weights, x[:, None], out=errors)
+            errors -= counts
+            where = np.argmax(errors, axis=1)
+            where += base
+            pick[members] = ids.reshape(-1)[where]
+            flat = counts.reshape(-1)
+            taken = flat[where]
+            before[members] = taken
+            flat[where] = taken + 1.0
+        self.time += 1.0
+        self.left -= 1
+
+    def state(self) -> np.ndarray:
+        self._store()
+        return self.counts_t[:, : len(self.weights)].T.astype(np.int64)
 
 
 class Edf(Megatron):

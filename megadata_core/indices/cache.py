@@ -114,6 +114,23 @@ def description_key(description: Mapping) -> str:
     return hashlib.sha256(canonical_json(description).encode("utf-8")).hexdigest()
 
 
+def json_digest(value: object) -> dict:
+    """``{"sha256": ...}`` of a JSON value's :func:`canonical_json` (a long list in a
+    description, stored elsewhere)."""
+    text = canonical_json({"value": value}).encode("utf-8")
+    return {"sha256": hashlib.sha256(text).hexdigest()}
+
+
+def array_digest(array: np.ndarray) -> dict:
+    """``{"dtype", "shape", "sha256"}`` of an array's bytes (C order)."""
+    array = np.ascontiguousarray(array)
+    return {
+        "dtype": array.dtype.str,
+        "shape": list(array.shape),
+        "sha256": hashlib.sha256(byte_view(array)).hexdigest(),
+    }
+
+
 _byte_view = byte_view
 
 

@@ -51,7 +51,7 @@ def built(tmp_path):
 
 def test_warm_start_opens_no_idx_and_serves_the_same_data(built, monkeypatch):
     prefixes, cache, cold = built
-    assert len(_record_files(cache)) == 3
+    assert len(_record_files(cache)) == 4
     opened = []
     original = reader.IndexedDataset._open
     monkeypatch.setattr(reader.IndexedDataset, "_open",
@@ -111,3 +111,30 @@ def test_idx_bytes_changed_under_the_same_identity_fail_at_first_read(built):
     member = warm[0].datasets[2]
     with pytest.raises(DataError, match=r"corpus2\.idx.*sha256.*-bundle-description\.json"):
         member.__getitems__([0])
+
+
+def test_descriptions_do_not_grow_with_the_prefixes(tmp_path):
+    """The per-prefix lists (jobs, recipes, prefixes, identities) are digests in the
+    record's and the bundle's JSON descriptions, kept as arrays: a warm start of many
+    prefixes reads and hashes a few KB of JSON, not megabytes."""
+    rng = np.random.default_rng(3)
+    sizes = {}
+    for count in (4, 60):
+        directory = tmp_path / str(count)
+        directory.mkdir()
+        prefixes = [
+            write_corpus(str(directory / f"corpus{number}"), rng.integers(0, 50, 200), rng)
+            for number in range(count)
+        ]
+        cache = str(directory / "cache")
+        config = ours_config(blend=(prefixes, [1.0] * count), path_to_cache=cache,
+                             random_seed=5, sequence_length=16, split="90,8,2")
+        cold = build_datasets(config, [40 * count, 4 * count, count])
+        warm = build_datasets(config, [40 * count, 4 * count, count])
+        np.testing.assert_array_equal(cold[0].dataset_index, warm[0].dataset_index)
+        assert isinstance(warm[0].datasets[0].indexed, described.DescribedCorpus)
+        sizes[count] = sum(
+            os.path.getsize(path) for path in glob.glob(os.path.join(cache, "*description.json"))
+        )
+    # a prefix's path still appears in the large members' own entries (none here)
+    assert sizes[60] < sizes[4] + 2048, sizes

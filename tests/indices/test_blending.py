@@ -359,3 +359,59 @@ def test_wide_edf_is_the_sequential_rule(datasets, caps):
         assert limits.sum() > size and np.any(np.bincount(index, minlength=datasets) == limits)
     np.testing.assert_array_equal(index, picks)
     np.testing.assert_array_equal(sample, samples)
+
+
+def shortlist_weights(kind: str, datasets: int) -> np.ndarray:
+    rng = np.random.default_rng(datasets)
+    if kind == "equal":  # every step a tie among many: the lowest dataset must win
+        return np.ones(datasets)
+    if kind == "tokens":  # corpora of similar sizes: weights within a few percent
+        return rng.normal(1.0, 0.04, datasets)
+    if kind == "skewed":
+        return rng.lognormal(0.0, 2.0, datasets)
+    weights = rng.random(datasets) * 1e-3  # a few heavy datasets over many rare ones
+    weights[:3] = [5.0, 3.0, 1.0]
+    return weights
+
+
+@pytest.mark.parametrize("kind", ["equal", "tokens", "skewed", "heavy"])
+def test_shortlist_kernel_matches_megatron(megatron_helpers, kind):
+    """The megatron rule over more than SHORTLIST_ABOVE datasets runs on per-column
+    shortlists; its values are megatron-core's, ties and rare datasets included."""
+    datasets = engine.SHORTLIST_ABOVE + 400
+    weights = megatron_normalize(shortlist_weights(kind, datasets))
+    size = 40_000
+    assert isinstance(engine._kernel("megatron", weights, None), rules.MegatronShortlist)
+    stats = {}
+    ours = engine.run("megatron", weights, size, stats=stats)
+    assert stats["segments"] > 1
+    assert_same(ours, helper_order(megatron_helpers, weights, size))
+
+
+def test_shortlist_kernel_from_any_counts():
+    """Started mid-run from arbitrary counts (a guess, a repair's start), every column
+    of the shortlist kernel follows the plain rule; the shortlists are short."""
+    rng = np.random.default_rng(11)
+    datasets, columns, steps = 600, 5, 700
+    weights = megatron_normalize(rng.lognormal(0.0, 1.0, datasets))
+    starts = np.array([0, 1, 977, 50_000, 1_234_567])
+    counts = rules.apportion(weights, starts)
+    counts[:, 2] += rng.integers(0, 3, datasets)  # counts off the rule's own path
+    kernel = rules.MegatronShortlist(weights, block=40)
+    kernel.start(counts, starts)
+    picks = np.empty((steps, columns), dtype=np.intp)
+    before = np.empty((steps, columns))
+    lengths = []
+    for step in range(steps):
+        kernel.step(picks[step], before[step])
+        if kernel.left == kernel.block - 1:
+            lengths += [(ids < datasets).sum(axis=1) for _, ids, *_ in kernel.groups]
+    for column in range(columns):
+        first = int(starts[column])
+        expected = rules.scalar_megatron(weights, None, counts[:, column], first, first + steps)
+        np.testing.assert_array_equal(picks[:, column], expected[0])
+        np.testing.assert_array_equal(before[:, column], expected[1])
+    picked = [np.bincount(picks[:, k], minlength=datasets) for k in range(columns)]
+    final = counts + np.stack(picked, axis=1)
+    np.testing.assert_array_equal(kernel.state(), final)
+    assert np.median(np.concatenate(lengths)) < datasets / 4
