@@ -72,7 +72,13 @@ def document_masks(
         folded = last - ((length[last] == extra) & (counts > 1) & (extra > 0))
         ends[last] = size
         ends[folded] = size
-    widest = int(counts.max()) if batch else 0
+    # A piece starting at S or later holds only the extra (label) token: its end is S,
+    # the fill value, so it takes no entry (Megatron drops it too). The kept pieces are a
+    # prefix of each sample's pieces.
+    kept = starts < size
+    sample = np.repeat(np.arange(batch, dtype=np.int64), counts)
+    needed = np.bincount(sample[kept], minlength=batch)
+    widest = int(needed.max()) if batch else 0
     if widest > size:
         raise DataError(
             f"document_masking: a sample holds {widest} document pieces, more than "
@@ -81,7 +87,8 @@ def document_masks(
     within = np.arange(total, dtype=np.int64) - np.repeat(first, counts)
     cu_seqlens = np.full((batch, size + 1), size, dtype=np.int32)
     cu_seqlens[:, 0] = 0
-    cu_seqlens.reshape(-1)[np.repeat(np.arange(batch) * (size + 1) + 1, counts) + within] = ends
+    slots = sample * (size + 1) + 1 + within
+    cu_seqlens.reshape(-1)[slots[kept]] = ends[kept]
     widths = np.diff(cu_seqlens, axis=1)
     max_seqlen = widths.max(axis=1).astype(np.int32)
 
@@ -100,7 +107,6 @@ def document_masks(
     segment_ids[np.arange(size) >= real[:, None]] = 0
 
     crossing = (within > 0) & (length > 0) & (starts >= 1) & (starts - 1 < size)
-    sample = np.repeat(np.arange(batch, dtype=np.int64), counts)
     boundary = sample[crossing] * size + starts[crossing] - 1
     return {
         "cu_seqlens": cu_seqlens,

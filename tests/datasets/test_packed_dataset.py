@@ -54,6 +54,9 @@ SETTINGS = settings(
 @SETTINGS
 @given(CORPUS, st.integers(1, 24), st.booleans(), st.integers(1, 3), st.integers(0, 2**32 - 1),
        st.sampled_from(["megatron", "feistel"]))
+# S = 1 with the extra token: two 1-token documents fill a bin, the second only as the
+# label; cu_seqlens [2] holds the first alone (found by the explore profile)
+@example([1, 1], 1, True, 1, 0, "megatron")
 def test_best_fit_properties(lengths, length, extra, epochs, seed, shuffle):
     with tempfile.TemporaryDirectory() as directory:
         indexed = write_corpus(directory, lengths)
@@ -153,6 +156,8 @@ def sample_parts(dataset, row: int, extra: int) -> list[int]:
 # a padded last sample whose last part is the extra token alone: Megatron drops that
 # part and folds the padding into the part before
 @example([8, 6, 3, 4, 1], 2, True, False, 0)
+# S = 1: the second document holds only the extra token and is dropped (explore profile)
+@example([1, 1], 1, True, False, 0)
 def test_concat_matches_megatron_main_definition(lengths, length, extra, drop, seed):
     with tempfile.TemporaryDirectory() as directory:
         indexed = write_corpus(directory, lengths)
