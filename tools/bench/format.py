@@ -8,7 +8,6 @@ import json
 import multiprocessing
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -16,6 +15,7 @@ from absl import flags
 
 from bench.harness import (
     Bench,
+    child_result,
     import_megatron_indexed,
     measure,
     median_of,
@@ -185,18 +185,10 @@ print("RESULT " + json.dumps({"seconds": seconds, "peak": status("VmHWM"), "base
 
 
 def _merge_in_child(side: str, out_prefix: str, list_path: str) -> dict:
-    process = subprocess.run(
+    return child_result(
         [sys.executable, "-c", _MERGE_CHILD, side, out_prefix, list_path],
-        env={**os.environ, "MEGADATA_TOOLS": TOOLS},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    for line in process.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT ") :])
-    raise RuntimeError(
-        f"merge child ({side}) failed with status {process.returncode}:\n{process.stderr[-4000:]}"
+        f"merge child ({side})",
+        env={"MEGADATA_TOOLS": TOOLS},
     )
 
 

@@ -41,7 +41,6 @@ import os
 import shutil
 import statistics
 import struct
-import subprocess
 import sys
 import time
 import warnings
@@ -49,6 +48,7 @@ import warnings
 import numpy as np
 
 from bench.cache_states import time_states
+from bench.harness import child_result
 from bench.peers import proc_status, quiet_import
 
 SEQUENCE = 4096
@@ -254,19 +254,7 @@ def build_child(side: str, prefix: str, num_samples: int, cache: str, head: int)
 
 def run_build_child(side: str, prefix: str, num_samples: int, cache: str, head: int) -> dict:
     arguments = json.dumps([side, prefix, num_samples, cache, head])
-    process = subprocess.run(
-        [sys.executable, "-c", _CHILD, TOOLS, arguments],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    for line in process.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT ") :])
-    raise RuntimeError(
-        f"build child ({side}) failed with status {process.returncode}:\n{process.stderr[-4000:]}"
-    )
+    return child_result([sys.executable, "-c", _CHILD, TOOLS, arguments], f"build child ({side})")
 
 
 def build_plan(lengths: np.ndarray) -> dict:

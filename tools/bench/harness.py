@@ -6,9 +6,11 @@ from __future__ import annotations
 import filecmp
 import gc
 import importlib.metadata
+import json
 import os
 import statistics
 import struct
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -72,6 +74,28 @@ class Bench:
 
     def note(self, text: str) -> None:
         self.notes.append(text)
+
+
+class ChildFailedError(RuntimeError):
+    """A measuring child process printed no ``RESULT {json}`` line."""
+
+
+def child_result(command: list[str], what: str, env: dict | None = None) -> dict:
+    """Run a measuring child (a fresh interpreter) and return the json of its
+    ``RESULT {json}`` line; :class:`ChildFailedError` with its stderr's tail otherwise."""
+    process = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
+    )
+    for line in process.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT ") :])
+    raise ChildFailedError(
+        f"{what} failed with status {process.returncode}:\n{process.stderr[-4000:]}"
+    )
 
 
 def progress(message: str) -> None:

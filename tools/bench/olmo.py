@@ -26,6 +26,7 @@ import tempfile
 import numpy as np
 
 from bench.cloud import cache_dir
+from bench.harness import ChildFailedError, child_result
 
 OLMO_CORE = "ai2-olmo-core==3.0.0"
 INSTALL_TIMEOUT_S = 900
@@ -153,14 +154,7 @@ def run_olmo(python: str, tokens: str, sequence_length: int, eos: int, vocab: in
         "metadata": metadata,
         "work_dir": work_dir,
     }
-    process = subprocess.run(
-        [python, "-I", CHILD, json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    for line in process.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT ") :])
-    return f"fails: {_last_line(process.stderr)}"
+    try:
+        return child_result([python, "-I", CHILD, json.dumps(spec)], "OLMo-core build")
+    except ChildFailedError as failure:
+        return f"fails: {_last_line(str(failure))}"

@@ -48,14 +48,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 
 import numpy as np
 
 from bench.gpt import lognormal_lengths, time_batches, write_sparse_corpus, write_token_corpus
-from bench.harness import median_of, progress
+from bench.harness import child_result, median_of, progress
 from bench.olmo import OLMO_CORE, overlay_python, run_olmo, write_olmo_metadata, write_olmo_tokens
 from bench.peers import proc_status
 
@@ -329,17 +328,10 @@ def build_child(packing: str, prefix: str, cache: str) -> dict:
 
 
 def run_build_child(packing: str, prefix: str, cache: str) -> dict:
-    process = subprocess.run(
+    return child_result(
         [sys.executable, "-c", _CHILD, TOOLS, json.dumps([packing, prefix, cache])],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        f"build child ({packing})",
     )
-    for line in process.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT ") :])
-    raise RuntimeError(f"build child ({packing}) failed:\n{process.stderr[-4000:]}")
 
 
 def _resources_for(documents: int, workdir: str) -> str | None:
