@@ -59,6 +59,7 @@ from megadata_core.datasets.build_plan import (
 )
 from megadata_core.datasets.cache_keys import corpus_identity
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
+from megadata_core.datasets.corpus_trust import ensure_validated, open_corpus
 from megadata_core.datasets.gpt_arrays import (
     INDEX_ALGORITHM_VERSION,
     PACKING_ALGORITHM_VERSION,
@@ -110,10 +111,15 @@ def _open_all(open_one: Callable, prefixes: list[str], max_workers: int | None) 
     return opened + _run(open_one, prefixes[len(probe):], None if waiting else 1)
 
 
-def index_entries(indexed, job: Job, config: GPTDataConfig) -> int:
+def index_entries(indexed, job: Job, config: GPTDataConfig, at_least: int | None = None) -> int:
     """The size of a job's index, ``max(document-index entries, samples)`` (documents x
-    epochs; epochs x tokens / S), from the corpus lengths alone (no index is built)."""
+    epochs; epochs x tokens / S), from the corpus lengths alone (no index is built).
+    With ``at_least``, a split of that many documents or more answers its document
+    count without summing its lengths (a warm start of a large corpus reads no array
+    whole; an empty split then fails as it would in memory, in the index build)."""
     documents = splits.document_ranges([job.bookend], len(indexed))[0]
+    if at_least is not None and len(documents) >= at_least:
+        return len(documents)
     lengths = np.asarray(indexed.sequence_lengths)  # validated: a plain slice sum
     tokens = int(lengths[documents.start : documents.stop].sum(dtype=np.int64))
     if tokens == 0:
@@ -157,8 +163,9 @@ class _Builder:
         self.bundle_entry = "build bundle"  # with its blob's path once one is loaded
 
     def _open(self, prefix: str):
+        """The corpus, validated (or vouched for by the cache: see :mod:`.corpus_trust`)."""
         try:
-            return IndexedDataset(prefix, mmap=self.config.mmap_bin_files)
+            return open_corpus(prefix, self.config.path_to_cache, mmap=self.config.mmap_bin_files)
         except DataError as error:
             raise self._open_error(prefix, error) from error
 
@@ -170,11 +177,8 @@ class _Builder:
             raise self._open_error(prefix, error) from error
 
     def _validate(self, prefix: str) -> None:
-        validate = getattr(self.corpora[prefix], "validate", None)
-        if validate is None:
-            return
         try:
-            validate()
+            ensure_validated(self.corpora[prefix], self.config.path_to_cache)
         except DataError as error:
             raise self._open_error(prefix, error) from error
 
@@ -221,7 +225,8 @@ class _Builder:
         small = [
             job for job in jobs
             if self.config.path_to_cache is None
-            or index_entries(self.corpora[job.prefix], job, self.config) < self.in_memory_below
+            or index_entries(self.corpora[job.prefix], job, self.config, self.in_memory_below)
+            < self.in_memory_below
         ]
         self.small = set(small)
         large = [job for job in jobs if job not in self.small]
