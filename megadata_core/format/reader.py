@@ -423,10 +423,16 @@ class IndexedDataset:
 
     def __getstate__(self) -> dict:
         # Memmaps would pickle by value; keep only what reopening needs.
+        stats = self.local_stats()
         return {
             "path_prefix": self.path_prefix,
             "mmap": self.mmap,
             "multimodal": self.multimodal,
+            "validated": self.validated,
+            # what the receiver must find to share this validation (or lack of it)
+            "opened": None if stats is None else [
+                [*_identity(stats[0]), *_contents(stats[0])], list(_identity(stats[1]))
+            ],
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -434,6 +440,22 @@ class IndexedDataset:
         self.mmap = state["mmap"]
         self._requested_multimodal = state["multimodal"]
         self._open(validate=False)
+        opened, stats = state.get("opened"), self.local_stats()
+        if opened is None or stats is None:
+            return
+        idx_now = [*_identity(stats[0]), *_contents(stats[0])]
+        if idx_now != list(opened[0]):
+            raise DataError(
+                f"{self.idx_path}: the .idx changed since the sending process opened it "
+                f"(device, inode, size, mtime_ns, ctime_ns {opened[0]} -> {idx_now}); "
+                "rebuild the dataset"
+            )
+        if list(_identity(stats[1])) != list(opened[1]):
+            raise DataError(
+                f"{self.bin_path}: the .bin was replaced since the sending process opened "
+                "it; rebuild the dataset"
+            )
+        self.validated = bool(state.get("validated", False))  # the very same files
 
     def __repr__(self) -> str:
         return (

@@ -257,3 +257,21 @@ def test_bundled_blend_warm_start_vouches(tmp_path, settled, validations):
     warm = mdc.build_datasets(config, [100, None, None], in_memory_below=0)
     assert len(validations) == 2
     assert all(member.indexed.validated for member in warm[0].datasets)
+
+
+def test_unpickled_in_a_worker_only_onto_the_same_files(tmp_path, settled):
+    """A dataset travels to a worker as file names: the worker maps the files again and
+    must find the very files the sender validated (or vouched for)."""
+    import pickle
+
+    prefix, cache = _corpus(tmp_path), str(tmp_path / "cache")
+    train = _warm_dataset(tmp_path, prefix, cache)
+    sent = pickle.dumps(train)
+    again = pickle.loads(sent)
+    assert again.indexed.validated
+    np.testing.assert_array_equal(
+        again.__getitems__([1, 2])["tokens"], train.__getitems__([1, 2])["tokens"]
+    )
+    _corrupt_pointer(prefix)
+    with pytest.raises(mdc.DataError, match=r"corpus\.idx: the \.idx changed since the sending"):
+        pickle.loads(sent)
