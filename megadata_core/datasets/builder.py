@@ -23,14 +23,16 @@ or (multiple validation sets) a list of GPTDatasets, with Megatron's lengths and
   (:class:`megadata_core.datasets.mock.MockGPTLowLevelDataset`), split ``"1,1,1"``.
 
 Every corpus is opened once (one :class:`IndexedDataset` per prefix, shared by every
-split that reads it). Small indices (under ``in_memory_below`` entries) are built in
-memory, no file each (a blend of 1,000 corpora would otherwise hold ~8 file descriptors
-per corpus); the others are built, or loaded from ``config.path_to_cache``, in a thread
-pool. A build with a blend and a cache directory also caches, as one entry (the *build
-bundle*, keyed by every input including each corpus's content), the small members'
-indices and the blends': a restart on the same data loads that entry, reads each small
-.idx with one read and validates nothing already validated, and builds nothing (for
-1,000 small prefixes, ~0.07x megatron-core's startup on this project's machine).
+split that reads it); with ``config.path_to_cache`` its .idx is validated once per file
+identity and vouched for by the cache's record after that (:mod:`.corpus_trust`). Small
+indices (under ``in_memory_below`` entries) are built in memory, no file each (a blend
+of 1,000 corpora would otherwise hold ~8 file descriptors per corpus); the others are
+built, or loaded from ``config.path_to_cache``, in a thread pool. A build with a blend
+and a cache directory also caches, as one entry (the *build bundle*, keyed by every
+input including each corpus's content), the small members' indices and the blends': a
+restart on the same data loads that entry, reads each small .idx with one read and
+validates nothing already validated, and builds nothing (for 1,000 small prefixes,
+~0.07x megatron-core's startup on this project's machine).
 Differences from Megatron: errors are
 DataErrors naming the field (Megatron asserts, or loops forever on a split without
 tokens); a None size is accepted for a split that is not built (Megatron's weighted

@@ -19,8 +19,9 @@ side when none is named. Per size:
   right size (created with truncate; reads touch a few pages);
 * the train index, S = 4096, two epochs whose final epoch is shuffled apart (as the
   ``gpt`` suite), built in a fresh interpreter with a fresh cache directory, by ours
-  with ``shuffle="megatron"`` and ``"feistel"`` and by megatron-core (killed when its
-  RSS passes ``MEGATRON_RSS_CAP``; the row says where it stopped). Memory is sampled
+  with ``shuffle="megatron"``, ``"feistel"`` and ``packing="best_fit"`` and by
+  megatron-core (best_fit and megatron-core are killed when their RSS passes
+  ``RSS_CAP``; the note says where they stopped). Memory is sampled
   by this process from the child's /proc/PID/status every 50 ms: peak VmRSS and peak
   RssAnon (what cannot be paged back to a file: the memory the build owns), beside the
   child's own VmHWM;
@@ -55,8 +56,10 @@ DEFAULT_SIZES = ("10M", "100M", "300M")
 MEAN_LENGTH = 1000
 SIGMA = 1.0
 CHUNK = 1 << 24  # documents per chunk of the corpus writer
-#: megatron-core is killed past this VmRSS: the machine has 23 GiB, shared.
-MEGATRON_RSS_CAP = 12 << 30
+#: megatron-core and best_fit (whose memory grows with the corpus) are killed past this
+#: VmRSS: this project's machine has 23 GiB, shared.
+RSS_CAP = 12 << 30
+CAPPED = ("best-fit", "megatron-core")
 SIDES = ("megatron-shuffle", "feistel", "best-fit", "megatron-core")
 PEER_SIDE = "megatron-core"
 #: best_fit holds its bin layout in memory (packing.py): larger sizes only when named.
@@ -308,7 +311,7 @@ def run_size(bench, label: str, count: int) -> None:
                 "kind": "build", "side": side, "prefix": prefix, "cache": cache,
                 "num_samples": plan["num_samples"],
             }
-            cap = MEGATRON_RSS_CAP if side == PEER_SIDE else None
+            cap = RSS_CAP if side in CAPPED else None
             build = run_child(task, cap)
             progress(f"scale {label} {side} build: {json.dumps(build)}")
             starts = []
