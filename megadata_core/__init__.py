@@ -11,7 +11,13 @@ below; tests/test_layering.py checks it):
 """
 
 from megadata_core import samplers
-from megadata_core.datasets import BlendedDataset, GPTDataConfig, GPTDataset, build_datasets
+from megadata_core.datasets import (
+    BlendedDataset,
+    GPTDataConfig,
+    GPTDataset,
+    build_datasets,
+    open_corpus,
+)
 from megadata_core.datasets.context_parallel import context_parallel_slice
 from megadata_core.errors import DataError
 from megadata_core.format import (
@@ -37,4 +43,5 @@ __all__ = [
     "context_parallel_slice",
     "samplers",
     "build_datasets",
+    "open_corpus",
 ]

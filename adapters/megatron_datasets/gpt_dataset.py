@@ -315,7 +315,7 @@ class GPTDataset(MegatronDataset):
 
     def _text_reader(self) -> Callable[[int], numpy.ndarray]:
         """``read(idx)``: the tokens of sample ``idx`` (corpus dtype). A memory-mapped
-        corpus is sliced from its flat token view (one ``check_bin`` stat a sample, not one
+        corpus is sliced from its flat token view (``check_files``: two stats a sample, not
         per document); others are read through ``corpus.get``."""
         shuffle, samples = self.core.shuffle_index, self.core.sample_index
         documents, corpus = self.core.document_index, self.dataset.corpus
@@ -338,13 +338,13 @@ class GPTDataset(MegatronDataset):
             return read
         pointers, lengths = corpus.sequence_pointers, corpus.sequence_lengths
         itemsize = corpus.dtype.itemsize
-        check_bin = corpus.check_bin
+        check_files = corpus.check_files  # the .idx and the .bin: changed under us?
 
         def read(idx: int) -> numpy.ndarray:
             row = int(shuffle[idx])
             first, first_offset = (int(v) for v in samples[row])
             last, last_offset = (int(v) for v in samples[row + 1])
-            check_bin()
+            check_files()
             ids = documents[first : last + 1]
             # sequence i is tokens[pointers[i] // itemsize :][: lengths[i]] (pointers are
             # whole tokens: checked when the corpus was opened)

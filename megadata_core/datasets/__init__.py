@@ -12,6 +12,7 @@ from megadata_core.datasets.blend_args import blend_from_args, blend_from_list
 from megadata_core.datasets.blended_dataset import BlendedDataset
 from megadata_core.datasets.builder import build_datasets
 from megadata_core.datasets.config import GPTDataConfig
+from megadata_core.datasets.corpus_trust import open_corpus
 from megadata_core.datasets.gpt_dataset import GPTDataset
 from megadata_core.datasets.mock import MockGPTLowLevelDataset
 
@@ -23,4 +24,5 @@ __all__ = [
     "blend_from_args",
     "blend_from_list",
     "build_datasets",
+    "open_corpus",
 ]

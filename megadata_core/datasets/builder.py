@@ -23,14 +23,16 @@ or (multiple validation sets) a list of GPTDatasets, with Megatron's lengths and
   (:class:`megadata_core.datasets.mock.MockGPTLowLevelDataset`), split ``"1,1,1"``.
 
 Every corpus is opened once (one :class:`IndexedDataset` per prefix, shared by every
-split that reads it). Small indices (under ``in_memory_below`` entries) are built in
-memory, no file each (a blend of 1,000 corpora would otherwise hold ~8 file descriptors
-per corpus); the others are built, or loaded from ``config.path_to_cache``, in a thread
-pool. A build with a blend and a cache directory also caches, as one entry (the *build
-bundle*, keyed by every input including each corpus's content), the small members'
-indices and the blends': a restart on the same data loads that entry, reads each small
-.idx with one read and validates nothing already validated, and builds nothing (for
-1,000 small prefixes, ~0.07x megatron-core's startup on this project's machine).
+split that reads it); with ``config.path_to_cache`` its .idx is validated once per file
+identity and vouched for by the cache's record after that (:mod:`.corpus_trust`). Small
+indices (under ``in_memory_below`` entries) are built in memory, no file each (a blend
+of 1,000 corpora would otherwise hold ~8 file descriptors per corpus); the others are
+built, or loaded from ``config.path_to_cache``, in a thread pool. A build with a blend
+and a cache directory also caches, as one entry (the *build bundle*, keyed by every
+input including each corpus's content), the small members' indices and the blends': a
+restart on the same data loads that entry, reads each small .idx with one read and
+validates nothing already validated, and builds nothing (for 1,000 small prefixes,
+~0.07x megatron-core's startup on this project's machine).
 Differences from Megatron: errors are
 DataErrors naming the field (Megatron asserts, or loops forever on a split without
 tokens); a None size is accepted for a split that is not built (Megatron's weighted
@@ -60,6 +62,7 @@ from megadata_core.datasets.build_plan import (
 )
 from megadata_core.datasets.cache_keys import corpus_identity
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
+from megadata_core.datasets.corpus_trust import ensure_validated
 from megadata_core.datasets.gpt_arrays import (
     INDEX_ALGORITHM_VERSION,
     PACKING_ALGORITHM_VERSION,
@@ -119,10 +122,15 @@ def _open_all(open_one: Callable, prefixes: list[str], max_workers: int | None) 
     return opened + _run(open_one, prefixes[len(probe):], None if waiting else 1)
 
 
-def index_entries(indexed, job: Job, config: GPTDataConfig) -> int:
+def index_entries(indexed, job: Job, config: GPTDataConfig, at_least: int | None = None) -> int:
     """The size of a job's index, ``max(document-index entries, samples)`` (documents x
-    epochs; epochs x tokens / S), from the corpus lengths alone (no index is built)."""
+    epochs; epochs x tokens / S), from the corpus lengths alone (no index is built).
+    With ``at_least``, a split of that many documents or more answers its document
+    count without summing its lengths (a warm start of a large corpus reads no array
+    whole; an empty split then fails as it would in memory, in the index build)."""
     documents = splits.document_ranges([job.bookend], len(indexed))[0]
+    if at_least is not None and len(documents) >= at_least:
+        return len(documents)
     lengths = np.asarray(indexed.sequence_lengths)  # validated: a plain slice sum
     tokens = int(lengths[documents.start : documents.stop].sum(dtype=np.int64))
     if tokens == 0:
@@ -168,10 +176,11 @@ class _Builder:
         self.open_files = OpenFiles(config.max_open_files)
 
     def _open(self, prefix: str):
-        """The corpus, validated (a small .idx read whole: no descriptor kept)."""
+        """The corpus, validated (or vouched for by the cache: see :mod:`.corpus_trust`); a
+        small .idx is read whole and keeps no descriptor."""
         corpus = self._open_deferred(prefix)
         try:
-            corpus.validate()
+            ensure_validated(corpus, self.config.path_to_cache)
         except DataError as error:
             raise self._open_error(prefix, error) from error
         return corpus
@@ -186,11 +195,8 @@ class _Builder:
         return corpus
 
     def _validate(self, prefix: str) -> None:
-        validate = getattr(self.corpora[prefix], "validate", None)
-        if validate is None:
-            return
         try:
-            validate()
+            ensure_validated(self.corpora[prefix], self.config.path_to_cache)
         except DataError as error:
             raise self._open_error(prefix, error) from error
 
@@ -237,7 +243,8 @@ class _Builder:
         small = [
             job for job in jobs
             if self.config.path_to_cache is None
-            or index_entries(self.corpora[job.prefix], job, self.config) < self.in_memory_below
+            or index_entries(self.corpora[job.prefix], job, self.config, self.in_memory_below)
+            < self.in_memory_below
         ]
         self.small = set(small)
         large = [job for job in jobs if job not in self.small]

@@ -309,13 +309,13 @@ class GPTDataset:
     def _text(self, positions: np.ndarray) -> tuple[np.ndarray, bool, reading.Pieces]:
         """[B, S + extra] tokens of the samples at ``positions`` (corpus dtype, or
         token_dtype padded with pad_id), whether any sample was padded, and the pieces."""
+        check = getattr(self.indexed, "check_files", None)  # mock data has no file
+        if check is not None:  # before the .idx arrays are read: DataError, not SIGBUS
+            check()  # (a .bin mapped below is checked as it is mapped)
         pieces = self._pieces(self.shuffle_index[positions])  # int [B]; widened there
         # Asked every batch, never kept: a view would pin the .bin map open past the
         # corpus's OpenFiles bound (a blend of 10,000 members).
         flat = reading.flat_tokens(self.indexed)
-        check_bin = getattr(self.indexed, "check_bin", None)  # mock data has no file
-        if check_bin is not None:
-            check_bin()  # a .bin truncated under us: DataError, not SIGBUS
         width = self.config.sequence_length + self._extra
         try:
             text, padded = reading.gather_tokens(

@@ -49,6 +49,11 @@ def _identity(info: os.stat_result) -> tuple[int, int]:
     return info.st_dev, info.st_ino
 
 
+def _contents(info: os.stat_result) -> tuple[int, int, int]:
+    """What a write in place changes: size, mtime and ctime (ns)."""
+    return info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
 class IndexedDataset:
     """A Megatron ``MMIDIDX`` v1 corpus: sequences of tokens grouped into documents.
 
@@ -104,6 +109,9 @@ class IndexedDataset:
         self._bin_file: str | None = None  # a local .bin memory-mapped at its first read
         self._bin_identity: tuple[int, int] | None = None  # (st_dev, st_ino) of a local .bin
         self._idx_bytes: bytes | None = None
+        self._idx_file: str | None = None  # a local .idx that is memory-mapped
+        self._idx_stat: os.stat_result | None = None  # its fstat when mapped
+        self._bin_stat: os.stat_result | None = None
         if is_local(self.path_prefix):
             idx_file = local_path(self.idx_path)
             bin_file = local_path(self.bin_path)
@@ -111,6 +119,7 @@ class IndexedDataset:
             bin_stat = _local_file_stat(bin_file, ".bin")
             bin_size = bin_stat.st_size
             self._bin_identity = _identity(bin_stat)
+            self._bin_stat = bin_stat
             if 0 < idx_size <= read_below:
                 idx_source = LocalFileSource(idx_file)
                 try:
@@ -122,13 +131,15 @@ class IndexedDataset:
                     self._requested_multimodal,
                 )
                 self._idx_bytes = idx_buffer = idx_bytes  # arrays: read-only views of it
-            else:
+            else:  # mapped from the descriptor whose fstat is kept (see check_idx)
                 with open(idx_file, "rb") as stream:
+                    idx_stat = os.fstat(stream.fileno())
                     header_bytes = stream.read(idx_layout.HEADER_SIZE)
-                header = idx_layout.parse_header(
-                    header_bytes, idx_size, idx_file, self._requested_multimodal
-                )
-                idx_buffer = np.memmap(idx_file, dtype=np.uint8, mode="r")
+                    header = idx_layout.parse_header(
+                        header_bytes, idx_stat.st_size, idx_file, self._requested_multimodal
+                    )
+                    idx_buffer = np.memmap(stream, dtype=np.uint8, mode="r")
+                self._idx_file, self._idx_stat = idx_file, idx_stat
             if self.mmap and bin_size > 0:
                 self._bin_file = bin_file
             elif not self.mmap:
@@ -240,6 +251,45 @@ class IndexedDataset:
                 f"{self.bin_path}: the .bin is now {info.st_size} bytes but its index "
                 f"points to {self._bin_needed} (truncated since it was opened)"
             )
+
+    def local_stats(self, now: bool = False) -> tuple | None:
+        """``(idx, bin)`` stat results taken when the files were opened (the .idx's from
+        the descriptor it is memory-mapped from), or with ``now`` of the paths as they
+        are now (an entry None where the path is gone); None unless both files are
+        local and the .idx is memory-mapped (not a small .idx read into memory, not a
+        remote corpus)."""
+        if self._idx_stat is None or self._bin_stat is None:
+            return None
+        if not now:
+            return self._idx_stat, self._bin_stat
+        return _stat_or_none(self._idx_file), _stat_or_none(local_path(self.bin_path))
+
+    def check_idx(self) -> None:
+        """Raise DataError when the memory-mapped .idx was written or truncated in place
+        since it was opened (its size, mtime or ctime changed): its arrays would change
+        under the reader, or fault. One ``stat``; callers check once per batch. A .idx
+        replaced by another file (``os.replace``) is fine: the map keeps the old file.
+        """
+        opened = self._idx_stat
+        if opened is None:
+            return  # read into memory, or remote: nothing can change under us
+        try:
+            info = os.stat(self._idx_file)
+        except OSError:
+            return  # removed or renamed: the map still holds the old file
+        if _identity(info) == _identity(opened) and _contents(info) != _contents(opened):
+            size, mtime, ctime = _contents(info)
+            raise DataError(
+                f"{self.idx_path}: the .idx changed since it was opened (size "
+                f"{opened.st_size} -> {size}, mtime_ns {opened.st_mtime_ns} -> {mtime}, "
+                f"ctime_ns {opened.st_ctime_ns} -> {ctime}); reopen the dataset"
+            )
+
+    def check_files(self) -> None:
+        """:meth:`check_idx` and :meth:`check_bin` (two ``stat`` calls): what a reader
+        checks once per batch, before it reads the index arrays."""
+        self.check_idx()
+        self.check_bin()
 
     def check_bin(self) -> None:
         """Raise DataError when a local .bin read through a memory map no longer holds
@@ -418,11 +468,17 @@ class IndexedDataset:
 
     def __getstate__(self) -> dict:
         # Memmaps would pickle by value; keep only what reopening needs.
+        stats = self.local_stats()
         return {
             "path_prefix": self.path_prefix,
             "mmap": self.mmap,
             "multimodal": self.multimodal,
             "open_files": self._open_files,  # one bound for corpora pickled together
+            "validated": self.validated,
+            # what the receiver must find to share this validation (or lack of it)
+            "opened": None if stats is None else [
+                [*_identity(stats[0]), *_contents(stats[0])], list(_identity(stats[1]))
+            ],
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -431,6 +487,22 @@ class IndexedDataset:
         self._requested_multimodal = state["multimodal"]
         self._open_files = state.get("open_files")
         self._open(validate=False)
+        opened, stats = state.get("opened"), self.local_stats()
+        if opened is None or stats is None:
+            return
+        idx_now = [*_identity(stats[0]), *_contents(stats[0])]
+        if idx_now != list(opened[0]):
+            raise DataError(
+                f"{self.idx_path}: the .idx changed since the sending process opened it "
+                f"(device, inode, size, mtime_ns, ctime_ns {opened[0]} -> {idx_now}); "
+                "rebuild the dataset"
+            )
+        if list(_identity(stats[1])) != list(opened[1]):
+            raise DataError(
+                f"{self.bin_path}: the .bin was replaced since the sending process opened "
+                "it; rebuild the dataset"
+            )
+        self.validated = bool(state.get("validated", False))  # the very same files
 
     def __repr__(self) -> str:
         return (
@@ -438,6 +510,13 @@ class IndexedDataset:
             f"sequences={len(self)}, documents={self.num_documents}, "
             f"multimodal={self.multimodal})"
         )
+
+
+def _stat_or_none(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
 
 
 def _map_local_copy(local_copy) -> tuple[int, bytes, np.ndarray]:

@@ -12,6 +12,7 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.indices._checks import check_ids, check_int, check_lengths, id_range
+from megadata_core.indices.gathers import take_into
 
 #: Megatron shuffles the final epoch apart when it yields fewer than this share of an epoch.
 SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80
@@ -34,14 +35,13 @@ def tokens_per_epoch(sequence_lengths: np.ndarray, document_ids: np.ndarray) -> 
     if span is not None:
         return int(lengths[span.start : span.stop].sum(dtype=np.int64))
     ids = check_ids("document_ids", document_ids, len(lengths))
-    # Gathered block by block into one small buffer (no [D] temporary); in range, so
-    # "wrap" never wraps, it only skips numpy's per-element bounds error path.
+    # Gathered block by block into one small buffer (no [D] temporary).
     buffer = np.empty(min(ids.size, _GATHER_BLOCK), dtype=lengths.dtype)
     total = 0
     for start in range(0, ids.size, _GATHER_BLOCK):
         block = ids[start : start + _GATHER_BLOCK]
         gathered = buffer[: block.size]
-        np.take(lengths, block, out=gathered, mode="wrap")
+        take_into(lengths, block, gathered)
         total += int(gathered.sum(dtype=np.int64))
     return total
 

@@ -51,6 +51,7 @@ from megadata_core.indices._checks import (
 )
 from megadata_core.indices.allocate import Allocate, in_memory, plain
 from megadata_core.indices.epochs import samples_in_epochs
+from megadata_core.indices.gathers import take_into
 
 #: Document-index entries per block: a group (one block per thread, at most 8) holds
 #: ~20 bytes per entry (ids, gathered lengths, int64 sums), ~350 MB at 8 threads.
@@ -120,8 +121,7 @@ def _gather(source: np.ndarray, ids: np.ndarray, out: np.ndarray) -> int:
         if low < 0 or high >= bound:
             bad = low if low < 0 else high
             raise DataError(f"document_index: id {bad} is out of range [0, {bound})")
-    # In range, so "wrap" never wraps; it only skips numpy's per-element error path.
-    np.take(source, ids, out=out, mode="wrap")
+    take_into(source, ids, out)  # in range; an unaligned .idx map is not copied whole
     return int(out.sum(dtype=np.int64))
 
 

@@ -5,27 +5,37 @@ Usage::
 
     python tools/bench.py scale                          # 10M, 100M, 300M documents
     python tools/bench.py scale --only 10M,1B            # some sizes (1B only when named)
+    python tools/bench.py scale --only 1B,feistel        # some sides at some sizes
     python tools/bench.py scale --scale 0.001 --only 10M # smoke run (10,000 documents)
 
 Items are sizes: ``10M``, ``100M``, ``300M`` (the default) and ``1B`` (only when named
-in ``--only``: ~20 GB of .idx plus ~25 GB of index cache). Per size:
+in ``--only``: ~20 GB of .idx plus up to ~16 GB of index cache, one side at a time), and
+sides: ``megatron-shuffle``, ``feistel``, ``best-fit`` (``packing="best_fit"``, sizes up
+to ``BEST_FIT_MAX`` unless named) and ``megatron-core`` (not at 1B unless named); every
+side when none is named. Per size:
 
 * the corpus: a real MMIDIDX .idx of N documents with lognormal lengths (mean ~1,000
   tokens), written in chunks with the format's header layout, and a sparse .bin of the
   right size (created with truncate; reads touch a few pages);
 * the train index, S = 4096, two epochs whose final epoch is shuffled apart (as the
   ``gpt`` suite), built in a fresh interpreter with a fresh cache directory, by ours
-  with ``shuffle="megatron"`` and ``"feistel"`` and by megatron-core (killed when its
-  RSS passes ``MEGATRON_RSS_CAP``; the row says where it stopped). Memory is sampled
+  with ``shuffle="megatron"``, ``"feistel"`` and ``packing="best_fit"`` and by
+  megatron-core (best_fit and megatron-core are killed when their RSS passes
+  ``RSS_CAP``; the note says where they stopped). Memory is sampled
   by this process from the child's /proc/PID/status every 50 ms: peak VmRSS and peak
   RssAnon (what cannot be paged back to a file: the memory the build owns), beside the
   child's own VmHWM;
 * the cache-hit start, twice, each in another fresh interpreter (the first checks the
   CRC of every cache file and records it, the second compares file identities only):
-  IndexedDataset open (which validates the .idx) and GPTDataset construction from the
-  cache (its check included), timed apart;
-* ``__getitems__`` throughput: 200 batches of 32 random samples, timed on a second pass
-  (the sparse .bin's pages are zero-filled on first touch).
+  the corpus open (``open_corpus``: the .idx validated, or vouched for by the cache's
+  record of a validation of the same files; the row says which) and GPTDataset
+  construction from the cache (its check included), timed apart;
+* ``__getitems__`` throughput: 50 batches of 32 random samples, timed on a second pass,
+  and the same for its index lookups alone over 200 batches (``locate_pieces``: the
+  part that grows with the corpus). The sparse .bin's pages are holes, zero-filled at
+  each read and dropped first under memory pressure: once the .idx fills the page
+  cache (1B documents on a 23 GiB machine) every pass pays that, so compare the
+  lookups across sizes.
 
 The suite checks free disk and memory first and skips a size with the reason when
 either is short; it removes every file it wrote.
@@ -50,13 +60,24 @@ DEFAULT_SIZES = ("10M", "100M", "300M")
 MEAN_LENGTH = 1000
 SIGMA = 1.0
 CHUNK = 1 << 24  # documents per chunk of the corpus writer
-MEGATRON_RSS_CAP = 18 << 30
-SIDES = ("megatron-shuffle", "feistel", "megatron-core")
+#: megatron-core and best_fit (whose memory grows with the corpus) are killed past this
+#: VmRSS: this project's machine has 23 GiB, shared.
+RSS_CAP = 12 << 30
+CAPPED = ("best-fit", "megatron-core")
+SIDES = ("megatron-shuffle", "feistel", "best-fit", "megatron-core")
+PEER_SIDE = "megatron-core"
+#: best_fit holds its bin layout in memory (packing.py): larger sizes only when named.
+BEST_FIT_MAX = 100_000_000
+MEGATRON_MAX = 300_000_000  # megatron-core at larger sizes only when named
 IDX_BYTES_PER_DOC = 20  # int32 length + int64 pointer + int64 boundary
-CACHE_BYTES_PER_DOC = 26  # document index (2 epochs int32) + sample/shuffle index, generous
+#: One side's cache at a time (removed after it): document index (2 epochs, int32: 8
+#: bytes) + sample and shuffle index (~0.5 sample a document, 16 bytes each), generous.
+CACHE_BYTES_PER_DOC = 26
+SETTLE_SECONDS = 2.5  # past cache_files.RACY_NS: a check of an older file is recorded
 GIB = 1 << 30
 BATCH = 32
-BATCHES = 200
+BATCHES = 200  # index lookups timed over this many batches
+READ_BATCHES = 50  # whole __getitems__ over the first of them (a 1B .bin read is slow)
 _CHILD = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
     "from bench.scale import _child_main; _child_main(sys.argv[1:])"
@@ -179,8 +200,12 @@ def run_child(task: dict, cap: int | None = None, timeout: float = 3 * 3600) -> 
     return result
 
 
-def _ours(prefix: str, cache: str, shuffle: str, num_samples: int, deferred: bool = False):
+def _ours(prefix: str, cache: str, side: str, num_samples: int):
+    """Our train dataset: ``(dataset, open seconds, how the .idx was trusted, build or
+    load seconds)``. The corpus is opened as ``mdc.open_corpus(prefix, cache)`` does,
+    in two timed steps to tell a validation from a vouched record."""
     import megadata_core as mdc
+    from megadata_core.datasets.corpus_trust import ensure_validated
 
     config = mdc.GPTDataConfig(
         random_seed=1234,
@@ -188,28 +213,48 @@ def _ours(prefix: str, cache: str, shuffle: str, num_samples: int, deferred: boo
         path_to_cache=cache,
         eod_id=0,
         create_attention_mask=False,
-        shuffle=shuffle,
+        shuffle="feistel" if side == "feistel" else "megatron",
+        packing="best_fit" if side == "best-fit" else "concat",
     )
     began = time.perf_counter()
-    indexed = mdc.IndexedDataset(prefix)
+    indexed = mdc.IndexedDataset.open_deferred(prefix)
+    trust = ensure_validated(indexed, cache)
     opened = time.perf_counter() - began
     began = time.perf_counter()
     dataset = mdc.GPTDataset(indexed, range(len(indexed)), num_samples, config)
-    return dataset, opened, time.perf_counter() - began
+    return dataset, opened, trust, time.perf_counter() - began
 
 
-def _read_rate(dataset) -> float:
-    """Samples/s of ``__getitems__`` over batches whose pages were read once before:
-    the sparse .bin reads zero-filled pages, so a cold pass would time page-cache
-    allocation, not the index lookups that grow with the corpus."""
+def _read_rates(dataset) -> tuple[float, float]:
+    """Samples/s of ``__getitems__`` and of its index lookups alone (which pieces of
+    which documents each sample reads: what grows with the corpus), each over batches
+    read once before. The sparse .bin's pages are holes: every read of one allocates
+    zeroed page-cache pages, which the kernel drops first under memory pressure (with
+    a 20 GB .idx in 23 GiB of RAM they are gone by the next pass), so the full figure
+    at large sizes times page allocation, not the index."""
+    from megadata_core.datasets import reading
+
     rng = np.random.default_rng(0)
     batches = rng.integers(0, len(dataset), size=(BATCHES, BATCH))
-    for batch in batches:
-        dataset.__getitems__(batch)
-    began = time.perf_counter()
-    for batch in batches:
-        dataset.__getitems__(batch)
-    return BATCHES * BATCH / (time.perf_counter() - began)
+    lengths, extra = dataset.indexed.sequence_lengths, dataset._extra
+
+    def lookups(batch) -> None:
+        rows = dataset.shuffle_index[batch]
+        if dataset._packed is not None:
+            reading.locate_packed_pieces(dataset._packed, lengths, rows)
+        else:
+            reading.locate_pieces(dataset.sample_index, dataset.document_index, lengths, rows,
+                                  extra)
+
+    rates = []
+    for work, count in ((dataset.__getitems__, READ_BATCHES), (lookups, BATCHES)):
+        for batch in batches[:count]:
+            work(batch)
+        began = time.perf_counter()
+        for batch in batches[:count]:
+            work(batch)
+        rates.append(count * BATCH / (time.perf_counter() - began))
+    return rates[0], rates[1]
 
 
 def _child_main(argv: list[str]) -> None:
@@ -225,11 +270,10 @@ def _child_main(argv: list[str]) -> None:
     else:
         import megadata_core  # noqa: F401  (imported before the clock starts)
 
-        shuffle = "megatron" if side == "megatron-shuffle" else "feistel"
-        dataset, opened, built = _ours(prefix, cache, shuffle, samples)
-        result.update(seconds=built, open_seconds=opened)
+        dataset, opened, trust, built = _ours(prefix, cache, side, samples)
+        result.update(seconds=built, open_seconds=opened, idx=trust)
         if kind == "start":
-            result["samples_per_s"] = _read_rate(dataset)
+            result["samples_per_s"], result["lookups_per_s"] = _read_rates(dataset)
     result["samples"] = len(dataset)
     result["VmHWM"] = _status(os.getpid()).get("VmHWM", 0)
     print("RESULT " + json.dumps(result), flush=True)
@@ -250,10 +294,20 @@ def _gib(value) -> float | None:
     return None if value is None else value / GIB
 
 
+def _sides(bench, count: int) -> list[str]:
+    """The sides to run at ``count`` documents: those named in ``--only``, else every
+    side within its default size limit."""
+    named = [side for side in SIDES if side in bench.only]
+    if named:
+        return named
+    limits = {"best-fit": BEST_FIT_MAX, PEER_SIDE: MEGATRON_MAX}
+    return [side for side in SIDES if count <= limits.get(side, count)]
+
+
 def run_size(bench, label: str, count: int) -> None:
     directory = bench.path("scale", label, "x")
     directory = os.path.dirname(directory)
-    need = count * (IDX_BYTES_PER_DOC + CACHE_BYTES_PER_DOC * 2) + (1 << 30)
+    need = count * (IDX_BYTES_PER_DOC + CACHE_BYTES_PER_DOC) + (1 << 30)
     free = shutil.disk_usage(directory).free
     if free < need:
         bench.note(f"scale {label}: skipped, {free / GIB:.0f} GiB free disk < {need / GIB:.0f}")
@@ -269,30 +323,39 @@ def run_size(bench, label: str, count: int) -> None:
         progress(
             f"scale {label}: {count:,} documents, {tokens:,} tokens written in "
             f"{time.perf_counter() - began:.0f} s; {plan['num_samples']:,} samples, "
-            f"{plan['epochs']} epochs (separate final: {plan['separate_final_epoch']})"
+            f"{plan['epochs']} epochs (separate final: {plan['separate_final_epoch']}); "
+            f"{free / GIB:.0f} GiB disk and {_free_memory() / GIB:.1f} GiB memory free"
         )
-        for side in SIDES:
+        time.sleep(SETTLE_SECONDS)  # the first validation of the .idx can be recorded
+        results = {}
+        for side in _sides(bench, count):
             cache = os.path.join(directory, f"cache-{side}")
             task = {
                 "kind": "build", "side": side, "prefix": prefix, "cache": cache,
                 "num_samples": plan["num_samples"],
             }
-            cap = MEGATRON_RSS_CAP if side == "megatron-core" else None
+            cap = RSS_CAP if side in CAPPED else None
             build = run_child(task, cap)
             progress(f"scale {label} {side} build: {json.dumps(build)}")
             starts = []
-            if side != "megatron-core" and "failed" not in build:
-                time.sleep(2.5)  # past cache_files.RACY_NS: the first start records its check
+            if side != PEER_SIDE and "failed" not in build:
+                time.sleep(SETTLE_SECONDS)  # the first start records its check
                 for _ in range(2):  # the first checks every byte, the second identities
                     starts.append(run_child({**task, "kind": "start"}))
                     progress(f"scale {label} {side} start: {json.dumps(starts[-1])}")
-            _report(bench, label, count, side, build, starts)
+            results[side] = (build, starts)
             shutil.rmtree(cache, ignore_errors=True)
+        peer = results.get(PEER_SIDE, ({"failed": "not run"}, []))[0]
+        for side, (build, starts) in results.items():
+            _report(bench, label, count, side, build, starts, None if side == PEER_SIDE else peer)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _report(bench, label: str, count: int, side: str, build: dict, starts: list) -> None:
+def _report(
+    bench, label: str, count: int, side: str, build: dict, starts: list, peer: dict | None
+) -> None:
+    """The rows of one side; ``peer`` (megatron-core's build) gives the ratios."""
     name = f"{label} {side}"
     if "failed" in build:
         bench.note(
@@ -300,19 +363,35 @@ def _report(bench, label: str, count: int, side: str, build: dict, starts: list)
             f"{build['VmRSS'] / GIB:.1f} GiB, RssAnon {build['RssAnon'] / GIB:.1f} GiB"
         )
         return
+    theirs = peer if peer is not None and "failed" not in peer else {}
     seconds = build["seconds"]
-    bench.row(f"{name}: build", "s", "lower", seconds, None, 1)
-    bench.row(f"{name}: build per 100M documents", "s", "lower", seconds * 1e8 / count, None, 1)
-    bench.row(f"{name}: peak RSS", "GiB", "lower", _gib(build["VmRSS"]), None, 1)
-    bench.row(f"{name}: peak RssAnon", "GiB", "lower", _gib(build["RssAnon"]), None, 1)
+
+    def per_100m(result: dict) -> float | None:
+        return None if "seconds" not in result else result["seconds"] * 1e8 / count
+
+    bench.row(f"{name}: build", "s", "lower", seconds, theirs.get("seconds"), 1)
+    bench.row(
+        f"{name}: build per 100M documents", "s", "lower", per_100m(build), per_100m(theirs), 1
+    )
+    for key, what in (("VmRSS", "peak RSS"), ("RssAnon", "peak RssAnon")):
+        bench.row(f"{name}: {what}", "GiB", "lower", _gib(build[key]), _gib(theirs.get(key)), 1)
     for start, when in zip(starts, ("first start (CRC)", "warm start")):
         if "failed" in start:
             bench.note(f"{name}: {when} failed ({start['failed']})")
             continue
-        bench.row(f"{name}: {when}, .idx open", "s", "lower", start["open_seconds"], None, 1)
+        bench.row(
+            f"{name}: {when}, corpus open (.idx {start['idx']})", "s", "lower",
+            start["open_seconds"], None, 1,
+        )
         bench.row(f"{name}: {when}, cached index", "s", "lower", start["seconds"], None, 1)
-        rate = start["samples_per_s"]
-        bench.row(f"{name}: {when}, __getitems__", "samples/s", "higher", rate, None, 1)
+        bench.row(
+            f"{name}: {when}, open + index", "s", "lower",
+            start["open_seconds"] + start["seconds"], None, 1,
+        )
+        bench.row(f"{name}: {when}, __getitems__ (second pass)", "samples/s", "higher",
+                  start["samples_per_s"], None, 1)
+        bench.row(f"{name}: {when}, index lookups (second pass)", "samples/s", "higher",
+                  start.get("lookups_per_s"), None, 1)
 
 
 def suite_scale(bench) -> None:
@@ -320,7 +399,10 @@ def suite_scale(bench) -> None:
     wanted = [label for label in SIZES if label in bench.only] or list(DEFAULT_SIZES)
     bench.note(
         "scale: every build and start runs in a fresh interpreter; memory sampled from "
-        "/proc/PID/status every 50 ms; the machine may be shared (times are wall clock)."
+        "/proc/PID/status every 50 ms; the machine may be shared (times are wall clock); "
+        "ratios are ours / megatron-core's build at the same size; __getitems__ and its "
+        "index lookups are timed on a second pass over the same batches (the sparse .bin "
+        "zero-fills a page at each read of a hole the kernel has dropped)."
     )
     for label in wanted:
         run_size(bench, label, bench.scaled(SIZES[label], minimum=1000))
