@@ -28,12 +28,14 @@ down the full path (every .idx read and identified), which writes a new record.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 
 import numpy as np
 
+from megadata_core.datasets.corpus_trust import ensure_validated
 from megadata_core.errors import DataError
 from megadata_core.format import bin_path_of, idx_path_of
 from megadata_core.format.described import CorpusRecord, DescribedCorpus
@@ -182,10 +184,17 @@ def load_record(
 
 
 def described_corpora(
-    prefixes: list[str], records: list[CorpusRecord], where: str, mmap: bool
+    prefixes: list[str],
+    records: list[CorpusRecord],
+    where: str,
+    mmap: bool,
+    path_to_cache: str | None = None,
 ) -> list[DescribedCorpus]:
-    """One :class:`DescribedCorpus` per prefix (no file opened)."""
+    """One :class:`DescribedCorpus` per prefix (no file opened). A large .idx is validated
+    at first use unless ``path_to_cache`` holds a record of a validation of the same files
+    (:func:`~megadata_core.datasets.corpus_trust.ensure_validated`)."""
+    validator = functools.partial(ensure_validated, directory=path_to_cache)
     return [
-        DescribedCorpus(prefix, record, where, mmap=mmap)
+        DescribedCorpus(prefix, record, where, mmap=mmap, validator=validator)
         for prefix, record in zip(prefixes, records)
     ]

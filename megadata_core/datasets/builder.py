@@ -361,7 +361,7 @@ class _Builder:
         except DataError:
             return None  # a damaged bundle: the full path warns and rebuilds it
         described = blend_record.described_corpora(
-            prefixes, records, where, self.config.mmap_bin_files
+            prefixes, records, where, self.config.mmap_bin_files, self.config.path_to_cache
         )
         for corpus in described:
             corpus.share_open_files(self.open_files)

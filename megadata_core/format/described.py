@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -42,10 +43,21 @@ class DescribedCorpus(IndexedDataset):
     """An :class:`IndexedDataset` whose index arrays are read at first use and checked
     against ``record`` (see the module docstring); ``where`` names the record's file in
     errors. ``len``, ``dtype``, ``multimodal``, ``num_documents`` and ``bin_size`` need
-    no file."""
+    no file. ``validator(corpus)`` validates a large .idx at first use (default
+    :meth:`validate`; a picklable callable, e.g. one that a cache's record of an earlier
+    validation of the same files can vouch for)."""
 
-    def __init__(self, path_prefix: str, record: CorpusRecord, where: str, *, mmap: bool = True):
+    def __init__(
+        self,
+        path_prefix: str,
+        record: CorpusRecord,
+        where: str,
+        *,
+        mmap: bool = True,
+        validator: Callable[[IndexedDataset], object] | None = None,
+    ):
         self.path_prefix = str(path_prefix)
+        self._validator = validator
         self.mmap = bool(mmap)
         self._requested_multimodal = bool(record.multimodal)
         self._record = record
@@ -105,7 +117,10 @@ class DescribedCorpus(IndexedDataset):
                 f"{self.idx_path}: not the .idx recorded in {self._where}: the corpus "
                 "changed since the blend was built; build the datasets again"
             )
-        self.validate()
+        if self._validator is None:
+            self.validate()
+        else:
+            self._validator(self)
 
     def __len__(self) -> int:
         return self._record.sequences
@@ -121,12 +136,13 @@ class DescribedCorpus(IndexedDataset):
             "record": tuple(self._record),
             "where": self._where,
             "open_files": self._open_files,
+            "validator": self._validator,
         }
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(
             state["path_prefix"], CorpusRecord(*state["record"]), state["where"],
-            mmap=state["mmap"],
+            mmap=state["mmap"], validator=state.get("validator"),
         )
         self._open_files = state.get("open_files")
 
