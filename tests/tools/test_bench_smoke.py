@@ -164,3 +164,18 @@ def test_bench_packing_smoke(tmp_path):
         assert metric in out, f"missing row {metric!r}:\n{out}"
     assert "check documents cut, lognormal: only those longer than 4097" in out
     assert ": NO" not in out and "note: OLMo-core" in out
+
+
+def test_bench_scale_smoke(tmp_path):
+    """The scale suite at 10,000 documents: every side builds, starts and reads."""
+    command = [sys.executable, str(ROOT / "tools" / "bench.py"), "scale", "--scale", "0.001",
+               "--repeats", "1", "--only", "10M", "--workdir", str(tmp_path)]
+    process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert process.returncode == 0, process.stdout + process.stderr
+    out = process.stdout
+    for row in ("10M feistel: build (s)", "10M feistel: peak RssAnon (GiB)",
+                "10M feistel: warm start"):
+        assert row in out, f"missing row {row!r}:\n{out}"
+    assert ": NO" not in out
+    assert os.listdir(tmp_path) == [], "the scratch directory was not cleaned up"
