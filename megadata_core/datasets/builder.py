@@ -282,18 +282,22 @@ class _Builder:
         """In-memory members from their index ``arrays``: per split the first is fully
         checked, the others share its checks (:meth:`GPTDataset._sibling`)."""
         built: dict[Job, GPTDataset] = {}
-        templates: dict[str, GPTDataset] = {}
-        for job, indexed, span, given in zip(jobs, corpora, spans, arrays):
-            template = templates.get(job.split)
-            if template is None:
-                built[job] = templates[job.split] = self._dataset(
-                    job, self.memory_config, arrays=given
-                )
-            else:
-                built[job] = template._sibling(indexed, span, job.num_samples, given)
-            if self.progress is not None:
+        groups: dict[str, list[int]] = {}
+        for number, job in enumerate(jobs):
+            groups.setdefault(job.split, []).append(number)
+        for numbers in groups.values():
+            first = jobs[numbers[0]]
+            template = self._dataset(first, self.memory_config, arrays=arrays[numbers[0]])
+            rest = numbers[1:]
+            made = [template] + template._siblings(
+                [corpora[n] for n in rest], [spans[n] for n in rest],
+                [jobs[n].num_samples for n in rest], [arrays[n] for n in rest],
+            )  # fmt: skip
+            built.update(zip([jobs[n] for n in numbers], made))
+        if self.progress is not None:
+            for _ in jobs:
                 self.progress(1)
-        return built
+        return {job: built[job] for job in jobs}
 
     # -- the build bundle -------------------------------------------------------------
 
