@@ -67,6 +67,7 @@ from megadata_core.datasets.gpt_arrays import (
     INDEX_ALGORITHM_VERSION,
     PACKING_ALGORITHM_VERSION,
     config_array_names,
+    drops_last,
 )
 from megadata_core.datasets.gpt_dataset import GPTDataset
 from megadata_core.datasets.mock import MockGPTLowLevelDataset
@@ -75,6 +76,7 @@ from megadata_core.format import IndexedDataset
 from megadata_core.format.open_files import OpenFiles
 from megadata_core.indices import num_epochs, splits
 from megadata_core.indices.cache import (
+    GPT_ARRAYS,
     array_digest,
     cached_result,
     description_key,
@@ -84,6 +86,7 @@ from megadata_core.indices.cache import (
 )
 from megadata_core.indices.feistel import ALGORITHM as FEISTEL_ALGORITHM
 from megadata_core.indices.feistel import ROUNDS as FEISTEL_ROUNDS
+from megadata_core.indices.gpt_many import gpt_indices_many
 
 #: Indices smaller than this (document-index entries or samples) are built in memory.
 IN_MEMORY_BELOW = 4096
@@ -248,9 +251,59 @@ class _Builder:
         ]
         self.small = set(small)
         large = [job for job in jobs if job not in self.small]
-        built = {job: self._built_one(job, self.memory_config) for job in small}
+        built = self._build_small(small)
         cached = _run(lambda job: self._built_one(job, self.config), large, self.max_workers)
         built.update(zip(large, cached))
+        return {job: built[job] for job in jobs}
+
+    def _build_small(self, jobs: list[Job]) -> dict[Job, GPTDataset]:
+        """The in-memory members: Megatron-shuffled concat indices of all of them at once
+        (:func:`megadata_core.indices.gpt_many.gpt_indices_many`); one at a time for the
+        other orders and packings, or to name a member that cannot be built."""
+        config = self.memory_config
+        if len(jobs) < 2 or config.shuffle != "megatron" or config.packing != "concat":
+            return {job: self._built_one(job, config) for job in jobs}
+        corpora = [self.corpora[job.prefix] for job in jobs]
+        firsts, ends = splits.document_bounds(
+            [job.bookend for job in jobs], [len(corpus) for corpus in corpora]
+        )
+        spans = [range(first, end) for first, end in zip(firsts.tolist(), ends.tolist())]
+        try:
+            indices = gpt_indices_many(
+                [np.asarray(corpus.sequence_lengths) for corpus in corpora],
+                spans,
+                config.sequence_length,
+                [job.num_samples for job in jobs],
+                config.random_seed,
+                add_extra_token=config.add_extra_token_to_sequence,
+                drop_last_partial_sequence=[drops_last(config, job.split) for job in jobs],
+            )
+        except DataError:  # the member-by-member build names the prefix and split
+            return {job: self._built_one(job, config) for job in jobs}
+        arrays = [dict(zip(GPT_ARRAYS, trio)) for trio in indices]
+        return self._members(jobs, corpora, spans, arrays)
+
+    def _members(
+        self, jobs: list[Job], corpora: list, spans: list[range], arrays: list[dict]
+    ) -> dict[Job, GPTDataset]:
+        """In-memory members from their index ``arrays``: per split the first is fully
+        checked, the others share its checks (:meth:`GPTDataset._sibling`)."""
+        built: dict[Job, GPTDataset] = {}
+        groups: dict[str, list[int]] = {}
+        for number, job in enumerate(jobs):
+            groups.setdefault(job.split, []).append(number)
+        for numbers in groups.values():
+            first = jobs[numbers[0]]
+            template = self._dataset(first, self.memory_config, arrays=arrays[numbers[0]])
+            rest = numbers[1:]
+            made = [template] + template._siblings(
+                [corpora[n] for n in rest], [spans[n] for n in rest],
+                [jobs[n].num_samples for n in rest], [arrays[n] for n in rest],
+            )  # fmt: skip
+            built.update(zip([jobs[n] for n in numbers], made))
+        if self.progress is not None:
+            for _ in jobs:
+                self.progress(1)
         return {job: built[job] for job in jobs}
 
     # -- the build bundle -------------------------------------------------------------
@@ -452,30 +505,21 @@ class _Builder:
     ) -> list:
         """The splits from a bundle's unpacked arrays (:meth:`_unpack_bundle`)."""
         names = self._gpt_names()
-        built: dict[Job, GPTDataset] = {}
-        templates: dict[str, GPTDataset] = {}  # per split: the first member, fully checked
-        large = []
+        large, small, spans, members = [], [], [], []
         corpora = [self.corpora[job.prefix] for job in jobs]
         firsts, ends = splits.document_bounds(
             [job.bookend for job in jobs], [len(corpus) for corpus in corpora]
         )
-        for job, row, indexed, first, end in zip(
-            jobs, rows, corpora, firsts.tolist(), ends.tolist()
-        ):
+        for job, row, first, end in zip(jobs, rows, firsts.tolist(), ends.tolist()):
             if row < 0:
                 large.append(job)
                 continue
-            given = dict(zip(names, arrays[row : row + len(names)]))
-            template = templates.get(job.split)
-            if template is None:
-                built[job] = templates[job.split] = self._dataset(
-                    job, self.memory_config, arrays=given
-                )
-            else:
-                built[job] = template._sibling(indexed, range(first, end), job.num_samples, given)
-            built[job]._entry = self.bundle_entry  # named by read-time range checks
-            if self.progress is not None:
-                self.progress(1)
+            small.append(job)
+            spans.append(range(first, end))
+            members.append(dict(zip(names, arrays[row : row + len(names)])))
+        built = self._members(small, [self.corpora[job.prefix] for job in small], spans, members)
+        for dataset in built.values():
+            dataset._entry = self.bundle_entry  # named by read-time range checks
         cached = _run(lambda job: self._built_one(job, self.config), large, self.max_workers)
         built.update(zip(large, cached))
         result = []

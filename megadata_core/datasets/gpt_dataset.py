@@ -160,6 +160,53 @@ class GPTDataset:
         other._set_arrays(dict(arrays))
         return other
 
+    def _siblings(
+        self,
+        corpora: list,
+        spans: list[range],
+        num_samples: list[int | None],
+        arrays: list[dict[str, np.ndarray]],
+    ) -> list[GPTDataset]:
+        """``[self._sibling(...) for each]`` of Megatron-shuffled concat arrays, made
+        together: the spans are range-checked in one pass and each dataset is one dict
+        of its own fields over this one's (a warm start of 10,000 prefixes makes 30,000)."""
+        names = ("document_index", "sample_index", "shuffle_index")
+        if self._packed is not None or sorted(self._arrays) != sorted(names):
+            return [self._sibling(*item) for item in zip(corpora, spans, num_samples, arrays)]
+        counts = np.array([len(corpus) for corpus in corpora], dtype=np.int64)
+        lows = np.array([span.start for span in spans], dtype=np.int64)
+        highs = np.array([span.stop for span in spans], dtype=np.int64)
+        steps = np.array([span.step for span in spans], dtype=np.int64)
+        bad = (lows < 0) | (highs > counts) | (steps != 1) | (highs <= lows)
+        if bad.any():  # the one-by-one path says what is wrong
+            return [self._sibling(*item) for item in zip(corpora, spans, num_samples, arrays)]
+        dtype = self.indexed.dtype
+        base = dict(self.__dict__, _pool=None)
+        result = []
+        for indexed, span, wanted, given in zip(corpora, spans, num_samples, arrays):
+            if indexed.dtype != dtype or given.keys() != self._arrays.keys():
+                result.append(self._sibling(indexed, span, wanted, given))
+                continue
+            samples = np.asarray(given["sample_index"])
+            shuffle = np.asarray(given["shuffle_index"])
+            total = len(samples) - 1
+            if len(shuffle) != total:
+                raise DataError(
+                    f"shuffle_index: {len(shuffle)} entries for {total} samples"
+                )
+            other = object.__new__(GPTDataset)
+            state = other.__dict__
+            state.update(base)
+            state.update(
+                indexed=indexed, indices=span, num_samples=None if wanted is None else int(wanted),
+                _ids_description={"count": len(span), "range": [span.start, span.stop]},
+                _constants={}, _arrays=dict(given), sample_index=samples,
+                document_index=np.asarray(given["document_index"]), shuffle_index=shuffle,
+                _total=total,
+            )
+            result.append(other)
+        return result
+
     def _check_dtypes(self, token_dtype: object) -> np.dtype:
         try:
             dtype = np.dtype(token_dtype)
