@@ -62,15 +62,20 @@ def write_json(path: str, content: Mapping) -> None:
         raise
 
 
-@contextlib.contextmanager
-def driver_lock(directory: str) -> Iterator[None]:
-    """Create ``directory`` if needed and hold its driver lock (see the module docstring)."""
+def make_work_directory(directory: str) -> None:
+    """Create ``directory`` if needed; a DataError when it cannot be one."""
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise DataError(f"{directory}: exists and is not a work directory")
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as error:
         raise DataError(f"{directory}: cannot create work directory ({error.strerror})") from None
+
+
+@contextlib.contextmanager
+def driver_lock(directory: str) -> Iterator[None]:
+    """Create ``directory`` if needed and hold its driver lock (see the module docstring)."""
+    make_work_directory(directory)
     path = os.path.join(directory, LOCK_FILE)
     handle = _locked(directory, path)
     try:
@@ -131,12 +136,7 @@ def open_work_directory(directory: str, command: Mapping, fingerprint: str) -> N
                 + "; ".join(differences)
             )
         return
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise DataError(f"{directory}: exists and is not a work directory")
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as error:
-        raise DataError(f"{directory}: cannot create work directory ({error.strerror})") from None
+    make_work_directory(directory)
     write_json(plan_file, {"command": command, "fingerprint": fingerprint})
 
 

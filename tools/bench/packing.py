@@ -301,10 +301,11 @@ def item_padding(bench, olmo: tuple[str | None, str]) -> None:
 # -- build: fresh interpreters -------------------------------------------------------------
 
 
-def build_child(packing: str, prefix: str, cache: str) -> dict:
+def _config(cache: str, packing: str):
+    """The bench's GPT config: S = SEQUENCE, document masking, no attention mask."""
     import megadata_core as mdc
 
-    config = mdc.GPTDataConfig(
+    return mdc.GPTDataConfig(
         random_seed=1234,
         sequence_length=SEQUENCE,
         path_to_cache=cache,
@@ -314,10 +315,13 @@ def build_child(packing: str, prefix: str, cache: str) -> dict:
         packing=packing,
         document_masking=True,
     )
+
+
+def build_child(packing: str, prefix: str, cache: str) -> dict:
+    _config(cache, packing)  # imports megadata_core before the baseline
     baseline = proc_status("VmRSS")
     start = time.perf_counter()
-    indexed = mdc.IndexedDataset(prefix)
-    dataset = mdc.GPTDataset(indexed, np.arange(len(indexed), dtype=np.int32), None, config)
+    dataset = _read_dataset(prefix, cache, packing)
     seconds = time.perf_counter() - start
     return {
         "seconds": seconds,
@@ -458,19 +462,11 @@ def item_build(bench, olmo: tuple[str | None, str]) -> None:
 
 
 def _read_dataset(prefix: str, cache: str, packing: str):
+    """The whole corpus as one GPTDataset (built, or loaded from ``cache``)."""
     import megadata_core as mdc
 
-    config = mdc.GPTDataConfig(
-        random_seed=1234,
-        sequence_length=SEQUENCE,
-        path_to_cache=cache,
-        eod_id=EOD,
-        pad_id=EOD,
-        create_attention_mask=False,
-        packing=packing,
-        document_masking=True,
-    )
     indexed = mdc.IndexedDataset(prefix)
+    config = _config(cache, packing)
     return mdc.GPTDataset(indexed, np.arange(len(indexed), dtype=np.int32), None, config)
 
 
