@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 import time
 import zlib
 from collections.abc import Mapping
@@ -82,13 +83,21 @@ def identity(status: os.stat_result) -> tuple[int, ...]:
     )
 
 
+# numpy parses a .npy header with ast.literal_eval; CPython 3.11's AST builder keeps its
+# recursion count in per-interpreter state, so compiles on several threads at once can
+# fail with "SystemError: AST constructor recursion depth mismatch" (seen in CI here;
+# CPython gh-106905). The builder loads cache entries on threads: parse one at a time.
+_HEADER_PARSE = threading.Lock()
+
+
 def _read_npy_header(stream, path: str) -> tuple[tuple, bool, np.dtype]:
     try:
         version = np.lib.format.read_magic(stream)
-        if version == (1, 0):
-            return np.lib.format.read_array_header_1_0(stream)
-        if version == (2, 0):
-            return np.lib.format.read_array_header_2_0(stream)
+        with _HEADER_PARSE:
+            if version == (1, 0):
+                return np.lib.format.read_array_header_1_0(stream)
+            if version == (2, 0):
+                return np.lib.format.read_array_header_2_0(stream)
     except _NPY_ERRORS as error:
         raise DataError(f"{path}: unreadable cache file ({error})") from None
     raise DataError(f"{path}: unreadable cache file (.npy format {version})")
