@@ -247,8 +247,11 @@ class FaultProxy(_LoopbackServer):
                     response = upstream.getresponse()
                     payload = response.read()
                     self.send_response(response.status)
+                    # send_response wrote Date and Server: an upstream copy would repeat them,
+                    # and a client joins two Dates a second apart into an invalid one
+                    own = ("content-length", "transfer-encoding", "connection", "date", "server")
                     for key, value in response.getheaders():
-                        if key.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        if key.lower() not in own:
                             self.send_header(key, value)
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()

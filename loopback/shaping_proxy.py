@@ -176,13 +176,13 @@ class ShapingProxy:
         async def paced(data: bytes) -> None:
             nonlocal sent
             sent += len(data)
-            self.body_bytes += len(data)  # counted before the client can see the bytes
-            to_client.write(data)
-            await to_client.drain()
-            if self.bandwidth:
+            if self.bandwidth:  # released no sooner than the cap allows: wait, then write
                 wait = started + sent / self.bandwidth - self._clock()
                 if wait > 0:
                     await self._sleep(wait)
+            self.body_bytes += len(data)  # counted before the client can see the bytes
+            to_client.write(data)
+            await to_client.drain()
 
         if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
             await to_client.drain()
