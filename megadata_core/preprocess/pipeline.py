@@ -235,6 +235,16 @@ class _Counts:
         self.examples.extend(result.bad_examples[: MAX_EXAMPLES - len(self.examples)])
 
 
+def _open_writers(
+    stack: contextlib.ExitStack, prefixes: dict[str, str], dtype: np.dtype
+) -> dict[str, IndexedDatasetWriter]:
+    """One writer per key, each aborted by ``stack`` on error."""
+    return {
+        key: stack.enter_context(IndexedDatasetWriter(prefix, dtype))
+        for key, prefix in prefixes.items()
+    }
+
+
 def _write_shards(
     results: Iterator[tuple[Chunk, TokenizedChunk]],
     shard_prefixes: Sequence[dict[str, str]],
@@ -245,19 +255,13 @@ def _write_shards(
     """Write each shard's documents to its corpora (one per key), shard after shard."""
     current = 0
     with contextlib.ExitStack() as stack:  # aborts the open writers on error
-        writers = {
-            key: stack.enter_context(IndexedDatasetWriter(prefix, dtype))
-            for key, prefix in shard_prefixes[0].items()
-        }
+        writers = _open_writers(stack, shard_prefixes[0], dtype)
         for chunk, result in results:
             while current < chunk.shard:
                 for writer in writers.values():
                     writer.finalize()
                 current += 1
-                writers = {
-                    key: stack.enter_context(IndexedDatasetWriter(prefix, dtype))
-                    for key, prefix in shard_prefixes[current].items()
-                }
+                writers = _open_writers(stack, shard_prefixes[current], dtype)
             for key, writer in writers.items():
                 write_documents(
                     writer,
@@ -285,11 +289,7 @@ def _write_round_robin(
     """Write the document of input line i to shard i mod K (Megatron's partition files)."""
     shards = len(shard_prefixes)
     with contextlib.ExitStack() as stack:  # aborts the open writers on error
-        writers = [
-            {key: stack.enter_context(IndexedDatasetWriter(prefix, dtype))
-             for key, prefix in prefixes.items()}
-            for prefixes in shard_prefixes
-        ]
+        writers = [_open_writers(stack, prefixes, dtype) for prefixes in shard_prefixes]
         for chunk, result in results:
             shard_of = (chunk.first_index + result.line_offsets) % shards
             for shard in np.unique(shard_of):
