@@ -32,6 +32,8 @@ import functools
 import hashlib
 import json
 import os
+import threading
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -39,7 +41,8 @@ from megadata_core.datasets.corpus_trust import ensure_validated
 from megadata_core.errors import DataError
 from megadata_core.format import bin_path_of, idx_path_of
 from megadata_core.format.described import CorpusRecord, DescribedCorpus
-from megadata_core.format.dtypes import code_of, dtype_of
+from megadata_core.format.dtypes import DTYPE_BY_CODE, code_of, dtype_of
+from megadata_core.format.open_files import OpenFiles
 from megadata_core.format.sources import is_local, local_path
 from megadata_core.indices.cache import (
     canonical_json,
@@ -125,8 +128,8 @@ def save_record(
 def load_record(
     directory: str, description: dict, files: np.ndarray, bundle_split: str,
     bundle_names: tuple[str, ...], bundle_description: dict,
-) -> tuple[dict[str, np.ndarray], list[CorpusRecord], str] | None:
-    """``(bundle arrays, corpus records, bundle entry name)`` when the record exists,
+) -> tuple[dict[str, np.ndarray], CorpusTable, str] | None:
+    """``(bundle arrays, corpus table, bundle entry name)`` when the record exists,
     every file identity in ``files`` is the recorded one and its bundle is there and
     matches; None otherwise (take the full path).
 
@@ -146,6 +149,9 @@ def load_record(
                         f"{count} prefixes")
     if not np.array_equal(recorded, files):
         return None  # a corpus changed (or was touched): the full path
+    bad = np.flatnonzero(~np.isin(headers[:, 0], list(DTYPE_BY_CODE)))
+    if len(bad):
+        dtype_of(int(headers[bad[0], 0]), path=where)  # raises, naming the code
     bundle_key = bytes(np.asarray(found["bundle_key"])).decode("ascii", "replace")
     try:
         loaded = load_by_key(directory, bundle_key, bundle_split, bundle_names)
@@ -161,40 +167,114 @@ def load_record(
     text = bytes(np.asarray(found["identities"], dtype=np.uint8))
     if stored.get("corpora") != {"sha256": hashlib.sha256(text).hexdigest()}:
         raise DataError(f"{where}: its corpus identities are not those of bundle {bundle_key}")
-    try:
-        corpora = json.loads(text)["value"]
-    except (ValueError, TypeError, KeyError) as error:
-        raise DataError(f"{where}: corpus identities unreadable ({error})") from None
-    if not isinstance(corpora, list) or len(corpora) != count:
-        raise DataError(f"{where}: {len(corpora)} corpus identities for {count} prefixes")
-    records = []
-    for row, stat_row, identity in zip(headers.tolist(), files.tolist(), corpora):
-        code, sequences, boundaries, multimodal = row
-        exact = isinstance(identity, list) and len(identity) == 3 and identity[0] == "idx_sha256"
-        records.append(
-            CorpusRecord(
-                dtype_of(code, path=where), sequences, boundaries, bool(multimodal),
-                stat_row[_STAT_FIELDS + 2], tuple(stat_row[:2]),
-                tuple(stat_row[_STAT_FIELDS : _STAT_FIELDS + 2]),
-                identity[1] if exact else None,
-            )
-        )
     bundle_file = entry_paths(directory, bundle_key, bundle_split, ())["description"]
-    return arrays, records, bundle_file
+    return arrays, CorpusTable(np.array(headers), np.array(files), text, where), bundle_file
 
 
-def described_corpora(
-    prefixes: list[str],
-    records: list[CorpusRecord],
-    where: str,
-    mmap: bool,
-    path_to_cache: str | None = None,
-) -> list[DescribedCorpus]:
-    """One :class:`DescribedCorpus` per prefix (no file opened). A large .idx is validated
-    at first use unless ``path_to_cache`` holds a record of a validation of the same files
-    (:func:`~megadata_core.datasets.corpus_trust.ensure_validated`)."""
-    validator = functools.partial(ensure_validated, directory=path_to_cache)
-    return [
-        DescribedCorpus(prefix, record, where, mmap=mmap, validator=validator)
-        for prefix, record in zip(prefixes, records)
-    ]
+class CorpusTable:
+    """What a record says of every corpus, as arrays: ``headers`` int64 [P, 4] (dtype
+    code, sequences, document boundaries, multimodal), ``files`` int64 [P, 10] (the .idx
+    and .bin identities) and the identities' JSON ``text`` (checked by its sha256
+    before; parsed at the first :meth:`record`). ``where`` names the record file."""
+
+    def __init__(self, headers: np.ndarray, files: np.ndarray, text: bytes, where: str):
+        self.headers, self.files, self.text, self.where = headers, files, text, where
+        self._identities: list | None = None
+        self._lock = threading.Lock()
+
+    def _parsed(self) -> list:
+        with self._lock:
+            if self._identities is None:
+                try:
+                    identities = json.loads(self.text)["value"]
+                except (ValueError, TypeError, KeyError) as error:
+                    raise DataError(
+                        f"{self.where}: corpus identities unreadable ({error})"
+                    ) from None
+                if not isinstance(identities, list) or len(identities) != len(self.headers):
+                    raise DataError(
+                        f"{self.where}: {len(identities)} corpus identities for "
+                        f"{len(self.headers)} prefixes"
+                    )
+                self._identities = identities
+            return self._identities
+
+    def record(self, number: int) -> CorpusRecord:
+        """The :class:`CorpusRecord` of corpus ``number``."""
+        code, sequences, boundaries, multimodal = self.headers[number].tolist()
+        stat_row = self.files[number].tolist()
+        identity = self._parsed()[number]
+        exact = isinstance(identity, list) and len(identity) == 3 and identity[0] == "idx_sha256"
+        return CorpusRecord(
+            dtype_of(code, path=self.where), sequences, boundaries, bool(multimodal),
+            stat_row[_STAT_FIELDS + 2], tuple(stat_row[:2]),
+            tuple(stat_row[_STAT_FIELDS : _STAT_FIELDS + 2]),
+            identity[1] if exact else None,
+        )
+
+    def __getstate__(self) -> dict:
+        return {"headers": self.headers, "files": self.files, "text": self.text,
+                "where": self.where}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(**state)
+
+
+class RecordedCorpora(Mapping):
+    """prefix -> :class:`DescribedCorpus`, each made at its first access from the
+    ``table`` (no file opened until then; see the module docstring for what its first
+    read checks). ``dtype_codes`` and ``sequences`` (int64 [P]) need no corpus."""
+
+    def __init__(
+        self,
+        prefixes: list[str],
+        table: CorpusTable,
+        where: str,
+        mmap: bool,
+        path_to_cache: str | None = None,
+        open_files: OpenFiles | None = None,
+    ) -> None:
+        self.prefixes = list(prefixes)
+        self.table, self.where, self.mmap = table, where, mmap
+        self.path_to_cache, self.open_files = path_to_cache, open_files
+        self.dtype_codes = table.headers[:, 0]
+        self.sequences = table.headers[:, 1]
+        self._numbers = {prefix: number for number, prefix in enumerate(self.prefixes)}
+        self._made: dict[int, DescribedCorpus] = {}
+        self._lock = threading.Lock()
+
+    def at(self, number: int) -> DescribedCorpus:
+        """Corpus ``number`` (the prefixes' order), made once."""
+        corpus = self._made.get(number)
+        if corpus is None:
+            with self._lock:
+                corpus = self._made.get(number)
+                if corpus is None:
+                    validator = functools.partial(ensure_validated, directory=self.path_to_cache)
+                    corpus = DescribedCorpus(
+                        self.prefixes[number], self.table.record(number), self.where,
+                        mmap=self.mmap, validator=validator,
+                    )
+                    corpus.share_open_files(self.open_files)
+                    self._made[number] = corpus
+        return corpus
+
+    def number(self, prefix: str) -> int:
+        return self._numbers[prefix]
+
+    def __getitem__(self, prefix: str) -> DescribedCorpus:
+        return self.at(self._numbers[prefix])
+
+    def __iter__(self):
+        return iter(self.prefixes)
+
+    def __len__(self) -> int:
+        return len(self.prefixes)
+
+    def __getstate__(self) -> dict:
+        return {"prefixes": self.prefixes, "table": self.table, "where": self.where,
+                "mmap": self.mmap, "path_to_cache": self.path_to_cache,
+                "open_files": self.open_files}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(**state)

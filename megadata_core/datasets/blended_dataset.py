@@ -24,6 +24,7 @@ import numpy as np
 
 from megadata_core.datasets import index_checks
 from megadata_core.datasets.config import BLEND_ORDERS, SPLIT_NAMES
+from megadata_core.datasets.lazy_members import LazyMembers
 from megadata_core.datasets.positions import sample_positions
 from megadata_core.errors import DataError
 from megadata_core.handover.buffers import BufferPool
@@ -46,9 +47,9 @@ BLEND_ARRAYS = ("dataset_index", "dataset_sample_index", "dataset_counts")
 
 def _split_of(datasets) -> str:
     """The members' common split name (``.split``, a name or Megatron's ``Split``;
-    "train" for members without one)."""
+    "train" for members without one; a :class:`LazyMembers` says it for all)."""
     names = set()
-    for dataset in datasets:
+    for dataset in [datasets] if isinstance(datasets, LazyMembers) else datasets:
         split = getattr(dataset, "split", "train")
         names.add(getattr(split, "name", split))
     if len(names) != 1:
@@ -69,12 +70,20 @@ def _integral_sizes(weights: list) -> list[int]:
     return [int(value) for value in values]
 
 
+def _lengths(datasets) -> np.ndarray:
+    """int64 [M]: ``len`` of every member (a :class:`LazyMembers` knows them unmade)."""
+    if isinstance(datasets, LazyMembers):
+        return datasets.lengths
+    return np.array([len(dataset) for dataset in datasets], dtype=np.int64).reshape(-1)
+
+
 class BlendedDataset:
     """Samples of several datasets in a blended order.
 
     Args:
         datasets: the member datasets (``len``, ``[k]``, optionally ``__getitems__``),
-            e.g. :class:`GPTDataset`s of one split.
+            e.g. :class:`GPTDataset`s of one split, or a :class:`LazyMembers` (made at
+            first read, sized by its ``lengths``).
         weights: one weight per dataset, finite and >= 0, not all 0; None: the datasets'
             lengths. With ``size`` None, whole numbers: dataset j gives exactly
             ``weights[j]`` samples (Megatron's exhaustive blend).
@@ -109,14 +118,15 @@ class BlendedDataset:
         arrays: Mapping[str, np.ndarray] | None = None,
         use_cache: bool = True,
     ) -> None:
-        datasets = list(datasets)
-        if not datasets:
+        if not isinstance(datasets, LazyMembers):
+            datasets = list(datasets)
+        if not len(datasets):
             raise DataError("datasets: no datasets to blend")
         order = getattr(config, "blend_order", None)
         if order not in BLEND_ORDERS:
             raise DataError(f"blend_order: {order!r} is not one of {BLEND_ORDERS}")
         if weights is None:
-            weights = [len(dataset) for dataset in datasets]
+            weights = _lengths(datasets).tolist()
         try:
             weights = list(weights)
         except TypeError:
@@ -208,17 +218,28 @@ class BlendedDataset:
         self._arrays = arrays  # memory maps stay here (pickled as file names)
         self.dataset_index = np.asarray(arrays["dataset_index"])
         self.dataset_sample_index = np.asarray(arrays["dataset_sample_index"])
-        self._sizes = np.array([len(dataset) for dataset in self.datasets], dtype=np.uint64)
-        counts = np.asarray(arrays["dataset_counts"])
-        for j, (count, dataset) in enumerate(zip(counts.tolist(), self.datasets)):
-            if count > len(dataset):
-                raise DataError(
-                    f"weights: the {self.split} blend asks {count} samples of dataset {j} "
-                    f"({type(dataset).__name__}, {len(dataset)} samples); raise "
-                    "mid_level_dataset_surplus (e.g. two- or ten-fold, from "
-                    f"{getattr(self.config, 'mid_level_dataset_surplus', '?')}) or size "
-                    "the members larger"
-                )
+        sizes = _lengths(self.datasets)
+        self._sizes = sizes.astype(np.uint64)
+        counts = np.asarray(arrays["dataset_counts"]).astype(np.int64)
+        if counts.shape != sizes.shape:
+            raise DataError(
+                f"dataset_counts: {counts.shape[0] if counts.ndim else 0} counts for "
+                f"{len(sizes)} datasets"
+            )
+        over = np.flatnonzero(counts > sizes)
+        if len(over):
+            j = int(over[0])
+            kind = (
+                "GPTDataset" if isinstance(self.datasets, LazyMembers)
+                else type(self.datasets[j]).__name__
+            )
+            raise DataError(
+                f"weights: the {self.split} blend asks {int(counts[j])} samples of dataset "
+                f"{j} ({kind}, {int(sizes[j])} samples); raise "
+                "mid_level_dataset_surplus (e.g. two- or ten-fold, from "
+                f"{getattr(self.config, 'mid_level_dataset_surplus', '?')}) or size "
+                "the members larger"
+            )
 
     # -- samples ------------------------------------------------------------------------
 
@@ -322,7 +343,7 @@ class BlendedDataset:
         self.dataset_index = np.asarray(arrays["dataset_index"])
         self.dataset_sample_index = np.asarray(arrays["dataset_sample_index"])
         if "_sizes" not in state:  # pickled by an older version
-            self._sizes = np.array([len(dataset) for dataset in self.datasets], dtype=np.uint64)
+            self._sizes = _lengths(self.datasets).astype(np.uint64)
 
     def __repr__(self) -> str:
         weights = [round(w, 6) if isinstance(w, float) else w for w in self.weights]

@@ -60,6 +60,7 @@ from megadata_core.datasets.build_plan import (
     plan_blend,
     plan_blend_per_split,
 )
+from megadata_core.datasets.bundle_members import bundle_members
 from megadata_core.datasets.cache_keys import corpus_identity
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
 from megadata_core.datasets.corpus_trust import ensure_validated
@@ -70,6 +71,7 @@ from megadata_core.datasets.gpt_arrays import (
     drops_last,
 )
 from megadata_core.datasets.gpt_dataset import GPTDataset
+from megadata_core.datasets.lazy_members import LazyMembers
 from megadata_core.datasets.mock import MockGPTLowLevelDataset
 from megadata_core.errors import DataError
 from megadata_core.format import IndexedDataset
@@ -77,12 +79,12 @@ from megadata_core.format.open_files import OpenFiles
 from megadata_core.indices import num_epochs, splits
 from megadata_core.indices.cache import (
     GPT_ARRAYS,
+    PackedArrays,
     array_digest,
     cached_result,
     description_key,
     json_digest,
     pack_arrays,
-    unpack_arrays,
 )
 from megadata_core.indices.feistel import ALGORITHM as FEISTEL_ALGORITHM
 from megadata_core.indices.feistel import ROUNDS as FEISTEL_ROUNDS
@@ -408,17 +410,16 @@ class _Builder:
         except DataError as error:  # the record itself is damaged
             warnings.warn(f"{error}; reading every corpus instead", stacklevel=4)
             return None
-        arrays, records, where = found
+        arrays, table, where = found
         try:
             unpacked = self._unpack_bundle(recipes, jobs, arrays)
         except DataError:
             return None  # a damaged bundle: the full path warns and rebuilds it
-        described = blend_record.described_corpora(
-            prefixes, records, where, self.config.mmap_bin_files, self.config.path_to_cache
+        # every corpus opened at its first read (checked against the record then)
+        self.corpora = blend_record.RecordedCorpora(
+            prefixes, table, where, self.config.mmap_bin_files, self.config.path_to_cache,
+            self.open_files,
         )
-        for corpus in described:
-            corpus.share_open_files(self.open_files)
-        self.corpora.update(zip(prefixes, described))
         return self._from_bundle(recipes, jobs, *unpacked)
 
     def _gpt_names(self) -> tuple[str, ...]:
@@ -476,7 +477,7 @@ class _Builder:
         where = f"{self.config.path_to_cache}: build bundle"
         blob = getattr(bundle["blob"], "filename", None)
         self.bundle_entry = f"build bundle {blob}" if blob else "build bundle"
-        arrays = unpack_arrays(bundle["table"], bundle["blob"], where)
+        arrays = PackedArrays(bundle["table"], bundle["blob"], where)
         starts = []
         for name, count in (("jobs", len(jobs)), ("blends", len(recipes))):
             rows = np.asarray(bundle[name])
@@ -501,25 +502,58 @@ class _Builder:
         jobs: list[Job],
         rows: list[int],
         blends: list[int],
-        arrays: list,
+        arrays: PackedArrays,
     ) -> list:
-        """The splits from a bundle's unpacked arrays (:meth:`_unpack_bundle`)."""
+        """The splits from a bundle's unpacked arrays (:meth:`_unpack_bundle`). With
+        corpora described by a record, a split's members are made at first read
+        (:func:`~megadata_core.datasets.bundle_members.bundle_members`)."""
         names = self._gpt_names()
-        large, small, spans, members = [], [], [], []
-        corpora = [self.corpora[job.prefix] for job in jobs]
-        firsts, ends = splits.document_bounds(
-            [job.bookend for job in jobs], [len(corpus) for corpus in corpora]
-        )
-        for job, row, first, end in zip(jobs, rows, firsts.tolist(), ends.tolist()):
+        recorded = isinstance(self.corpora, blend_record.RecordedCorpora)
+        if recorded:
+            numbers = np.array([self.corpora.number(job.prefix) for job in jobs], dtype=np.int64)
+            counts = self.corpora.sequences[numbers]
+        else:
+            counts = [len(self.corpora[job.prefix]) for job in jobs]
+        firsts, ends = splits.document_bounds([job.bookend for job in jobs], counts)
+        large, groups = [], {}
+        for position, (job, row) in enumerate(zip(jobs, rows)):
             if row < 0:
                 large.append(job)
+            else:
+                groups.setdefault(job.split, []).append(position)
+        built: dict[Job, object] = {}
+        lazy: dict[str, tuple[list[Job], object]] = {}  # split -> (its jobs, LazyMembers)
+        for group in groups.values():
+            group_jobs = [jobs[n] for n in group]
+            members = None
+            if recorded:
+                first = group[0]
+                template = self._dataset(
+                    jobs[first], self.memory_config,
+                    arrays=dict(zip(names, arrays[rows[first] : rows[first] + len(names)])),
+                )
+                template._entry = self.bundle_entry  # named by read-time range checks
+                where = np.array(group, dtype=np.int64)
+                members = bundle_members(
+                    template, self.corpora, numbers[where], firsts[where], ends[where],
+                    [job.num_samples for job in group_jobs], arrays,
+                    np.asarray(rows, dtype=np.int64)[where],
+                )
+            if members is not None:
+                lazy[group_jobs[0].split] = (group_jobs, members)
+                built.update((job, _Pending(members, k)) for k, job in enumerate(group_jobs))
+                if self.progress is not None:
+                    for _ in group_jobs:
+                        self.progress(1)
                 continue
-            small.append(job)
-            spans.append(range(first, end))
-            members.append(dict(zip(names, arrays[row : row + len(names)])))
-        built = self._members(small, [self.corpora[job.prefix] for job in small], spans, members)
-        for dataset in built.values():
-            dataset._entry = self.bundle_entry  # named by read-time range checks
+            made = self._members(
+                group_jobs, [self.corpora[job.prefix] for job in group_jobs],
+                [range(int(firsts[n]), int(ends[n])) for n in group],
+                [dict(zip(names, arrays[rows[n] : rows[n] + len(names)])) for n in group],
+            )
+            for dataset in made.values():
+                dataset._entry = self.bundle_entry  # named by read-time range checks
+            built.update(made)
         cached = _run(lambda job: self._built_one(job, self.config), large, self.max_workers)
         built.update(zip(large, cached))
         result = []
@@ -527,10 +561,30 @@ class _Builder:
             given = None
             if position >= 0:
                 given = dict(zip(BLEND_NAMES, arrays[position : position + len(BLEND_NAMES)]))
-            result.append(_assemble(recipe, built, self.config, arrays=given))
+            members = None
+            if recipe is not None and recipe.kind == "blend":
+                group_jobs, candidate = lazy.get(recipe.jobs[0].split, (None, None))
+                if group_jobs is not None and recipe.jobs == group_jobs:
+                    members = candidate  # the split's members, in order: kept unmade
+            made = {} if recipe is None or members is not None else {
+                job: _made(built[job]) for job in recipe.jobs
+            }
+            result.append(_assemble(recipe, made, self.config, arrays=given, members=members))
             if given is not None:
                 result[-1]._entry = self.bundle_entry
         return result
+
+
+class _Pending(tuple):
+    """A member not made yet: ``(LazyMembers, its number there)``."""
+
+    def __new__(cls, members, number: int):
+        return super().__new__(cls, (members, number))
+
+
+def _made(dataset):
+    """``dataset``, made now if it is :class:`_Pending`."""
+    return dataset[0][dataset[1]] if isinstance(dataset, _Pending) else dataset
 
 
 def _jobs_digest(jobs: list[Job], corpus: dict[str, int]) -> list:
@@ -554,7 +608,10 @@ def _blend_inputs(
     capped by their sum, as Megatron's int weights)."""
     weights, size = recipe.weights, recipe.size
     if weights is None:
-        weights = [len(dataset) for dataset in datasets]
+        weights = (
+            datasets.lengths.tolist() if isinstance(datasets, LazyMembers)
+            else [len(dataset) for dataset in datasets]
+        )
         if size is not None:
             size = min(size, sum(weights))
     return weights, size
@@ -576,12 +633,14 @@ def _assemble(
     *,
     arrays: dict | None = None,
     use_cache: bool = True,
+    members: LazyMembers | None = None,
 ) -> GPTDataset | BlendedDataset | list[GPTDataset] | None:
     """One split from its recipe and the built datasets (a blend's index ``arrays``
-    given, or built in memory without ``use_cache``)."""
+    given, or built in memory without ``use_cache``; a blend's ``members`` given, made
+    at first read)."""
     if recipe is None:
         return None
-    datasets = [built[job] for job in recipe.jobs]
+    datasets = members if members is not None else [built[job] for job in recipe.jobs]
     if recipe.kind == "single":
         return datasets[0]
     if recipe.kind == "list":

@@ -181,31 +181,37 @@ class GPTDataset:
         if bad.any():  # the one-by-one path says what is wrong
             return [self._sibling(*item) for item in zip(corpora, spans, num_samples, arrays)]
         dtype = self.indexed.dtype
-        base = dict(self.__dict__, _pool=None)
         result = []
         for indexed, span, wanted, given in zip(corpora, spans, num_samples, arrays):
             if indexed.dtype != dtype or given.keys() != self._arrays.keys():
                 result.append(self._sibling(indexed, span, wanted, given))
                 continue
-            samples = np.asarray(given["sample_index"])
-            shuffle = np.asarray(given["shuffle_index"])
-            total = len(samples) - 1
-            if len(shuffle) != total:
+            total = len(given["sample_index"]) - 1
+            if len(given["shuffle_index"]) != total:
                 raise DataError(
-                    f"shuffle_index: {len(shuffle)} entries for {total} samples"
+                    f"shuffle_index: {len(given['shuffle_index'])} entries for {total} samples"
                 )
-            other = object.__new__(GPTDataset)
-            state = other.__dict__
-            state.update(base)
-            state.update(
-                indexed=indexed, indices=span, num_samples=None if wanted is None else int(wanted),
-                _ids_description={"count": len(span), "range": [span.start, span.stop]},
-                _constants={}, _arrays=dict(given), sample_index=samples,
-                document_index=np.asarray(given["document_index"]), shuffle_index=shuffle,
-                _total=total,
-            )
-            result.append(other)
+            result.append(self._checked_sibling(indexed, span, wanted, given))
         return result
+
+    def _checked_sibling(
+        self, indexed, span: range, wanted: int | None, given: Mapping[str, np.ndarray]
+    ) -> GPTDataset:
+        """One member of :meth:`_siblings` whose checks were done (the span inside the
+        corpus, the corpus dtype this one's, Megatron concat arrays of these names with
+        ``len(shuffle_index) == len(sample_index) - 1``): one dict of its own fields."""
+        other = object.__new__(GPTDataset)
+        state = other.__dict__
+        state.update(self.__dict__)
+        samples = np.asarray(given["sample_index"])
+        state.update(
+            indexed=indexed, indices=span, num_samples=None if wanted is None else int(wanted),
+            _ids_description={"count": len(span), "range": [span.start, span.stop]},
+            _pool=None, _constants={}, _arrays=dict(given), sample_index=samples,
+            document_index=np.asarray(given["document_index"]),
+            shuffle_index=np.asarray(given["shuffle_index"]), _total=len(samples) - 1,
+        )
+        return other
 
     def _check_dtypes(self, token_dtype: object) -> np.dtype:
         try:

@@ -539,48 +539,74 @@ def pack_arrays(arrays: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
     return {"table": table, "blob": blob}
 
 
-def unpack_arrays(table: np.ndarray, blob: np.ndarray, where: str = "packed arrays") -> list:
-    """The arrays of :func:`pack_arrays` as read-only views of ``blob`` (no copy).
+class PackedArrays(Sequence):
+    """The arrays of :func:`pack_arrays` as read-only views of ``blob``, each made at
+    first access (a bundle of 10,000 members holds 30,000: a start reads only the table
+    and the ones it uses). The table is checked whole up front.
 
     Raises:
         DataError: naming ``where``, when the table does not describe arrays inside the
             blob (a damaged entry).
     """
-    table, blob = np.asarray(table), np.asarray(blob)
-    if table.ndim != 2 or table.shape[1] != 4 or table.dtype != np.int64:
-        raise DataError(f"{where}: table of shape {table.shape} {table.dtype}, not int64 [M, 4]")
-    if blob.ndim != 1 or blob.dtype != np.uint8 or blob.size % PACK_ALIGN:
-        raise DataError(f"{where}: blob of shape {blob.shape} {blob.dtype}, not uint8 [8 k]")
-    if not len(table):
-        return []
-    offsets, codes, rows, columns = table.T
-    itemsizes = np.array([np.dtype(name).itemsize for name in PACK_DTYPES], dtype=np.int64)
-    valid_codes = (codes >= 0) & (codes < len(PACK_DTYPES))
-    nbytes = itemsizes[np.where(valid_codes, codes, 0)] * rows * np.where(columns < 0, 1, columns)
-    if (
-        not valid_codes.all()
-        or (rows < 0).any()
-        or (columns < -1).any()
-        or (offsets < 0).any()
-        or (offsets % PACK_ALIGN).any()
-        or (offsets + nbytes > blob.size).any()
-    ):
-        raise DataError(f"{where}: the table points outside the blob ({blob.size} bytes)")
-    # One typed view of the whole blob per dtype (its size is a multiple of PACK_ALIGN),
-    # then a slice per array: cheaper than an ndarray constructor per array. The views
-    # share the blob's memory map, read-only.
-    typed = {}
-    out = []
-    for offset, code, count, width in table.tolist():
-        view = typed.get(code)
-        if view is None:
-            view = typed[code] = blob.view(PACK_DTYPES[code])
+
+    def __init__(self, table: np.ndarray, blob: np.ndarray, where: str = "packed arrays"):
+        self._blob = blob  # a memory map pickles as its file name (cache_files.pickled_map)
+        table, blob = np.asarray(table), np.asarray(blob)
+        if table.ndim != 2 or table.shape[1] != 4 or table.dtype != np.int64:
+            raise DataError(
+                f"{where}: table of shape {table.shape} {table.dtype}, not int64 [M, 4]"
+            )
+        if blob.ndim != 1 or blob.dtype != np.uint8 or blob.size % PACK_ALIGN:
+            raise DataError(f"{where}: blob of shape {blob.shape} {blob.dtype}, not uint8 [8 k]")
+        offsets, codes, rows, columns = table.T
+        itemsizes = np.array([np.dtype(name).itemsize for name in PACK_DTYPES], dtype=np.int64)
+        valid_codes = (codes >= 0) & (codes < len(PACK_DTYPES))
+        nbytes = (
+            itemsizes[np.where(valid_codes, codes, 0)] * rows * np.where(columns < 0, 1, columns)
+        )
+        if (
+            not valid_codes.all()
+            or (rows < 0).any()
+            or (columns < -1).any()
+            or (offsets < 0).any()
+            or (offsets % PACK_ALIGN).any()
+            or (offsets + nbytes > blob.size).any()
+        ):
+            raise DataError(f"{where}: the table points outside the blob ({blob.size} bytes)")
+        self.table = table
+        # One typed view of the whole blob per dtype (its size is a multiple of
+        # PACK_ALIGN), then a slice per array: cheaper than an ndarray constructor each.
+        self._typed = [blob.view(name) for name in PACK_DTYPES]
+
+    def __getstate__(self) -> dict:
+        return {"table": self.table, "blob": cache_files.pickled_map(self._blob)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["table"], cache_files.reopened_map(state["blob"]))
+
+    @property
+    def rows(self) -> np.ndarray:
+        """int64 [M]: the first dimension of every array (no view made)."""
+        return self.table[:, 2]
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __getitem__(self, number):
+        if isinstance(number, slice):
+            return [self[n] for n in range(*number.indices(len(self)))]
+        offset, code, count, width = self.table[number].tolist()
+        view = self._typed[code]
         start = offset // view.itemsize
         if width < 0:
-            out.append(view[start : start + count])
-        else:
-            out.append(view[start : start + count * width].reshape(count, width))
-    return out
+            return view[start : start + count]
+        return view[start : start + count * width].reshape(count, width)
+
+
+def unpack_arrays(table: np.ndarray, blob: np.ndarray, where: str = "packed arrays") -> list:
+    """The arrays of :func:`pack_arrays` as read-only views of ``blob`` (no copy); see
+    :class:`PackedArrays` (DataError naming ``where`` for a damaged table)."""
+    return list(PackedArrays(table, blob, where))
 
 
 def cached_result(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -138,3 +139,26 @@ def test_descriptions_do_not_grow_with_the_prefixes(tmp_path):
         )
     # a prefix's path still appears in the large members' own entries (none here)
     assert sizes[60] < sizes[4] + 2048, sizes
+
+
+def test_warm_start_makes_each_member_at_its_first_read(built):
+    """A warm start makes no member dataset and opens no corpus up front (a blend of
+    10,000 prefixes would make 30,000): its lengths come from the bundle's table, each
+    member is made at its first read, and pickling carries none of them."""
+    prefixes, cache, cold = built
+    warm = build_datasets(_config(prefixes, cache), SIZES)
+    for first, second in zip(cold, warm):
+        assert second.datasets.made == 0
+        assert second.datasets.lengths.tolist() == [len(member) for member in first.datasets]
+    train = warm[0]
+    reads = [int(k) for k in np.flatnonzero(train.dataset_index == 1)[:3]]
+    batch = train.__getitems__(reads)
+    assert train.datasets.made == 1  # member 1 only
+    for key, value in cold[0].__getitems__(reads).items():
+        np.testing.assert_array_equal(value, batch[key])
+    shipped = pickle.loads(pickle.dumps(train))
+    assert shipped.datasets.made == 0
+    for key, value in _batches(cold[0]).items():
+        np.testing.assert_array_equal(value, _batches(shipped)[key])
+    assert train.datasets[1] is train.datasets[1]
+    assert repr(train.datasets[2]) == repr(cold[0].datasets[2])

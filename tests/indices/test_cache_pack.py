@@ -103,3 +103,22 @@ def test_a_description_that_differs_from_its_key_is_refused(tmp_path):
     with open(path, "w") as stream:
         stream.write(text)
     assert cache.load_cached(str(tmp_path), tupled, "bundle", ("table", "blob")) is not None
+
+
+def test_packed_arrays_make_views_on_access_and_pickle_the_blob_by_name(tmp_path):
+    import pickle
+
+    arrays = _arrays()
+    packed = cache.pack_arrays(arrays)
+    path = str(tmp_path / "blob.npy")
+    np.save(path, packed["blob"])
+    views = cache.PackedArrays(packed["table"], np.load(path, mmap_mode="r"))
+    assert len(views) == len(arrays)
+    assert views.rows.tolist() == [len(array) for array in arrays]
+    for original, view in zip(arrays, views, strict=True):
+        np.testing.assert_array_equal(view, original)
+        assert view.dtype == original.dtype and view.shape == original.shape
+    shipped = pickle.dumps(views)
+    assert packed["blob"].tobytes() not in shipped
+    for original, view in zip(arrays, pickle.loads(shipped), strict=True):
+        np.testing.assert_array_equal(view, original)
