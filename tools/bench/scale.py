@@ -225,7 +225,14 @@ def _ours(prefix: str, cache: str, side: str, num_samples: int):
     return dataset, opened, trust, time.perf_counter() - began
 
 
-def _read_rates(dataset) -> tuple[float, float]:
+def _faults() -> tuple[int, int]:
+    """This process's (major, minor) page faults so far (/proc/self/stat fields 12, 10)."""
+    with open("/proc/self/stat") as stream:
+        fields = stream.read().rpartition(")")[2].split()
+    return int(fields[9]), int(fields[7])
+
+
+def _read_rates(dataset) -> tuple[float, float, tuple[int, int]]:
     """Samples/s of ``__getitems__`` and of its index lookups alone (which pieces of
     which documents each sample reads: what grows with the corpus), each over batches
     read once before. The sparse .bin's pages are holes: every read of one allocates
@@ -250,11 +257,13 @@ def _read_rates(dataset) -> tuple[float, float]:
     for work, count in ((dataset.__getitems__, READ_BATCHES), (lookups, BATCHES)):
         for batch in batches[:count]:
             work(batch)
+        before = _faults()
         began = time.perf_counter()
         for batch in batches[:count]:
             work(batch)
         rates.append(count * BATCH / (time.perf_counter() - began))
-    return rates[0], rates[1]
+        faults = tuple(after - then for after, then in zip(_faults(), before))
+    return rates[0], rates[1], faults
 
 
 def _child_main(argv: list[str]) -> None:
@@ -273,7 +282,8 @@ def _child_main(argv: list[str]) -> None:
         dataset, opened, trust, built = _ours(prefix, cache, side, samples)
         result.update(seconds=built, open_seconds=opened, idx=trust)
         if kind == "start":
-            result["samples_per_s"], result["lookups_per_s"] = _read_rates(dataset)
+            rates = _read_rates(dataset)
+            result["samples_per_s"], result["lookups_per_s"], result["lookup_faults"] = rates
     result["samples"] = len(dataset)
     result["VmHWM"] = _status(os.getpid()).get("VmHWM", 0)
     print("RESULT " + json.dumps(result), flush=True)
@@ -392,6 +402,11 @@ def _report(
                   start["samples_per_s"], None, 1)
         bench.row(f"{name}: {when}, index lookups (second pass)", "samples/s", "higher",
                   start.get("lookups_per_s"), None, 1)
+        major, minor = start.get("lookup_faults", (None, None))
+        bench.row(f"{name}: {when}, index lookups: major page faults", "faults", "lower",
+                  major, None, 1)
+        bench.row(f"{name}: {when}, index lookups: minor page faults", "faults", "lower",
+                  minor, None, 1)
 
 
 def suite_scale(bench) -> None:
