@@ -28,7 +28,6 @@ from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
 from megadata_core.datasets.document_masks import document_masks, segment_attention_mask
 from megadata_core.datasets.positions import sample_positions
 from megadata_core.errors import DataError
-from megadata_core.format.page_advice import advise_random
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.indices import cache_files
 from megadata_core.indices.sample_order import FeistelOrder, feistel_orders
@@ -293,12 +292,6 @@ class GPTDataset:
         if len(self.shuffle_index) != total:
             raise DataError(f"shuffle_index: {len(self.shuffle_index)} entries for {total} samples")
         self._total = total
-        # Built and validated: from here on these maps are read at random positions.
-        advise_random(
-            self.sample_index, self.document_index, self.shuffle_index,
-            getattr(self.indexed, "sequence_lengths", None),
-            getattr(self.indexed, "sequence_pointers", None),
-        )
 
     def _set_packed(self, arrays: dict[str, np.ndarray]) -> None:
         """best_fit arrays (:mod:`megadata_core.indices.packed_samples`)."""
