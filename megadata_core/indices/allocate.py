@@ -5,7 +5,8 @@ into what it returns. :func:`in_memory` is ``numpy.empty``; the index cache pass
 that makes a ``.npy`` memory map on a temporary file of the entry
 (:func:`megadata_core.indices.cache.spill_arrays`), so an index of a billion documents
 lives in the page cache (file-backed, reclaimable) instead of anonymous memory, and is
-renamed into the cache entry instead of being written again.
+renamed into the cache entry instead of being written again. Random-access shuffles of
+such an array run in anonymous memory when it fits (:mod:`.shuffle_scratch`).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import numpy as np
 from megadata_core.errors import DataError
 from megadata_core.indices._checks import INT32_MAX, check_ids, check_int, id_range
 from megadata_core.indices.allocate import Allocate, in_memory, plain
+from megadata_core.indices.shuffle_scratch import shuffle_scratch
 
 _FILL_BLOCK = 1 << 20  # ids of a range written per step (a small arange temporary)
 
@@ -36,7 +37,9 @@ def document_index(
     E-1 epochs are shuffled together, then the final epoch alone.
 
     A ``range`` of ids (Megatron's consecutive splits) is written block by block with
-    ``arange``: no id array is ever made, and the values are the same.
+    ``arange``: no id array is ever made, and the values are the same. A spilled result
+    (file-backed) is filled and shuffled part by part in anonymous memory when it fits
+    (:mod:`.shuffle_scratch`), each part then copied into the file in order.
 
     Args:
         doc_ids: int [D] document ids, each in ``[0, 2**31 - 1]``, or a ``range`` of them.
@@ -53,21 +56,28 @@ def document_index(
     ids = span if span is not None else check_ids("doc_ids", doc_ids, INT32_MAX + 1)
     epochs = check_int("num_epochs", num_epochs, 1)
     check_random_state(rng)
-    result = empty("document_index", (epochs * len(ids),), np.dtype(np.int32))
+    count = len(ids)
+    result = empty("document_index", (epochs * count,), np.dtype(np.int32))
     out = plain(result)
-    rows = out.reshape(epochs, len(ids))
-    for start in range(0, len(ids), _FILL_BLOCK):  # block by block: no [D] temporary
-        stop = min(start + _FILL_BLOCK, len(ids))
+    parts = [epochs - 1, 1] if separate_final_epoch and epochs > 1 else [epochs]
+    done = 0
+    for repeats in parts:  # each shuffled apart, in memory when a spill's is too slow
+        with shuffle_scratch(out[done * count : (done + repeats) * count]) as work:
+            _tile(work.reshape(repeats, count), ids, span)
+            rng.shuffle(work)
+        done += repeats
+    return result
+
+
+def _tile(rows: np.ndarray, ids: np.ndarray | range, span: range | None) -> None:
+    """Write ``ids`` into every row of int32 ``rows`` [R, D], block by block: a ``range``
+    (``span``) as ``arange`` blocks, no [D] temporary."""
+    count = rows.shape[1]
+    for start in range(0, count, _FILL_BLOCK):
+        stop = min(start + _FILL_BLOCK, count)
         if span is None:
             rows[0, start:stop] = ids[start:stop]
         else:
             rows[0, start:stop] = np.arange(span.start + start, span.start + stop, dtype=np.int32)
-    for epoch in range(1, epochs):
-        rows[epoch] = rows[0]
-    if separate_final_epoch and epochs > 1:
-        split = (epochs - 1) * len(ids)
-        rng.shuffle(out[:split])
-        rng.shuffle(out[split:])
-    else:
-        rng.shuffle(out)
-    return result
+    for row in range(1, len(rows)):
+        rows[row] = rows[0]

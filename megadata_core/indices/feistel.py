@@ -15,7 +15,7 @@ and cycle walking (apply again while the value is >= n) makes it a permutation o
 The round functions are keyed hashes: ``F_k(v)`` is the top 32 bits of splitmix64's
 finalizer of ``v * GAMMA + round_key[k]`` scaled to ``[0, a)`` or ``[0, b)``
 (multiply-shift), round keys from the 64-bit key, keys from ``(seed, epoch, stream)``
-(:func:`epoch_key`). With ``b <= 2**14`` (n <= 2**28) each ``F_k`` is tabulated once per
+(:func:`epoch_key`). With ``b <= 2**16`` (n <= 2**32) each ``F_k`` is tabulated once per
 ``(n, key)`` (:class:`_TableNetwork`), so a round is one gather and one add or xor on int64
 arrays with the tables in cache; larger domains evaluate the same hashes arithmetically on
 uint64 (:class:`_ArithNetwork`): both give the same permutation.
@@ -54,7 +54,7 @@ ALGORITHM = "feistel-mixed-radix-v2"  # changes whenever the permutation for a k
 MAX_N = (1 << 63) - 1  # outputs (and n itself) fit int64
 SAMPLES_STREAM = 0  # epoch_key stream of the sample order
 DOCUMENTS_STREAM = 1  # epoch_key stream of the document order
-TABLE_MAX_BITS = 14  # tabulate the round functions when b <= 2**14 (n <= 2**28)
+TABLE_MAX_BITS = 16  # tabulate the round functions when b <= 2**16 (n <= 2**32)
 
 _MASK64 = (1 << 64) - 1
 _GAMMA = 0x9E3779B97F4A7C15

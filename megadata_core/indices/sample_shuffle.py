@@ -8,6 +8,7 @@ from megadata_core.errors import DataError
 from megadata_core.indices._checks import check_int
 from megadata_core.indices.allocate import Allocate, in_memory, plain
 from megadata_core.indices.document_order import check_random_state
+from megadata_core.indices.shuffle_scratch import shuffle_scratch
 
 #: Megatron switches from uint32 to int64 at ``total_size >= iinfo(uint32).max - 1``.
 UINT32_LIMIT = int(np.iinfo(np.uint32).max) - 1
@@ -26,7 +27,8 @@ def shuffle_index(
 
     Built as one ``arange`` shuffled in two in-place views (no concatenation); the
     RandomState draws exactly as Megatron's, which uses the same state right after the
-    document index.
+    document index. A spilled result is filled and shuffled a part at a time in
+    anonymous memory when it fits (:mod:`.shuffle_scratch`).
 
     Args:
         num_samples: size of the first shuffled range (Megatron passes the samples of
@@ -46,10 +48,10 @@ def shuffle_index(
     dtype = np.int64 if total >= UINT32_LIMIT else np.uint32
     result = empty("shuffle_index", (total,), np.dtype(dtype))
     out = plain(result)
-    for start in range(0, total, _FILL_BLOCK):  # an arange, block by block
-        stop = min(total, start + _FILL_BLOCK)
-        out[start:stop] = np.arange(start, stop, dtype=dtype)
-    rng.shuffle(out[:first])
-    if first != total:
-        rng.shuffle(out[first:])
+    for lo, hi in ((0, first), (first, total)):  # shuffled apart; an empty part draws nothing
+        with shuffle_scratch(out[lo:hi]) as work:  # in memory when a spill's is too slow
+            for start in range(lo, hi, _FILL_BLOCK):  # an arange, block by block
+                stop = min(hi, start + _FILL_BLOCK)
+                work[start - lo : stop - lo] = np.arange(start, stop, dtype=dtype)
+            rng.shuffle(work)
     return result

@@ -46,9 +46,11 @@ def test_bijection_around_powers_of_two(n):
     np.testing.assert_array_equal(feistel_range(n // 3, n - 7, n, key), y[n // 3 : n - 7])
 
 
-@pytest.mark.parametrize("n", [1, 2, 5, 64, 65, 1000, 4097, 2**20 + 1, 2**28, 2**28 - 5])
+@pytest.mark.parametrize(
+    "n", [1, 2, 5, 64, 65, 1000, 4097, 2**20 + 1, 2**28 - 5, 10**9, 2**32 - 3, 2**32]
+)
 def test_tables_match_arithmetic(n):
-    """The tabulated network (n <= 2**28) and the hashed one (larger n) are one function."""
+    """The tabulated network (n <= 2**32) and the hashed one (larger n) are one function."""
     x = np.unique(np.random.default_rng(n).integers(0, n, 5000))
     for key in KEYS[1:]:
         table, arith = fm._TableNetwork(n, key), fm._ArithNetwork(n, key)
@@ -56,8 +58,9 @@ def test_tables_match_arithmetic(n):
         np.testing.assert_array_equal(arith.apply(x, False, 1), y)
         np.testing.assert_array_equal(arith.apply(y, True, 1), x)
         np.testing.assert_array_equal(table.apply(y, True, 1), x)
-    assert isinstance(fm._network(2**28, 1), fm._TableNetwork)
-    assert isinstance(fm._network(2**28 + 1, 1), fm._ArithNetwork)
+    # tables up to 2**32: a billion documents or samples take the tabulated network
+    assert isinstance(fm._network(2**32, 1), fm._TableNetwork)
+    assert isinstance(fm._network(2**32 + 1, 1), fm._ArithNetwork)
 
 
 def test_huge_domain_past_2_to_32():
@@ -73,7 +76,7 @@ def test_huge_domain_past_2_to_32():
 
 
 def test_range_past_the_tables():
-    n, key = 2**30 + 7, epoch_key(3, 0)
+    n, key = 2**32 + 7, epoch_key(3, 0)
     for start, stop in [(0, 3000), (n - 70_000, n)]:
         y = feistel_range(start, stop, n, key)
         np.testing.assert_array_equal(y, feistel_permute(np.arange(start, stop), n, key))

@@ -175,7 +175,8 @@ def test_bench_scale_smoke(tmp_path):
     assert process.returncode == 0, process.stdout + process.stderr
     out = process.stdout
     for row in ("10M feistel: build (s)", "10M feistel: peak RssAnon (GiB)",
-                "10M feistel: warm start"):
+                "10M feistel: warm start",
+                "10M feistel: warm start, index lookups (first pass): major page faults"):
         assert row in out, f"missing row {row!r}:\n{out}"
     assert ": NO" not in out
     assert os.listdir(tmp_path) == [], "the scratch directory was not cleaned up"

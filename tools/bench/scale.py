@@ -30,12 +30,14 @@ side when none is named. Per size:
   the corpus open (``open_corpus``: the .idx validated, or vouched for by the cache's
   record of a validation of the same files; the row says which) and GPTDataset
   construction from the cache (its check included), timed apart;
-* ``__getitems__`` throughput: 50 batches of 32 random samples, timed on a second pass,
-  and the same for its index lookups alone over 200 batches (``locate_pieces``: the
-  part that grows with the corpus). The sparse .bin's pages are holes, zero-filled at
-  each read and dropped first under memory pressure: once the .idx fills the page
-  cache (1B documents on a 23 GiB machine) every pass pays that, so compare the
-  lookups across sizes.
+* index lookups alone (``locate_pieces``: which pieces of which documents each sample
+  reads, the part of ``__getitems__`` that grows with the corpus) over 200 batches of
+  32 random samples, timed on a first pass (pages perhaps not in memory) and a second,
+  each with its major and minor page faults (/proc/self/stat); then ``__getitems__``
+  over the first 50 batches, timed on a second pass. The sparse .bin's pages are
+  holes, zero-filled at each read and dropped first under memory pressure: once the
+  .idx fills the page cache (1B documents on a 23 GiB machine) every pass pays that,
+  so compare the lookups across sizes.
 
 The suite checks free disk and memory first and skips a size with the reason when
 either is short; it removes every file it wrote.
@@ -225,13 +227,23 @@ def _ours(prefix: str, cache: str, side: str, num_samples: int):
     return dataset, opened, trust, time.perf_counter() - began
 
 
-def _read_rates(dataset) -> tuple[float, float]:
-    """Samples/s of ``__getitems__`` and of its index lookups alone (which pieces of
-    which documents each sample reads: what grows with the corpus), each over batches
-    read once before. The sparse .bin's pages are holes: every read of one allocates
-    zeroed page-cache pages, which the kernel drops first under memory pressure (with
-    a 20 GB .idx in 23 GiB of RAM they are gone by the next pass), so the full figure
-    at large sizes times page allocation, not the index."""
+def _faults() -> tuple[int, int]:
+    """This process's (major, minor) page faults so far (/proc/self/stat fields 12, 10)."""
+    with open("/proc/self/stat") as stream:
+        fields = stream.read().rpartition(")")[2].split()
+    return int(fields[9]), int(fields[7])
+
+
+def _read_rates(dataset) -> dict:
+    """Read rates: ``lookups_first_per_s`` and ``lookup_first_faults`` (major, minor),
+    the index lookups alone (which pieces of which documents each sample reads: what
+    grows with the corpus) over batches never read before (run first: the pages they
+    touch may not be in the page cache, or not mapped); ``lookups_per_s`` and
+    ``lookup_faults``, the same batches again; ``samples_per_s``, ``__getitems__`` over
+    batches read once before. The sparse .bin's pages are holes: every read of one
+    allocates zeroed page-cache pages, which the kernel drops first under memory
+    pressure (with a 20 GB .idx in 23 GiB of RAM they are gone by the next pass), so
+    the full figure at large sizes times page allocation, not the index."""
     from megadata_core.datasets import reading
 
     rng = np.random.default_rng(0)
@@ -246,15 +258,20 @@ def _read_rates(dataset) -> tuple[float, float]:
             reading.locate_pieces(dataset.sample_index, dataset.document_index, lengths, rows,
                                   extra)
 
-    rates = []
-    for work, count in ((dataset.__getitems__, READ_BATCHES), (lookups, BATCHES)):
-        for batch in batches[:count]:
-            work(batch)
+    def timed(work, count: int) -> tuple[float, tuple[int, ...]]:
+        before = _faults()
         began = time.perf_counter()
         for batch in batches[:count]:
             work(batch)
-        rates.append(count * BATCH / (time.perf_counter() - began))
-    return rates[0], rates[1]
+        rate = count * BATCH / (time.perf_counter() - began)
+        return rate, tuple(after - then for after, then in zip(_faults(), before))
+
+    result = {}
+    result["lookups_first_per_s"], result["lookup_first_faults"] = timed(lookups, BATCHES)
+    result["lookups_per_s"], result["lookup_faults"] = timed(lookups, BATCHES)
+    timed(dataset.__getitems__, READ_BATCHES)
+    result["samples_per_s"] = timed(dataset.__getitems__, READ_BATCHES)[0]
+    return result
 
 
 def _child_main(argv: list[str]) -> None:
@@ -273,7 +290,7 @@ def _child_main(argv: list[str]) -> None:
         dataset, opened, trust, built = _ours(prefix, cache, side, samples)
         result.update(seconds=built, open_seconds=opened, idx=trust)
         if kind == "start":
-            result["samples_per_s"], result["lookups_per_s"] = _read_rates(dataset)
+            result.update(_read_rates(dataset))
     result["samples"] = len(dataset)
     result["VmHWM"] = _status(os.getpid()).get("VmHWM", 0)
     print("RESULT " + json.dumps(result), flush=True)
@@ -390,8 +407,15 @@ def _report(
         )
         bench.row(f"{name}: {when}, __getitems__ (second pass)", "samples/s", "higher",
                   start["samples_per_s"], None, 1)
-        bench.row(f"{name}: {when}, index lookups (second pass)", "samples/s", "higher",
-                  start.get("lookups_per_s"), None, 1)
+        for first, label in ((True, "first pass"), (False, "second pass")):
+            tag = "_first" if first else ""
+            bench.row(f"{name}: {when}, index lookups ({label})", "samples/s", "higher",
+                      start.get(f"lookups{tag}_per_s"), None, 1)
+            major, minor = start.get(f"lookup{tag}_faults", (None, None))
+            bench.row(f"{name}: {when}, index lookups ({label}): major page faults", "faults",
+                      "lower", major, None, 1)
+            bench.row(f"{name}: {when}, index lookups ({label}): minor page faults", "faults",
+                      "lower", minor, None, 1)
 
 
 def suite_scale(bench) -> None:
