@@ -131,6 +131,8 @@ def core_config(config: BlendedMegatronDatasetConfig, **changes) -> mdc.GPTDataC
         shuffle="megatron",
         blend_order="megatron",
     )
+    if getattr(config, "max_open_files", None) is not None:  # not a Megatron field
+        fields["max_open_files"] = config.max_open_files
     fields.update(changes)
     return mdc.GPTDataConfig(**fields)
 
@@ -316,16 +318,23 @@ class GPTDataset(MegatronDataset):
     def _text_reader(self) -> Callable[[int], numpy.ndarray]:
         """``read(idx)``: the tokens of sample ``idx`` (corpus dtype). A memory-mapped
         corpus is sliced from its flat token view (``check_files``: two stats a sample, not
-        per document); others are read through ``corpus.get``."""
-        shuffle, samples = self.core.shuffle_index, self.core.sample_index
-        documents, corpus = self.core.document_index, self.dataset.corpus
-        tokens = corpus.token_view()
-        if tokens is None or corpus.multimodal:
+        per document); others are read through ``corpus.get``. The index arrays and the
+        token view are asked for at every sample, never kept: the corpus's
+        ``max_open_files`` bound may release their maps between samples."""
+        core, corpus = self.core, self.dataset.corpus
+
+        def locate(idx: int) -> tuple[numpy.ndarray, int, int, int, int]:
+            row = int(core.shuffle_index[idx])
+            samples = core.sample_index
+            first, first_offset = (int(v) for v in samples[row])
+            last, last_offset = (int(v) for v in samples[row + 1])
+            return row, first, first_offset, last, last_offset
+
+        if corpus.token_view() is None or corpus.multimodal:
 
             def read(idx: int) -> numpy.ndarray:
-                row = int(shuffle[idx])
-                first, first_offset = (int(v) for v in samples[row])
-                last, last_offset = (int(v) for v in samples[row + 1])
+                _, first, first_offset, last, last_offset = locate(idx)
+                documents = core.document_index
                 if first == last:
                     return corpus.get(
                         int(documents[first]), first_offset, last_offset - first_offset + 1
@@ -336,20 +345,16 @@ class GPTDataset(MegatronDataset):
                 return numpy.concatenate(parts)
 
             return read
-        pointers, lengths = corpus.sequence_pointers, corpus.sequence_lengths
         itemsize = corpus.dtype.itemsize
-        check_files = corpus.check_files  # the .idx and the .bin: changed under us?
 
         def read(idx: int) -> numpy.ndarray:
-            row = int(shuffle[idx])
-            first, first_offset = (int(v) for v in samples[row])
-            last, last_offset = (int(v) for v in samples[row + 1])
-            check_files()
-            ids = documents[first : last + 1]
+            row, first, first_offset, last, last_offset = locate(idx)
+            corpus.check_files()  # the .idx and the .bin: changed under us?
+            ids = core.document_index[first : last + 1]
             # sequence i is tokens[pointers[i] // itemsize :][: lengths[i]] (pointers are
             # whole tokens: checked when the corpus was opened)
-            begin = pointers[ids] // itemsize
-            end = begin + lengths[ids]
+            begin = corpus.sequence_pointers[ids] // itemsize
+            end = begin + corpus.sequence_lengths[ids]
             stop = int(begin[-1]) + last_offset + 1
             begin[0] += first_offset
             if begin[0] > end[0] or not begin[-1] <= stop <= end[-1]:
@@ -358,6 +363,7 @@ class GPTDataset(MegatronDataset):
                     f"outside its documents {ids.tolist()}"
                 )
             end[-1] = stop
+            tokens = corpus.token_view()
             if len(ids) == 1:
                 return tokens[begin[0] : end[0]]
             return numpy.concatenate(

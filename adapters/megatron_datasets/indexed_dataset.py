@@ -115,15 +115,7 @@ class _IndexReader:
 
     @classmethod
     def _of(cls, corpus: mdc.IndexedDataset) -> _IndexReader:
-        self = cls.__new__(cls)
-        self._set(
-            corpus.dtype,
-            corpus.sequence_lengths,
-            corpus.sequence_pointers,
-            corpus.document_indices,
-            corpus.sequence_modes,
-        )
-        return self
+        return _CorpusIndex(corpus)
 
     def _set(self, dtype, lengths, pointers, documents, modes) -> None:
         self.dtype = numpy.dtype(dtype).type
@@ -145,6 +137,24 @@ class _IndexReader:
             self.sequence_lengths[idx],
             self.sequence_modes[idx] if self.sequence_modes is not None else None,
         )
+
+
+class _CorpusIndex(_IndexReader):
+    """The :class:`_IndexReader` of an open megadata corpus: each array asked of the
+    corpus at each access, never kept, so a corpus whose .idx map its ``max_open_files``
+    bound released maps it again instead of being pinned open here."""
+
+    def __init__(self, corpus: mdc.IndexedDataset) -> None:
+        self._corpus = corpus
+        self.dtype = numpy.dtype(corpus.dtype).type
+        self.dtype_size = numpy.dtype(corpus.dtype).itemsize
+        self.sequence_count = len(corpus)
+        self.document_count = corpus.num_documents + 1
+
+    sequence_lengths = property(lambda self: self._corpus.sequence_lengths)
+    sequence_pointers = property(lambda self: self._corpus.sequence_pointers)
+    document_indices = property(lambda self: self._corpus.document_indices)
+    sequence_modes = property(lambda self: self._corpus.sequence_modes)
 
 
 def _check_counts(path, index, sequences_per_dataset, dtype_code) -> None:

@@ -17,6 +17,7 @@ not Megatron-compatible.
 from __future__ import annotations
 
 import copy
+import threading
 import warnings
 from collections.abc import Mapping
 
@@ -33,6 +34,10 @@ from megadata_core.indices import cache_files
 from megadata_core.indices.sample_order import FeistelOrder, feistel_orders
 
 TOKEN_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+#: What holds the index arrays (and with them the cache files' memory maps): dropped by
+#: :meth:`GPTDataset.release_open_files`, made again at the next access.
+_MAPPED = ("_arrays", "sample_index", "document_index", "shuffle_index", "_packed")
+_REOPEN = threading.Lock()  # one dataset's cache files re-mapped at a time
 
 
 def _split_name(split: object) -> str:
@@ -76,6 +81,11 @@ class GPTDataset:
     True = masked (only with ``create_attention_mask``), ``loss_mask`` [S] float32,
     ``position_ids`` [S] (token_dtype). ``__getitems__`` stacks them on a batch axis.
     ``ds[None]`` is Megatron's batch-padding sample (sample 0, loss_mask all 0).
+
+    Index arrays memory-mapped from the cache count against the corpus's
+    :class:`~megadata_core.format.open_files.OpenFiles` (a blend's members share one,
+    ``config.max_open_files``): when released, the next access maps them again, and a
+    cache file that changed meanwhile is a DataError naming it.
     """
 
     def __init__(
@@ -157,6 +167,7 @@ class GPTDataset:
         state["num_samples"] = None if num_samples is None else int(num_samples)
         state["_pool"] = None
         state["_constants"] = {}
+        state.pop("_released", None)
         other._set_arrays(dict(arrays))
         return other
 
@@ -203,6 +214,8 @@ class GPTDataset:
         other = object.__new__(GPTDataset)
         state = other.__dict__
         state.update(self.__dict__)
+        state.pop("_released", None)
+        state.pop("_mapped_files", None)  # given arrays: no cache files of its own
         samples = np.asarray(given["sample_index"])
         state.update(
             indexed=indexed, indices=span, num_samples=None if wanted is None else int(wanted),
@@ -280,6 +293,64 @@ class GPTDataset:
         return range(*span) if span is not None else self.indices
 
     def _set_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        self._set_views(arrays)
+        self._hold_maps(arrays)
+
+    def _hold_maps(self, arrays: dict[str, np.ndarray]) -> None:
+        """Count the cache files ``arrays`` maps in the corpus's OpenFiles, keeping how to
+        map them again (each file's identity now, when it was just checked)."""
+        state = self.__dict__
+        state.pop("_released", None)
+        state.pop("_mapped_files", None)
+        files = sum(cache_files.is_file_map(array) for array in arrays.values())
+        open_files = getattr(self.indexed, "_open_files", None)
+        if files and open_files is not None:
+            state["_mapped_files"] = {
+                name: cache_files.pickled_map(array) for name, array in arrays.items()
+            }
+            open_files.opened(self, files)
+
+    def release_open_files(self) -> None:
+        """Drop the index arrays and with them the cache files' maps (the corpus's
+        OpenFiles asks, least recently used first); a batch in flight keeps the arrays
+        it holds. The next access maps the files again (:meth:`_reopen_maps`)."""
+        state = self.__dict__
+        with _REOPEN:
+            if "_mapped_files" in state and "_released" not in state:
+                state["_released"] = state["_mapped_files"]  # first: readers re-map
+                for name in _MAPPED:
+                    state.pop(name, None)
+        open_files = getattr(self.indexed, "_open_files", None)
+        if open_files is not None:
+            open_files.closed(self)  # counted no more (a no-op when it asked)
+
+    def __getattr__(self, name: str):
+        # Only called for attributes not set: the index arrays of released cache maps.
+        state = self.__dict__
+        if name in _MAPPED and "_released" in state:
+            return self._reopen_maps(name)
+        raise AttributeError(name)
+
+    def _reopen_maps(self, name: str):
+        """Map the released cache files again, each only if it is still the file that
+        was checked (:func:`cache_files.reopened_map`: DataError naming it otherwise),
+        and return the attribute ``name`` (taken under the lock: another thread may
+        release the maps again at once)."""
+        state = self.__dict__
+        with _REOPEN:
+            released = state.get("_released")
+            if released is None:
+                return state[name]  # another thread re-mapped them
+            arrays = {key: cache_files.reopened_map(value) for key, value in released.items()}
+            self._set_views(arrays)
+            del state["_released"]
+            value = state[name]
+        open_files = getattr(self.indexed, "_open_files", None)
+        if open_files is not None:
+            open_files.opened(self, sum(map(cache_files.is_file_map, arrays.values())))
+        return value
+
+    def _set_views(self, arrays: dict[str, np.ndarray]) -> None:
         self._arrays = arrays  # memory maps stay here (pickled as file names)
         if "piece_document" in arrays:
             self._set_packed(arrays)
@@ -362,6 +433,8 @@ class GPTDataset:
     def _text(self, positions: np.ndarray) -> tuple[np.ndarray, bool, reading.Pieces]:
         """[B, S + extra] tokens of the samples at ``positions`` (corpus dtype, or
         token_dtype padded with pad_id), whether any sample was padded, and the pieces."""
+        if "_mapped_files" in self.__dict__:  # most recently used of the OpenFiles
+            self.indexed._open_files.used(self)
         check = getattr(self.indexed, "check_files", None)  # mock data has no file
         if check is not None:  # before the .idx arrays are read: DataError, not SIGBUS
             check()  # (a .bin mapped below is checked as it is mapped)
@@ -491,9 +564,14 @@ class GPTDataset:
         state = dict(self.__dict__)
         state["_pool"] = None
         state["_constants"] = {}
-        state["_arrays"] = {
-            name: cache_files.pickled_map(array) for name, array in self._arrays.items()
-        }
+        # the identities taken when the files were checked; nothing re-mapped to pickle
+        packed = state.pop("_released", None) or state.pop("_mapped_files", None)
+        state.pop("_mapped_files", None)
+        if packed is None:
+            packed = {
+                name: cache_files.pickled_map(array) for name, array in self._arrays.items()
+            }
+        state["_arrays"] = packed
         for name in ("document_index", "sample_index", "shuffle_index", "_packed"):
             state.pop(name, None)
         if "range" in self._ids_description and isinstance(self.indices, np.ndarray):

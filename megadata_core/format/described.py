@@ -21,9 +21,8 @@ from typing import NamedTuple
 import numpy as np
 
 from megadata_core.errors import DataError
+from megadata_core.format.reader import INDEX_ARRAYS as _ARRAYS
 from megadata_core.format.reader import IndexedDataset
-
-_ARRAYS = ("sequence_lengths", "sequence_pointers", "document_indices", "sequence_modes")
 
 
 class CorpusRecord(NamedTuple):
@@ -74,6 +73,8 @@ class DescribedCorpus(IndexedDataset):
         state = self.__dict__
         if name.startswith("__") or "_loading" not in state:
             raise AttributeError(name)
+        if state.get("_idx_released"):  # loaded, then its .idx map released: re-map
+            return IndexedDataset.__getattr__(self, name)
         with state["_loading"]:
             if name not in state:
                 if state["_loaded"]:
@@ -104,6 +105,8 @@ class DescribedCorpus(IndexedDataset):
             for name in _ARRAYS:
                 self.__dict__.pop(name, None)
             self._loaded = False
+            if self._open_files is not None:
+                self._open_files.closed(self)
             raise DataError(
                 f"{problem} in {self._where}: the corpus changed since the blend was built; "
                 "build the datasets again"
@@ -112,7 +115,11 @@ class DescribedCorpus(IndexedDataset):
             return  # the exact bytes a build validated (``validated`` stays False)
         info = os.stat(self.idx_path) if os.path.exists(self.idx_path) else None
         if info is None or (info.st_dev, info.st_ino) != tuple(record.idx_identity):
+            for name in _ARRAYS:
+                self.__dict__.pop(name, None)
             self._loaded = False
+            if self._open_files is not None:
+                self._open_files.closed(self)
             raise DataError(
                 f"{self.idx_path}: not the .idx recorded in {self._where}: the corpus "
                 "changed since the blend was built; build the datasets again"

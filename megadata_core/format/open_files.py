@@ -1,15 +1,16 @@
 """A bound on the files a group of corpora holds open: least recently used closed first.
 
-A blend of 10,000 corpora read in shuffled order would map every member's .bin (on
-Python < 3.13 a memory map holds a duplicated descriptor) and run into the process's
-``ulimit -n`` ("Too many open files", Megatron-LM #929/#930). Corpora that share an
-:class:`OpenFiles` (the builder gives one to every corpus of a build, sized by
-``GPTDataConfig.max_open_files``) register each map or descriptor they open; past the
-limit the least recently used holder is asked to :meth:`release_open_files`, which only
-drops its references. A reader in flight keeps what it holds (its local reference, or a
-token view of the map) and the descriptor closes when the last reference goes, so an
-eviction never closes a file under a read. Bookkeeping is one dict operation per opened
-map and per batch read, under a lock.
+A blend of 10,000 corpora read in shuffled order would map every member's .bin, its .idx
+and its index cache files (on Python < 3.13 every memory map holds a duplicated
+descriptor) and run into the process's ``ulimit -n`` ("Too many open files",
+Megatron-LM #929/#930). Corpora and datasets that share an :class:`OpenFiles` (the
+builder gives one to every corpus of a build, sized by ``GPTDataConfig.max_open_files``;
+a dataset uses its corpus's) count each descriptor or map they open; past the limit the
+least recently used holders are asked to :meth:`release_open_files`, which only drops
+their references and re-maps at the next access. A reader in flight keeps what it holds
+(its local reference, or a view of the map) and the descriptor closes when the last
+reference goes, so an eviction never closes a file under a read. Bookkeeping is one
+dict operation per opened map and per batch read, under a lock.
 """
 
 from __future__ import annotations
@@ -32,42 +33,63 @@ def check_limit(field: str, limit: object) -> int:
 
 
 class OpenFiles:
-    """At most ``limit`` holders with a file open at once (least recently used released).
+    """At most ``limit`` descriptors open at once between the holders that share it
+    (least recently used holders released first; one holder alone may keep more, what
+    a single read of it needs).
 
-    A holder is any object with ``release_open_files()``; it calls :meth:`opened` right
-    after opening a file and :meth:`used` when it reads from one it holds.
+    A holder is any object with ``release_open_files()`` (which drops every descriptor
+    it counted here); it calls :meth:`opened` right after opening files and :meth:`used`
+    when it reads from the ones it holds.
     """
 
     def __init__(self, limit: int = DEFAULT_MAX_OPEN_FILES) -> None:
         self.limit = check_limit("max_open_files", limit)
-        self._held: OrderedDict[int, object] = OrderedDict()
+        self._held: OrderedDict[int, list] = OrderedDict()  # id -> [holder, descriptors]
+        self._count = 0
         self._lock = threading.Lock()
 
-    def opened(self, holder: object) -> None:
-        """``holder`` opened a file: count it, releasing the least recently used holders
-        past the limit (outside the lock: a release may take a holder's own lock)."""
+    def opened(self, holder: object, files: int = 1) -> None:
+        """``holder`` opened ``files`` more descriptors: count them, releasing the least
+        recently used other holders past the limit (outside the lock: a release may take
+        a holder's own lock)."""
         released = []
         with self._lock:
-            self._held[id(holder)] = holder
-            self._held.move_to_end(id(holder))
-            while len(self._held) > self.limit:
-                released.append(self._held.popitem(last=False)[1])
+            entry = self._held.get(id(holder))
+            if entry is None:
+                entry = self._held[id(holder)] = [holder, 0]
+            else:
+                self._held.move_to_end(id(holder))
+            entry[1] += files
+            self._count += files
+            while self._count > self.limit and len(self._held) > 1:
+                other, count = self._held.popitem(last=False)[1]
+                self._count -= count
+                released.append(other)
         for other in released:
             other.release_open_files()
 
     def used(self, holder: object) -> None:
-        """``holder`` read from its open file: it becomes the most recently used."""
+        """``holder`` read from its open files: it becomes the most recently used."""
         with self._lock:
             if id(holder) in self._held:
                 self._held.move_to_end(id(holder))
 
     def closed(self, holder: object) -> None:
-        """``holder`` closed its file itself."""
+        """``holder`` closed every file it counted here itself."""
         with self._lock:
-            self._held.pop(id(holder), None)
+            entry = self._held.pop(id(holder), None)
+            if entry is not None:
+                self._count -= entry[1]
+
+    def held(self, holder: object) -> int:
+        """The descriptors ``holder`` is counted for."""
+        with self._lock:
+            entry = self._held.get(id(holder))
+            return 0 if entry is None else entry[1]
 
     def __len__(self) -> int:
-        return len(self._held)
+        """The descriptors counted (all holders)."""
+        return self._count
 
     def __getstate__(self) -> dict:
         return {"limit": self.limit}  # a worker starts with nothing open
@@ -76,4 +98,4 @@ class OpenFiles:
         self.__init__(state["limit"])
 
     def __repr__(self) -> str:
-        return f"OpenFiles(limit={self.limit}, open={len(self._held)})"
+        return f"OpenFiles(limit={self.limit}, open={self._count}, holders={len(self._held)})"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import threading
 
 import numpy as np
 
@@ -18,6 +19,10 @@ from megadata_core.format.sources import (
     local_path,
     open_source,
 )
+
+#: The attributes that are views of the .idx (dropped when its map is released).
+INDEX_ARRAYS = ("sequence_lengths", "sequence_pointers", "document_indices", "sequence_modes")
+_REMAP = threading.Lock()  # one .idx re-mapped at a time (and never while released)
 
 
 def idx_path_of(path_prefix: str) -> str:
@@ -65,8 +70,9 @@ class IndexedDataset:
     (``s3://``, ``gs://``, ...) read through the byte-source registry.
 
     Corpora that :meth:`share_open_files` an :class:`OpenFiles` keep at most its limit
-    of .bin maps / descriptors open between them (least recently used closed, reopened
-    at the next read).
+    of descriptors open between them (a local .idx's map and the .bin's map or
+    descriptor; least recently used released, re-mapped at the next access of an index
+    array or read, after checking that the file is still the one opened).
     """
 
     _open_files: OpenFiles | None = None  # the bound shared with other corpora, if any
@@ -111,6 +117,8 @@ class IndexedDataset:
         self._idx_bytes: bytes | None = None
         self._idx_file: str | None = None  # a local .idx that is memory-mapped
         self._idx_stat: os.stat_result | None = None  # its fstat when mapped
+        self._idx_header: idx_layout.IdxHeader | None = None  # to re-map it once released
+        self._idx_released = False  # its map (and the arrays) dropped by release_open_files
         self._bin_stat: os.stat_result | None = None
         if is_local(self.path_prefix):
             idx_file = local_path(self.idx_path)
@@ -140,6 +148,7 @@ class IndexedDataset:
                     )
                     idx_buffer = np.memmap(stream, dtype=np.uint8, mode="r")
                 self._idx_file, self._idx_stat = idx_file, idx_stat
+                self._idx_header = header
             if self.mmap and bin_size > 0:
                 self._bin_file = bin_file
             elif not self.mmap:
@@ -150,15 +159,9 @@ class IndexedDataset:
             bin_size = None  # asked of the source below, once the index says what it needs
         self.multimodal = header.multimodal
         self.dtype = header.dtype
-        count = header.sequence_count
-        self.sequence_lengths = _view(idx_buffer, np.int32, header.lengths_offset, count)
-        self.sequence_pointers = _view(idx_buffer, np.int64, header.pointers_offset, count)
-        self.document_indices = _view(
-            idx_buffer, np.int64, header.documents_offset, header.document_count
-        )
-        self.sequence_modes = (
-            _view(idx_buffer, np.int8, header.modes_offset, count) if header.multimodal else None
-        )
+        self._set_index_arrays(header, idx_buffer)
+        if self._idx_header is not None and self._open_files is not None:
+            self._open_files.opened(self)  # the .idx map
         if bin_size is None:
             bin_size = _remote_bin_size(self._bin_source, self._data_end(), self.bin_path)
         self._bin_size = bin_size
@@ -166,6 +169,54 @@ class IndexedDataset:
         self.validated = False
         if validate:
             self.validate()
+
+    def _set_index_arrays(self, header: idx_layout.IdxHeader, buffer) -> None:
+        count = header.sequence_count
+        self.sequence_lengths = _view(buffer, np.int32, header.lengths_offset, count)
+        self.sequence_pointers = _view(buffer, np.int64, header.pointers_offset, count)
+        self.document_indices = _view(
+            buffer, np.int64, header.documents_offset, header.document_count
+        )
+        self.sequence_modes = (
+            _view(buffer, np.int8, header.modes_offset, count) if header.multimodal else None
+        )
+
+    def __getattr__(self, name: str):
+        # Only called for attributes not set: the index arrays of a released .idx map.
+        state = self.__dict__
+        if name in INDEX_ARRAYS and state.get("_idx_released"):
+            return self._remap_idx(name)
+        raise AttributeError(name)
+
+    def _remap_idx(self, name: str):
+        """Map the .idx again after :meth:`release_open_files`, if it is still the file
+        opened (same device, inode, size, mtime and ctime), and return the array
+        ``name`` (taken under the lock: another thread may release it again at once);
+        DataError naming the file otherwise: its arrays must not change under a dataset
+        built from them."""
+        with _REMAP:
+            if not self._idx_released:
+                return self.__dict__[name]  # another thread re-mapped it
+            opened = self._idx_stat
+            try:
+                with open(self._idx_file, "rb") as stream:
+                    info = os.fstat(stream.fileno())
+                    if _identity(info) + _contents(info) != _identity(opened) + _contents(opened):
+                        raise DataError(
+                            f"{self.idx_path}: the .idx changed since it was opened (device, "
+                            f"inode, size, mtime_ns, ctime_ns "
+                            f"{[*_identity(opened), *_contents(opened)]} -> "
+                            f"{[*_identity(info), *_contents(info)]}); reopen the dataset"
+                        )
+                    buffer = np.memmap(stream, dtype=np.uint8, mode="r")
+            except OSError as error:
+                raise DataError(f"{self.idx_path}: cannot map the .idx again ({error})") from error
+            self._set_index_arrays(self._idx_header, buffer)
+            self._idx_released = False
+            value = self.__dict__[name]
+        if self._open_files is not None:
+            self._open_files.opened(self)
+        return value
 
     def validate(self) -> None:
         """Check the index arrays against each other and the .bin size (once; a no-op
@@ -223,20 +274,44 @@ class IndexedDataset:
         return source
 
     def share_open_files(self, open_files: OpenFiles | None) -> None:
-        """Count this corpus's .bin map / descriptor in ``open_files`` (shared with other
-        corpora, e.g. a blend's members); None: no bound."""
+        """Count this corpus's descriptors (its .idx map, its .bin map or descriptor) in
+        ``open_files`` (shared with other corpora, e.g. a blend's members); None: no
+        bound."""
+        state = self.__dict__  # a corpus described by a record may not be loaded
+        previous = state.get("_open_files")
+        if previous is open_files:
+            return
+        if previous is not None:
+            previous.closed(self)
         self._open_files = open_files
+        source = state.get("_bin_source")
+        held = (
+            (state.get("_idx_header") is not None and not state.get("_idx_released"))
+            + (state.get("_bin_map") is not None)
+            + (isinstance(source, LocalFileSource) and source.is_open)
+        )
+        if open_files is not None and held:
+            open_files.opened(self, held)
 
     def release_open_files(self) -> None:
-        """Drop the .bin map / descriptor (:class:`OpenFiles` asks, least recently used
-        first). Only references are dropped: a read in flight keeps the map or source it
-        holds, and the descriptor closes with its last reference. The next read reopens
-        (and checks the .bin's identity again)."""
+        """Drop the .idx map and its arrays and the .bin map / descriptor
+        (:class:`OpenFiles` asks, least recently used first). Only references are
+        dropped: a read in flight keeps the arrays, map or source it holds, and the
+        descriptor closes with its last reference. The next access reopens (and checks
+        the files' identities again)."""
         state = self.__dict__  # a corpus described by a record may not be loaded
         state["_bin_map"] = None
         source = state.get("_bin_source")
         if isinstance(source, LocalFileSource) and source.is_open:
             state["_bin_source"] = LocalFileSource(source.path)
+        if state.get("_idx_header") is not None:
+            with _REMAP:
+                if not state.get("_idx_released"):
+                    state["_idx_released"] = True  # before the arrays go: readers re-map
+                    for name in INDEX_ARRAYS:
+                        state.pop(name, None)
+        if state.get("_open_files") is not None:
+            state["_open_files"].closed(self)  # counted no more (a no-op when it asked)
 
     def _check_bin_stat(self, info: os.stat_result) -> None:
         """DataError unless ``info`` is the .bin this index was opened with, holding at
@@ -358,6 +433,9 @@ class IndexedDataset:
         return index
 
     def __len__(self) -> int:
+        lengths = self.__dict__.get("sequence_lengths")
+        if lengths is None and self.__dict__.get("_idx_released"):
+            return self._idx_header.sequence_count  # no re-map for a length
         return len(self.sequence_lengths)
 
     def __getitem__(self, index):

@@ -175,11 +175,17 @@ def _check_whole(stream, path: str, status, expected: object, known: object) -> 
     return record
 
 
+def is_file_map(array: object) -> bool:
+    """Whether ``array`` is a memory map of a whole cache file (what :func:`pickled_map`
+    packs as its file name; it holds a descriptor on Python < 3.13)."""
+    return isinstance(array, np.memmap) and bool(array.filename)
+
+
 def pickled_map(array: np.ndarray) -> object:
     """How a cache array travels to a worker: a whole-file memory map as
     ``("mmap", path, identity)`` (reopened by :func:`reopened_map`), anything else as
     itself."""
-    if not isinstance(array, np.memmap) or not array.filename:
+    if not is_file_map(array):
         return array
     return ("mmap", array.filename, identity(os.stat(array.filename)))
 

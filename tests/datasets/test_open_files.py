@@ -93,18 +93,20 @@ def _map(tmp_path, name: str) -> mdc.IndexedDataset:
 
 
 def test_the_least_recently_used_map_is_dropped_and_reopened(tmp_path):
-    budget = OpenFiles(2)
+    budget = OpenFiles(4)  # two corpora's .idx and .bin maps
     corpora = [_map(tmp_path, f"c{n}") for n in range(3)]
     for corpus in corpora:
-        corpus.share_open_files(budget)
-    corpora[0][0], corpora[1][0]
+        corpus.share_open_files(budget)  # each holds its .idx map
+    corpora[0][0], corpora[1][0]  # maps 0's and 1's .bin: 2 is released
+    assert "sequence_lengths" not in corpora[2].__dict__ and len(budget) == 4
     corpora[0][1]  # 0 is now the most recently used
     held = corpora[1][1]  # a reader still holds tokens of 1 (a view of its map)
     corpora[1][0]
     corpora[0][0]
-    corpora[2][0]  # evicts 1, the least recently used
+    corpora[2][0]  # re-maps 2's .idx and .bin: releases 1, the least recently used
     assert corpora[1]._bin_map is None and corpora[0]._bin_map is not None
-    assert len(budget) == 2
+    assert "sequence_lengths" not in corpora[1].__dict__
+    assert len(budget) == 4
     np.testing.assert_array_equal(held, [4, 5, 6])  # still readable: the view keeps its map
     np.testing.assert_array_equal(corpora[1][0], [1, 2, 3])  # mapped again
 
