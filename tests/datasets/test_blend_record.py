@@ -112,6 +112,11 @@ def test_idx_bytes_changed_under_the_same_identity_fail_at_first_read(built):
     member = warm[0].datasets[2]
     with pytest.raises(DataError, match=r"corpus2\.idx.*sha256.*-bundle-description\.json"):
         member.__getitems__([0])
+    # A second read is refused too: the failed check leaves no arrays behind to serve.
+    with pytest.raises(DataError, match=r"corpus2\.idx"):
+        member.__getitems__([0])
+    with pytest.raises(DataError, match=r"corpus2\.idx"):
+        len(member.indexed.sequence_lengths)
 
 
 def test_descriptions_do_not_grow_with_the_prefixes(tmp_path):
