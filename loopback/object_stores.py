@@ -38,6 +38,19 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def process_cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of processes (Linux ``/proc``; 0 for one that is gone)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stream:
+                fields = stream.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def _wait_ready(url: str, process: subprocess.Popen, what: str, timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -146,6 +159,10 @@ class FakeGcsServer:
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
         _wait_ready(f"{self.endpoint}/storage/v1/b", self._process, "fake-gcs-server")
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds the server has spent so far."""
+        return process_cpu_seconds([self._process.pid])
 
     def upload(self, bucket: str, name: str, data: bytes) -> None:
         """Create or replace an object (the JSON API's media upload)."""

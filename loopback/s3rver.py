@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import urllib.request
 
-from loopback.object_stores import LOOPBACK, _stop, _wait_ready, free_port
+from loopback.object_stores import LOOPBACK, _stop, _wait_ready, free_port, process_cpu_seconds
 
 VERSION = "3.7.1"
 #: s3rver's built-in account (it checks SigV4 signatures against it).
@@ -124,6 +124,10 @@ class S3rverServer:
         except BaseException:
             self.stop()
             raise
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds all its node processes have spent so far."""
+        return process_cpu_seconds([process.pid for process in self._processes])
 
     def stop(self) -> None:
         for process in self._processes:

@@ -124,14 +124,19 @@ def test_bench_cloud_smoke(tmp_path, tmp_path_factory, monkeypatch):
         "gcs: shuffled 32x4097 batches, peer = GCS client range reads x16 (tokens/s)",
         "gcs: requests per batch at the proxy",
         "gcs: client CPU per batch",
+        "gcs: loopback store CPU per batch (server + proxy)",
+        "gcs: shuffled 32x4097 batches, ours with 256 requests in flight",
+        "note: gcs: loopback store CPU per request (server + proxy): ours ",
     ]
-    readers = ["ours", "google-cloud-storage"]
+    readers = ["ours", "ours, 256 in flight", "google-cloud-storage"]
     if "note: s3: skipped, s3rver is not available" not in out:  # node/npm present
         rows += [
             "s3: shuffled 32x4097 batches, peer = boto3 range GETs x16 (tokens/s)",
             "s3: shuffled 32x4097 batches, peer = megatron _S3BinReader (tokens/s)",
             "first batch, cold .idx cache (s3; megatron: open + its batch rate) (s)",
             "s3: requests per batch at the proxy, peer = megatron",
+            "s3: loopback store CPU per batch (server + proxy)",
+            "s3: shuffled 32x4097 batches, ours with 256 requests in flight",
         ]
         readers += ["boto3 pool", "megatron _S3BinReader"]
     for metric in rows:

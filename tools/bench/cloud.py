@@ -22,7 +22,8 @@ the same for every reader; a sample's pieces (document, offset, length) come fro
 index, so every reader fetches the same bytes. Readers:
 
 * ours: ``GPTDataset.__getitems__`` on ``s3://`` / ``gs://`` (TensorStore, all ranges of a
-  batch in one ``ts.Batch``);
+  batch in one ``ts.Batch``) at the adapter's default of 128 requests in flight, and again
+  at ``WIDE_CONCURRENCY`` (256);
 * megatron-core's ``IndexedDataset`` on ``s3://`` (``_S3BinReader``, 256 MiB chunk per
   miss), one ``get`` per piece as its ``GPTDataset.__getitem__`` does. A miss moves 256
   MiB through the 100 MB/s connection (~2.7 s) and a shuffled sample misses several
@@ -32,10 +33,12 @@ index, so every reader fetches the same bytes. Readers:
 
 Rows: tokens/s per reader, time to the first batch on a cold ``.idx`` cache (open +
 batch; Megatron's batch part extrapolated from its samples), requests per batch counted
-at the proxy, and the client CPU seconds per batch (the process's CPU minus the proxy
-thread's) -- on 2 shared cores the node server's CPU per request bounds every reader
-that sends one request per piece. Every reader's first batch is compared with the local
-corpus's tokens (a failing check).
+at the proxy, the client CPU seconds per batch (the process's CPU minus the proxy
+thread's) and the loopback store's CPU seconds per batch (server processes + proxy
+thread): on a real store that CPU is the provider's, here it shares the machine's cores
+with the reader, so it bounds any reader that sends one request per piece (s3rver costs
+~0.5-1.5 ms per request, fake-gcs-server ~0.1). Every reader's first batch is compared
+with the local corpus's tokens (a failing check).
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ TOKENS = 576 << 20  # 1.125 GiB of uint16: over four of Megatron's 256 MiB chunk
 LATENCY_S = 0.020
 BANDWIDTH = 100e6
 S3RVER_PROCESSES = 2
+#: Requests in flight for the extra "ours" row beside the adapter's default (128): two
+#: round trips for a batch's ~313 ranges instead of three.
+WIDE_CONCURRENCY = 256
 MEGATRON_BUDGET_S = 40.0
 
 
@@ -155,23 +161,31 @@ def _thread_cpu(native_id: int) -> float:
 
 
 class _Reader:
-    """One reader's measurements: seconds, requests and client CPU per batch."""
+    """One reader's measurements per batch: seconds, requests, client CPU, and the CPU
+    the loopback store spent on it (server processes + proxy thread)."""
 
-    def __init__(self, name: str, read, proxy) -> None:
-        self.name, self.read, self.proxy = name, read, proxy
+    def __init__(self, name: str, read, proxy, server) -> None:
+        self.name, self.read, self.proxy, self.server = name, read, proxy, server
         self.times: list[float] = []
         self.requests: list[int] = []
         self.cpu: list[float] = []
+        self.harness_cpu: list[float] = []
 
     def run(self, indices) -> object:
         self.proxy.reset_counts()
-        proxy_cpu = _thread_cpu(self.proxy.native_id)
+        proxy_cpu, server_cpu = _thread_cpu(self.proxy.native_id), self.server.cpu_seconds()
         cpu, start = time.process_time(), time.perf_counter()
         result = self.read(indices)
         self.times.append(time.perf_counter() - start)
-        self.cpu.append(time.process_time() - cpu - (_thread_cpu(self.proxy.native_id) - proxy_cpu))
+        proxy_cpu = _thread_cpu(self.proxy.native_id) - proxy_cpu
+        self.cpu.append(time.process_time() - cpu - proxy_cpu)
+        self.harness_cpu.append(self.server.cpu_seconds() - server_cpu + proxy_cpu)
         self.requests.append(self.proxy.requests)
         return result
+
+    def clear(self) -> None:
+        for values in (self.times, self.requests, self.cpu, self.harness_cpu):
+            values.clear()
 
     def rate(self) -> float | None:
         return BATCH * SEQUENCE / statistics.median(self.times) if self.times else None
@@ -224,6 +238,27 @@ def _first_batch_ours(bench, store: str, url: str, index_cache: str, indices):
     return time.perf_counter() - start, tokens, remote
 
 
+def _wide_reader(bench, store, url, index_cache, rows, expected, proxy, server) -> _Reader:
+    """Ours with WIDE_CONCURRENCY requests in flight (its first batch checked)."""
+    from adapters import tensorstore_bins
+
+    resource = f"{'s3' if store == 's3' else 'gcs'}_request_concurrency"
+    tensorstore_bins.configure(cache_dir=bench.path("cloud", store, "idx_cache"),
+                               context={resource: {"limit": WIDE_CONCURRENCY}})  # fmt: skip
+    remote = _dataset(url, index_cache)  # its source keeps these options
+    tensorstore_bins.configure(cache_dir=bench.path("cloud", store, "idx_cache"))
+    name = f"ours, {WIDE_CONCURRENCY} in flight"
+    bench.check(f"{store}: first batch equals the local corpus ({name})",
+                _same(remote.__getitems__(rows[0])["tokens"], expected))  # fmt: skip
+    return _Reader(name, lambda indices: remote.__getitems__(indices)["tokens"], proxy, server)
+
+
+def _wide_row(bench, store: str, wide: _Reader, peer: _Reader, label: str) -> None:
+    bench.row(f"{store}: shuffled 32x4097 batches, ours with {WIDE_CONCURRENCY} requests in "
+              f"flight, peer = {label}", "tokens/s", "higher", wide.rate(), peer.rate(),
+              len(wide.times))  # fmt: skip
+
+
 def _timed_batches(bench, store: str, readers: list[_Reader], rows) -> None:
     for repeat, indices in enumerate(rows[1:]):
         for reader in readers if repeat % 2 == 0 else readers[::-1]:
@@ -239,6 +274,15 @@ def _report(bench, store: str, ours: _Reader, peer: _Reader, label: str) -> None
               statistics.median(ours.requests), statistics.median(peer.requests), runs)  # fmt: skip
     bench.row(f"{store}: client CPU per batch, peer = {label}", "s", "lower",
               statistics.median(ours.cpu), statistics.median(peer.cpu), runs)  # fmt: skip
+    bench.row(f"{store}: loopback store CPU per batch (server + proxy), peer = {label}", "s",
+              "lower", statistics.median(ours.harness_cpu), statistics.median(peer.harness_cpu),
+              runs)  # fmt: skip
+    per_request = ", ".join(
+        f"{reader.name} {statistics.median(reader.harness_cpu) * 1e3 / requests:.2f} ms"
+        for reader in (ours, peer)
+        if (requests := statistics.median(reader.requests))
+    )
+    bench.note(f"{store}: loopback store CPU per request (server + proxy): {per_request}")
 
 
 def _s3(bench, local, rows, expected, objects, index_cache, proxy_class) -> None:
@@ -281,12 +325,15 @@ def _s3(bench, local, rows, expected, objects, index_cache, proxy_class) -> None
             arrays = iter(pool.map(fetch, [piece for sample in pieces for piece in sample]))
             return _assemble([[next(arrays) for _ in sample] for sample in pieces])
 
-        ours = _Reader("ours", lambda indices: remote.__getitems__(indices)["tokens"], proxy)
-        pool_reader = _Reader("boto3", boto, proxy)
+        ours = _Reader("ours", lambda indices: remote.__getitems__(indices)["tokens"], proxy,
+                       server)  # fmt: skip
+        pool_reader = _Reader("boto3", boto, proxy, server)
         bench.check("s3: first batch equals the local corpus (boto3 pool)",
                     _same(boto(rows[0]), expected))  # fmt: skip
-        _timed_batches(bench, "s3", [ours, pool_reader], rows)
+        wide = _wide_reader(bench, "s3", url, index_cache, rows, expected, proxy, server)
+        _timed_batches(bench, "s3", [ours, wide, pool_reader], rows)
         _report(bench, "s3", ours, pool_reader, "boto3 range GETs x16")
+        _wide_row(bench, "s3", wide, pool_reader, "boto3 range GETs x16")
         pool.shutdown()
 
         megatron = quiet_import(
@@ -377,13 +424,16 @@ def _gcs(bench, local, rows, expected, objects, index_cache, proxy_class) -> Non
             arrays = iter(pool.map(fetch, [piece for sample in pieces for piece in sample]))
             return _assemble([[next(arrays) for _ in sample] for sample in pieces])
 
-        ours = _Reader("ours", lambda indices: remote.__getitems__(indices)["tokens"], proxy)
-        peer = _Reader("google-cloud-storage", gcs, proxy)
+        ours = _Reader("ours", lambda indices: remote.__getitems__(indices)["tokens"], proxy,
+                       server)  # fmt: skip
+        peer = _Reader("google-cloud-storage", gcs, proxy, server)
         bench.check("gcs: first batch equals the local corpus (google-cloud-storage)",
                     _same(peer.run(rows[0]), expected))  # fmt: skip
-        peer.times.clear(), peer.requests.clear(), peer.cpu.clear()
-        _timed_batches(bench, "gcs", [ours, peer], rows)
+        peer.clear()
+        wide = _wide_reader(bench, "gcs", url, index_cache, rows, expected, proxy, server)
+        _timed_batches(bench, "gcs", [ours, wide, peer], rows)
         _report(bench, "gcs", ours, peer, "GCS client range reads x16")
+        _wide_row(bench, "gcs", wide, peer, "GCS client range reads x16")
         pool.shutdown()
     finally:
         proxy.stop()
