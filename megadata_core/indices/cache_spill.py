@@ -30,6 +30,9 @@ _SPILLED: dict[str, tuple[int, tuple[int, ...], np.dtype]] = {}
 #: Arrays of fewer bytes are made in memory: a shuffle on a fresh file mapping pays
 #: page faults and writeback, worth it only where the array is a real share of RAM.
 SPILL_ABOVE = 1 << 28
+#: Names of working arrays (not cache files) that a build may spill: each becomes an
+#: anonymous temporary of the entry's directory, removed when the build ends.
+SCRATCH_PREFIX = "scratch-"
 
 
 @contextlib.contextmanager
@@ -37,10 +40,10 @@ def spill_arrays(
     directory: str | None, file_names: dict[str, str], spill_above: int = SPILL_ABOVE
 ) -> Iterator[Allocate]:
     """An allocator making array ``name`` of more than ``spill_above`` bytes as a
-    memory-mapped temporary of ``file_names[name]`` (a file name in ``directory``);
-    smaller arrays, names without a file, no directory or a directory that cannot be
-    written give memory. Temporaries not taken by :func:`take_spilled` are removed on
-    exit."""
+    memory-mapped temporary of ``file_names[name]`` (a file name in ``directory``), or
+    of a working file when ``name`` starts with :data:`SCRATCH_PREFIX`; smaller arrays,
+    other names without a file, no directory or a directory that cannot be written give
+    memory. Temporaries not taken by :func:`take_spilled` are removed on exit."""
     if directory is None:
         yield in_memory
         return
@@ -48,6 +51,8 @@ def spill_arrays(
 
     def empty(name: str, shape: tuple[int, ...], dtype: np.typing.DTypeLike) -> np.ndarray:
         label = file_names.get(name)
+        if label is None and name.startswith(SCRATCH_PREFIX):
+            label = f"{name}.npy"
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         if label is None or nbytes <= spill_above or 0 in shape:
             return np.empty(shape, dtype)

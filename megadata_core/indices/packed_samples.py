@@ -43,17 +43,21 @@ Stored arrays (4 bytes a piece where ids fit int32, about what concat stores a d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from megadata_core.errors import DataError
-from megadata_core.indices._checks import INT32_MAX, check_ids, check_int, id_range
+from megadata_core.indices._checks import check_ids, check_int, id_range
+from megadata_core.indices.allocate import Allocate, in_memory, plain
+from megadata_core.indices.cache_spill import SCRATCH_PREFIX
 from megadata_core.indices.epochs import SEPARATE_FINAL_EPOCH_THRESHOLD
-from megadata_core.indices.feistel import feistel_document_order
+from megadata_core.indices.feistel import DOCUMENTS_STREAM, epoch_key, feistel_permute
 from megadata_core.indices.gpt import seeded_random_state
-from megadata_core.indices.packing import fill_documents, full_offsets, pack_layout
+from megadata_core.indices.packing import _narrow, fill_documents, full_offsets, pack_layout
 from megadata_core.indices.sample_shuffle import shuffle_index
+from megadata_core.indices.shuffle_scratch import shuffle_scratch
 
 PIECE_ARRAYS = ("piece_document", "bin_offsets", "full_offset", "packed_shape")
 #: The arrays a best_fit GPT dataset stores, per shuffle mode.
@@ -63,8 +67,7 @@ PACKED_ARRAYS = {
 }
 
 
-def _narrow(high: int) -> type:
-    return np.int32 if high <= INT32_MAX else np.int64
+_ID_BLOCK = 1 << 24  # piece rows turned into corpus ids per step
 
 
 def packed_epochs(bins_per_epoch: int, num_samples: int | None) -> int:
@@ -94,6 +97,7 @@ def packed_indices(
     *,
     add_extra_token: bool = True,
     shuffle: str = "megatron",
+    empty: Allocate = in_memory,
 ) -> dict[str, np.ndarray]:
     """The stored arrays of a best_fit GPT dataset (see the module docstring).
 
@@ -105,6 +109,8 @@ def packed_indices(
         random_seed: in ``[0, 2**32)``.
         add_extra_token: bins hold S + 1 tokens (labels are the shift).
         shuffle: ``"megatron"`` or ``"feistel"``.
+        empty: where the results and the large working arrays are made (memory, or files
+            of the cache entry: :mod:`megadata_core.indices.allocate`).
 
     Returns:
         ``{name: array}`` for the names ``PACKED_ARRAYS[shuffle]``.
@@ -134,11 +140,14 @@ def packed_indices(
     rng = seeded_random_state(seed) if shuffle == "megatron" else None
     order_dtype = _narrow(count - 1)
 
-    def epoch_order(epoch: int) -> np.ndarray:
-        if rng is None:
-            return feistel_document_order(np.arange(count, dtype=order_dtype), seed, epoch)
-        order = np.arange(count, dtype=order_dtype)
-        rng.shuffle(order)  # the same draws for any dtype
+    def epoch_order(epoch: int) -> np.ndarray | Callable[[int, int], np.ndarray]:
+        if rng is None:  # computed a block at a time where the fill reads it
+            key = epoch_key(seed, epoch, DOCUMENTS_STREAM)
+            return lambda lo, hi: feistel_permute(np.arange(lo, hi), count, key)
+        order = empty(f"{SCRATCH_PREFIX}pack-order-{epoch % 2}", (count,), order_dtype)
+        with shuffle_scratch(order) as work:
+            work[...] = np.arange(count, dtype=order_dtype)
+            rng.shuffle(plain(work))  # the same draws for any dtype
         return order
 
     # One worker thread packs while this thread draws the document orders (the
@@ -146,26 +155,27 @@ def packed_indices(
     # beside epoch e + 1's order, the last fill beside the sample shuffle. The draws
     # stay in this thread, in the same sequence, so the values never depend on it.
     with ThreadPoolExecutor(1, thread_name_prefix="megadata-pack") as pool:
-        pending = pool.submit(pack_layout, lengths, capacity)  # one layout, every epoch
+        pending = pool.submit(pack_layout, lengths, capacity, empty)  # one layout, every epoch
         order = epoch_order(0)
         layout = pending.result()
         bins, pieces, full = len(layout.bin_offsets) - 1, layout.num_pieces, layout.full_count
         epochs = packed_epochs(bins, num_samples)
-        documents = np.empty(epochs * pieces, _narrow(high_id))
-        full_offset = np.empty(epochs * full, np.int64)
+        documents = empty("piece_document", (epochs * pieces,), _narrow(high_id))
+        full_offset = empty("full_offset", (epochs * full,), np.int64)
 
-        def fill(epoch: int, order: np.ndarray) -> None:
+        def fill(epoch: int, order: np.ndarray | Callable[[int, int], np.ndarray]) -> None:
             rows = documents[epoch * pieces : (epoch + 1) * pieces]
             fill_documents(layout, order, rows)
             if full:
                 full_offset[epoch * full : (epoch + 1) * full] = full_offsets(
                     rows[:full], capacity
                 )
-            if span is not None:
-                if span.start:
-                    rows += span.start
-            else:
-                rows[...] = ids[rows]
+            for lo in range(0, pieces, _ID_BLOCK):  # positions in the split -> corpus ids
+                part = rows[lo : lo + _ID_BLOCK]
+                if span is None:
+                    part[...] = ids[part]
+                elif span.start:
+                    part += span.start
 
         for epoch in range(epochs):
             if epoch:
@@ -173,7 +183,9 @@ def packed_indices(
             pending = pool.submit(fill, epoch, order)
             order = epoch_order(epoch + 1) if epoch + 1 < epochs else None
         head = packed_first_range(bins, epochs, num_samples)
-        order_of_samples = shuffle_index(head, epochs * bins, rng) if rng is not None else None
+        order_of_samples = (
+            shuffle_index(head, epochs * bins, rng, empty=empty) if rng is not None else None
+        )
         pending.result()
     out = {
         "piece_document": documents,

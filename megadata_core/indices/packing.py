@@ -24,12 +24,15 @@ every bin of a class takes ``c // s`` pieces (the last bin used maybe fewer): a 
 of ``count[c] * (c // s)`` over the classes finds where the n_s pieces run out, and the
 pieces left open new bins of ``capacity // s`` pieces each. The Python work per size is
 one step per non-empty class the pieces reach (each such class but the last is emptied);
-the numpy work is over the classes >= s. The placement is kept as runs (these bins take
-k pieces each), and every piece's row comes from them at the end in one cumsum. Memory
-is O(documents + bins + capacity), never documents x capacity.
+the numpy work is over the classes >= s. The placement runs twice: once for the pieces
+per bin (the bin offsets), then again writing each piece's row, in placement order,
+into ``row`` (a working file when the build spills). Memory the build owns: the open
+bins' ids and pieces per bin (~6 bytes a bin) and blocks of ``_BLOCK`` documents; what
+grows with the corpus (``row``, the results) can be file mappings.
 
 Which document of a size takes which place is a sort of the documents by (remainder
-size, rank in ``order``), one per order (epoch): :func:`fill_documents`.
+size, rank in ``order``), one per order (epoch), done as a counting sort a block of
+``order`` at a time: :func:`fill_documents`.
 
 The padding fraction of a packing is ``1 - sum(lengths) / (B * capacity)``: B bins, each
 padded at its end.
@@ -37,13 +40,16 @@ padded at its end.
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.indices._checks import INT32_MAX, check_int, check_lengths
+from megadata_core.indices.allocate import Allocate, in_memory
+from megadata_core.indices.cache_spill import SCRATCH_PREFIX
+from megadata_core.indices.shuffle_scratch import file_backed
 
 
 @dataclass(frozen=True)
@@ -112,19 +118,16 @@ class PackLayout:
     Attributes:
         capacity: tokens per bin.
         lengths: int [D] the document lengths (as given: int32 stays int32).
-        key: [D] sort key of each document's remainder piece (decreasing size, empty last).
-        cut: bool [D] documents of at least ``capacity`` tokens (they have full pieces).
         remainders: R, documents with a non-empty remainder piece.
         full_count: F, capacity-sized pieces (bins 0 .. F-1, piece rows 0 .. F-1).
-        row: intp [R] the piece row of the k-th remainder piece in (size desc, order).
+        row: int32 (int64 past 2**31 - 1 pieces) [R] the piece row of the k-th remainder
+            piece in (size desc, order); may be memory-mapped (a working file).
         per_key: int64 [capacity] remainder pieces per key (key k: size capacity - 1 - k).
         bin_offsets: int64 [B + 1]; P = ``bin_offsets[-1]`` piece rows.
     """
 
     capacity: int
     lengths: np.ndarray
-    key: np.ndarray
-    cut: np.ndarray
     remainders: int
     full_count: int
     row: np.ndarray
@@ -146,31 +149,81 @@ class PackLayout:
         return lengths
 
 
-def pack_layout(lengths: np.ndarray, capacity: int) -> PackLayout:
+#: Documents read per step where the layout or a fill walks the lengths.
+_BLOCK = 1 << 22
+#: Bytes of a fill's scatter buffer when its output is a file mapping: the output is
+#: written in row ranges of this size, in order (random writes to a file mapping much
+#: larger than the dirty-page limit would be written back over and over).
+FILL_SCRATCH = 1 << 30
+
+
+def _remainder_counts(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, int]:
+    """``(per_key, full_count)``: int64 [capacity] remainder pieces per key (key
+    ``capacity - 1 - size``; key capacity - 1 counts documents without one) and F."""
+    per_key = np.zeros(capacity, dtype=np.int64)
+    full = 0
+    for lo in range(0, len(lengths), _BLOCK):
+        part = lengths[lo : lo + _BLOCK]
+        remainder = np.remainder(part, capacity)
+        full += (int(part.sum(dtype=np.int64)) - int(remainder.sum(dtype=np.int64))) // capacity
+        per_key += np.bincount(_sort_keys(remainder, capacity), minlength=capacity)
+    return per_key, full
+
+
+def pack_layout(lengths: np.ndarray, capacity: int, empty: Allocate = in_memory) -> PackLayout:
     """The :class:`PackLayout` of BFD over documents of ``lengths`` (int [D], >= 0) into
-    bins of ``capacity`` (>= 1) tokens."""
+    bins of ``capacity`` (>= 1) tokens; ``bin_offsets`` and the working ``row`` come from
+    ``empty`` (memory, or files the build spills to)."""
     lengths = check_lengths("lengths", lengths)
     capacity = check_int("capacity", capacity, 1)
     # int32 intermediates where the values fit (a corpus's lengths are int32): half the
     # memory traffic of int64.
     if lengths.dtype != np.int64 and (lengths.dtype != np.int32 or capacity > INT32_MAX):
         lengths = lengths.astype(np.int64)
-    remainder = np.remainder(lengths, capacity)
-    full_count = (int(lengths.sum(dtype=np.int64)) - int(remainder.sum(dtype=np.int64))) // capacity
-    key = _sort_keys(remainder, capacity)
-    del remainder
-    # per_key[k]: remainders of size capacity - 1 - k (k = capacity - 1: none)
-    per_key = np.bincount(key, minlength=capacity)
-    runs = _place(per_key[:-1], capacity)
-    row, bin_offsets = runs.rows(full_count)
-    return PackLayout(
-        capacity, lengths, key, lengths >= capacity, len(row), full_count, row, per_key,
-        bin_offsets,
-    )
+    per_key, full_count = _remainder_counts(lengths, capacity)
+    remainders = int(per_key[:-1].sum())
+    # Placed twice: first for the pieces per bin (so the bin offsets), then to write
+    # each piece's row in placement order, straight into ``row``.
+    filled, opened = _place(per_key[:-1], capacity)
+    bin_offsets = empty("bin_offsets", (full_count + opened + 1,), np.int64)
+    bin_offsets[0] = 0
+    bin_offsets[1 : full_count + 1] = 1  # a full bin holds its one capacity-sized piece
+    bin_offsets[full_count + 1 :] = filled[:opened]
+    del filled
+    np.cumsum(bin_offsets, out=bin_offsets)
+    pieces = int(bin_offsets[-1])
+    row = empty(SCRATCH_PREFIX + "pack-rows", (remainders,), _narrow(pieces))
+    _place(per_key[:-1], capacity, _RowWriter(row, bin_offsets, full_count))
+    return PackLayout(capacity, lengths, remainders, full_count, row, per_key, bin_offsets)
+
+
+def _narrow(high: int) -> type:
+    return np.int32 if high <= INT32_MAX else np.int64
+
+
+class _RowWriter:
+    """Writes the rows of placed pieces into ``row``, in placement order: bin b (numbered
+    from the first remainder bin) starts at row ``bin_offsets[F + b]``."""
+
+    def __init__(self, row: np.ndarray, bin_offsets: np.ndarray, full_count: int) -> None:
+        self.row, self.bin_offsets, self.full = row, bin_offsets, full_count
+        self.at = 0
+
+    def __call__(self, bins: np.ndarray, pieces: int, bases: np.ndarray) -> None:
+        step = max(1, _BLOCK // pieces)
+        for lo in range(0, len(bins), step):
+            start = self.bin_offsets[bins[lo : lo + step].astype(np.int64) + self.full]
+            start += bases[lo : lo + step]
+            rows = (start[:, None] + np.arange(pieces)).ravel()
+            self.row[self.at : self.at + len(rows)] = rows
+            self.at += len(rows)
 
 
 def fill_documents(
-    layout: PackLayout, order: np.ndarray, out: np.ndarray | None = None
+    layout: PackLayout,
+    order: np.ndarray | Callable[[int, int], np.ndarray],
+    out: np.ndarray | None = None,
+    scratch_bytes: int | None = None,
 ) -> np.ndarray:
     """The document of every piece row when equal pieces go in ``order``.
 
@@ -178,46 +231,80 @@ def fill_documents(
     document sit in consecutive rows of 0 .. F-1 (offsets 0, capacity, ...), and a
     remainder piece starts at ``(length // capacity) * capacity`` (0 unless cut).
 
+    Walked ``_BLOCK`` documents of ``order`` at a time: each remainder piece's place is
+    its key's first place plus the pieces of its key before it (a counting sort, stable
+    in ``order``); capacity-sized pieces take rows 0 .. F-1 in ``order``. An ``out``
+    that is a file mapping larger than ``scratch_bytes`` (default :data:`FILL_SCRATCH`)
+    is filled in row ranges of that size through a buffer, each range written in order.
+
     Args:
         layout: from :func:`pack_layout`.
-        order: int [D] a permutation of ``[0, D)`` (checked by the caller).
+        order: int [D] a permutation of ``[0, D)`` (checked by the caller), or
+            ``order(lo, hi)`` giving its entries ``lo .. hi - 1``.
         out: optional integer [P] array to write (values are cast).
+        scratch_bytes: the buffer's bytes (tests make it small).
 
     Returns:
         ``out``, or int64 [P].
     """
     if out is None:
         out = np.empty(layout.num_pieces, dtype=np.int64)
-    # Remainders, longest first, equal lengths in ``order`` (a stable sort; the empty
-    # remainders sort last and are cut off).
-    sort = _stable_argsort(layout.key, order)[: layout.remainders]
-    out[layout.row] = order[sort]
-    del sort
-    full = layout.full_count
-    if full:
-        cut = order[np.flatnonzero(layout.cut[order])]
-        out[:full] = np.repeat(cut, layout.lengths[cut] // layout.capacity)
+    entries = order if callable(order) else (lambda lo, hi: order[lo:hi])
+    budget = max(1, (FILL_SCRATCH if scratch_bytes is None else scratch_bytes) // out.itemsize)
+    pieces = len(out)
+    if pieces <= budget or (scratch_bytes is None and not file_backed(out)):
+        _fill_rows(layout, entries, out, 0, pieces)
+        return out
+    buffer = np.empty(min(budget, pieces), out.dtype)
+    for lo in range(0, pieces, budget):
+        hi = min(pieces, lo + budget)
+        _fill_rows(layout, entries, buffer[: hi - lo], lo, hi)
+        out[lo:hi] = buffer[: hi - lo]
     return out
 
 
-def _stable_argsort(key: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """int64 [D] ``np.argsort(key[order], kind="stable")``.
-
-    Sorted as the uint64 values ``key[order[i]] << 32 | i``: they are distinct, so numpy's
-    unstable sort (SIMD where the CPU has it) gives the stable order, faster than the
-    radix argsort of 16-bit keys; the positions are extracted in place.
-    """
-    count = len(order)
-    if count > 1 << 32 or key.dtype.itemsize > 4:
-        return np.argsort(key[order], kind="stable")
-    packed = np.empty(count, dtype=np.uint64)
-    halves = packed.view(np.uint32)
-    low, high = (0, 1) if sys.byteorder == "little" else (1, 0)
-    halves[high::2] = key[order]
-    halves[low::2] = np.arange(count, dtype=np.uint32)
-    packed.sort()
-    packed &= np.uint64(0xFFFFFFFF)
-    return packed.view(np.int64)
+def _fill_rows(
+    layout: PackLayout,
+    entries: Callable[[int, int], np.ndarray],
+    out: np.ndarray,
+    first: int,
+    stop: int,
+) -> None:
+    """Writes ``out[r - first]`` for the piece rows ``first <= r < stop``."""
+    capacity, lengths, row = layout.capacity, layout.lengths, layout.row
+    key_starts = np.zeros(capacity, dtype=np.int64)  # the first place of each key
+    np.cumsum(layout.per_key[:-2], out=key_starts[1:-1])
+    placed = np.zeros(capacity, dtype=np.int64)  # places of each key taken so far
+    full_at = 0  # capacity-sized piece rows taken so far
+    every_row = first == 0 and stop == layout.num_pieces
+    for lo in range(0, len(lengths), _BLOCK):
+        documents = np.asarray(entries(lo, min(len(lengths), lo + _BLOCK)))
+        sizes = lengths[documents]
+        remainder = np.remainder(sizes, capacity)
+        if full_at < layout.full_count:
+            cut = np.flatnonzero(sizes >= capacity)
+            counts = sizes[cut] // capacity
+            taken = int(counts.sum())
+            if full_at < stop and full_at + taken > first:
+                rows = np.repeat(documents[cut], counts)
+                low, high = max(first, full_at), min(stop, full_at + taken)
+                out[low - first : high - first] = rows[low - full_at : high - full_at]
+            full_at += taken
+        has = np.flatnonzero(remainder)
+        key = _sort_keys(remainder[has], capacity)
+        by_key = np.argsort(key, kind="stable")  # 16-bit keys: a radix sort
+        key = key[by_key]
+        counts = np.bincount(key, minlength=capacity)
+        place = np.arange(len(key), dtype=np.int64)
+        place -= (np.cumsum(counts) - counts)[key]  # rank among this block's equal keys
+        place += (key_starts + placed)[key]
+        placed += counts
+        rows = row[place]
+        kept = documents[has[by_key]]
+        if not every_row:
+            inside = (rows >= first) & (rows < stop)
+            rows, kept = rows[inside] - first, kept[inside]
+        out[rows] = kept
 
 
 def full_offsets(documents: np.ndarray, capacity: int) -> np.ndarray:
@@ -267,59 +354,33 @@ def best_fit_pack(
     return PackedBins(document, offset, layout.piece_lengths(), layout.bin_offsets)
 
 
-@dataclass(frozen=True)
-class _Runs:
-    """The placement as runs: run i puts ``takes[i]`` consecutive pieces into each bin of
-    ``taken[i]`` (bins counted from the first remainder bin), after ``bases[i]`` pieces
-    it already holds; runs are in placement order. ``filled[:opened]``: pieces per bin."""
-
-    taken: list
-    takes: list
-    bases: list
-    filled: np.ndarray
-    opened: int
-
-    def rows(self, full_count: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(row, bin_offsets)``: intp [R] the piece row of every placed piece, in
-        placement order, and int64 [B + 1] with the ``full_count`` one-piece bins first."""
-        bins = full_count + self.opened
-        bin_offsets = np.zeros(bins + 1, dtype=np.int64)
-        bin_offsets[1 : full_count + 1] = 1  # a full bin holds its one capacity-sized piece
-        bin_offsets[full_count + 1 :] = self.filled[: self.opened]
-        np.cumsum(bin_offsets, out=bin_offsets)
-        if not self.taken:
-            return np.empty(0, dtype=np.intp), bin_offsets
-        taken = np.concatenate(self.taken)
-        repeats = np.repeat(np.asarray(self.takes, dtype=np.int64), [len(t) for t in self.taken])
-        # The pieces of one (bin, run) entry take consecutive rows from bin_offsets[bin] +
-        # base: rows are a cumsum of ones with a jump at each entry's first piece (one
-        # [R] array, written in place; no per-piece gather).
-        start = bin_offsets[taken + full_count]
-        start += np.concatenate(self.bases)
-        jump = start.copy()
-        jump[1:] -= start[:-1] + repeats[:-1] - 1
-        row = np.ones(int(repeats.sum()), dtype=np.intp)
-        row[np.cumsum(repeats) - repeats] = jump
-        np.cumsum(row, out=row)
-        return row, bin_offsets
+#: ``emit(bins, pieces, bases)``: each bin of ``bins`` takes ``pieces`` more pieces after
+#: the ``bases`` it holds (placement order: the bins in turn, each's pieces together).
+Emit = Callable[[np.ndarray, int, np.ndarray], None]
 
 
-def _place(per_size: np.ndarray, capacity: int) -> _Runs:
+def _place(
+    per_size: np.ndarray, capacity: int, emit: Emit | None = None
+) -> tuple[np.ndarray, int]:
     """BFD with FIFO ties of ``per_size[k]`` pieces of size ``capacity - 1 - k`` (largest
-    first; every size in ``[1, capacity)``) into bins numbered from 0."""
+    first; every size in ``[1, capacity)``) into bins numbered from 0.
+
+    Returns:
+        ``(filled, opened)``: pieces per bin in ``filled[:opened]`` (uint16 where the
+        capacity allows), ``opened`` bins.
+    """
+    pieces_total = int(per_size.sum())
     count = np.zeros(capacity, dtype=np.int64)  # open bins per remaining capacity
     queues: list[list[np.ndarray]] = [[] for _ in range(capacity)]
-    # pieces per bin so far (< capacity); there are at most as many bins as pieces
-    filled = np.zeros(int(per_size.sum()), dtype=np.int32 if capacity <= INT32_MAX else np.int64)
-    taken: list[np.ndarray] = []  # bins that took pieces, in order
-    takes: list[int] = []  # pieces each bin of taken[i] took
-    bases: list[np.ndarray] = []  # their pieces before
+    # pieces per bin so far (<= capacity); there are at most as many bins as pieces, and
+    # zeroed pages of bins never opened are never touched
+    filled = np.zeros(pieces_total, dtype=np.uint16 if capacity < 1 << 16 else np.int64)
+    bin_dtype = np.uint32 if pieces_total < 1 << 32 else np.int64
     next_bin = 0
 
     def take(bins: np.ndarray, pieces: int, target: int) -> None:
-        taken.append(bins)
-        takes.append(pieces)
-        bases.append(filled[bins])
+        if emit is not None:
+            emit(bins, pieces, filled[bins])
         filled[bins] += pieces
         if target > 0:  # a full bin (class 0) never takes a piece again
             queues[target].append(bins)
@@ -354,10 +415,10 @@ def _place(per_size: np.ndarray, capacity: int) -> _Runs:
         if left:  # new bins, ``capacity // size`` pieces each, the last maybe fewer
             each = capacity // size
             filled_bins, rest = divmod(left, each)
-            new = np.arange(next_bin, next_bin + filled_bins + (rest > 0), dtype=np.int64)
+            new = np.arange(next_bin, next_bin + filled_bins + (rest > 0), dtype=bin_dtype)
             next_bin += len(new)
             if filled_bins:
                 take(new[:filled_bins], each, capacity - each * size)
             if rest:
                 take(new[filled_bins:], rest, capacity - rest * size)
-    return _Runs(taken, takes, bases, filled, next_bin)
+    return filled, next_bin

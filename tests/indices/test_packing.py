@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import os
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from megadata_core import DataError
+from megadata_core.indices import packing
+from megadata_core.indices.cache_spill import spill_arrays
 from megadata_core.indices.feistel import feistel_document_order
 from megadata_core.indices.gpt import seeded_random_state
 from megadata_core.indices.packed_samples import packed_indices
-from megadata_core.indices.packing import _stable_argsort, best_fit_pack
+from megadata_core.indices.packing import best_fit_pack
 from megadata_core.indices.sample_shuffle import shuffle_index
 
 
@@ -142,17 +147,28 @@ def test_empty():
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.sampled_from([np.uint8, np.uint16, np.int32, np.int64]),
-    st.lists(st.integers(0, 255), max_size=300),
+    st.lists(st.integers(0, 40), min_size=1, max_size=300),
+    st.integers(1, 17),
+    st.integers(1, 64),
+    st.integers(1, 50),
     st.randoms(use_true_random=False),
 )
-def test_stable_argsort_equals_numpy(dtype, keys, random):
-    keys = np.array(keys, dtype=dtype)
-    order = list(range(len(keys)))
+def test_fill_in_blocks_and_row_ranges_equals_one_pass(lengths, capacity, block, scratch, random):
+    """The fill walks the order a block at a time and, for an output larger than its
+    buffer, writes it a row range at a time: any block and buffer size gives the rows
+    of one pass over everything (which the BFD reference checks above)."""
+    lengths = np.array(lengths, dtype=np.int32)
+    order = list(range(len(lengths)))
     random.shuffle(order)
-    order = np.array(order, dtype=np.int32)
-    expected = np.argsort(keys[order], kind="stable")
-    assert np.array_equal(_stable_argsort(keys, order), expected)
+    order = np.array(order, dtype=np.int64)
+    layout = packing.pack_layout(lengths, capacity)
+    whole = packing.fill_documents(layout, order)
+    with mock.patch.object(packing, "_BLOCK", block):
+        assert np.array_equal(packing.pack_layout(lengths, capacity).row, layout.row)
+        parts = packing.fill_documents(
+            layout, lambda lo, hi: order[lo:hi], np.empty(len(whole), np.int32), scratch * 4
+        )
+    assert np.array_equal(parts, whole)
 
 
 @pytest.mark.parametrize("shuffle", ["megatron", "feistel"])
@@ -193,3 +209,27 @@ def test_layout_same_for_int32_and_int64_lengths():
     wide, narrow = (best_fit_pack(lengths.astype(t), 1000, order) for t in (np.int64, np.int32))
     assert bins_of(wide) == bins_of(narrow)
     assert narrow.piece_offset.dtype == narrow.piece_length.dtype == np.int64
+
+
+@pytest.mark.parametrize("shuffle", ["megatron", "feistel"])
+@pytest.mark.parametrize("span", [True, False])
+def test_spilled_packed_indices_equal_in_memory(tmp_path, shuffle, span):
+    """Built into spill files (results, the working rows and the Megatron orders all
+    file mappings) and filled a few rows at a time through the buffer, the arrays equal
+    the in-memory build; every working file is gone afterwards."""
+    rng = np.random.default_rng(4)
+    corpus = rng.integers(0, 60, 3000).astype(np.int32)
+    ids = range(100, 2900) if span else np.sort(rng.choice(3000, 2000, replace=False))
+    expected = packed_indices(corpus, ids, 31, 900, 7, shuffle=shuffle)
+    names = {name: f"entry-{name}.npy" for name in expected}
+    with mock.patch.object(packing, "FILL_SCRATCH", 400), mock.patch.object(
+        packing, "_BLOCK", 256
+    ):
+        with spill_arrays(str(tmp_path), names, spill_above=0) as empty:
+            spilled = packed_indices(corpus, ids, 31, 900, 7, shuffle=shuffle, empty=empty)
+            assert isinstance(spilled["piece_document"], np.memmap)
+            assert any(".scratch-pack-rows" in name for name in os.listdir(tmp_path))
+            for name, array in expected.items():
+                np.testing.assert_array_equal(np.asarray(spilled[name]), array, err_msg=name)
+            del spilled
+    assert os.listdir(tmp_path) == []

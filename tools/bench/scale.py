@@ -10,8 +10,8 @@ Usage::
 
 Items are sizes: ``10M``, ``100M``, ``300M`` (the default) and ``1B`` (only when named
 in ``--only``: ~20 GB of .idx plus up to ~16 GB of index cache, one side at a time), and
-sides: ``megatron-shuffle``, ``feistel``, ``best-fit`` (``packing="best_fit"``, sizes up
-to ``BEST_FIT_MAX`` unless named) and ``megatron-core`` (not at 1B unless named); every
+sides: ``megatron-shuffle``, ``feistel``, ``best-fit`` and ``best-fit-feistel``
+(``packing="best_fit"`` with each shuffle) and ``megatron-core`` (not at 1B unless named); every
 side when none is named. Per size:
 
 * the corpus: a real MMIDIDX .idx of N documents with lognormal lengths (mean ~1,000
@@ -19,9 +19,9 @@ side when none is named. Per size:
   right size (created with truncate; reads touch a few pages);
 * the train index, S = 4096, two epochs whose final epoch is shuffled apart (as the
   ``gpt`` suite), built in a fresh interpreter with a fresh cache directory, by ours
-  with ``shuffle="megatron"``, ``"feistel"`` and ``packing="best_fit"`` and by
-  megatron-core (best_fit and megatron-core are killed when their RSS passes
-  ``RSS_CAP``; the note says where they stopped). Memory is sampled
+  with ``shuffle="megatron"`` and ``"feistel"``, each with ``packing="concat"`` and
+  ``"best_fit"``, and by megatron-core (killed when its RSS passes ``RSS_CAP``; the
+  note says where it stopped). Memory is sampled
   by this process from the child's /proc/PID/status every 50 ms: peak VmRSS and peak
   RssAnon (what cannot be paged back to a file: the memory the build owns), beside the
   child's own VmHWM;
@@ -65,11 +65,10 @@ CHUNK = 1 << 24  # documents per chunk of the corpus writer
 #: megatron-core and best_fit (whose memory grows with the corpus) are killed past this
 #: VmRSS: this project's machine has 23 GiB, shared.
 RSS_CAP = 12 << 30
-CAPPED = ("best-fit", "megatron-core")
-SIDES = ("megatron-shuffle", "feistel", "best-fit", "megatron-core")
+CAPPED = ("megatron-core",)
+SIDES = ("megatron-shuffle", "feistel", "best-fit", "best-fit-feistel", "megatron-core")
+BEST_FIT_SIDES = ("best-fit", "best-fit-feistel")
 PEER_SIDE = "megatron-core"
-#: best_fit holds its bin layout in memory (packing.py): larger sizes only when named.
-BEST_FIT_MAX = 100_000_000
 MEGATRON_MAX = 300_000_000  # megatron-core at larger sizes only when named
 IDX_BYTES_PER_DOC = 20  # int32 length + int64 pointer + int64 boundary
 #: One side's cache at a time (removed after it): document index (2 epochs, int32: 8
@@ -215,8 +214,8 @@ def _ours(prefix: str, cache: str, side: str, num_samples: int):
         path_to_cache=cache,
         eod_id=0,
         create_attention_mask=False,
-        shuffle="feistel" if side == "feistel" else "megatron",
-        packing="best_fit" if side == "best-fit" else "concat",
+        shuffle="feistel" if side.endswith("feistel") else "megatron",
+        packing="best_fit" if side in BEST_FIT_SIDES else "concat",
     )
     began = time.perf_counter()
     indexed = mdc.IndexedDataset.open_deferred(prefix)
@@ -317,7 +316,7 @@ def _sides(bench, count: int) -> list[str]:
     named = [side for side in SIDES if side in bench.only]
     if named:
         return named
-    limits = {"best-fit": BEST_FIT_MAX, PEER_SIDE: MEGATRON_MAX}
+    limits = {PEER_SIDE: MEGATRON_MAX}
     return [side for side in SIDES if count <= limits.get(side, count)]
 
 
