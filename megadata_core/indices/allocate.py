@@ -29,3 +29,15 @@ def plain(array: np.ndarray) -> np.ndarray:
     takes its buffer fast path only for exact ndarrays (a ``numpy.memmap`` would go
     through a per-element Python loop, with the same draws)."""
     return np.asarray(array)
+
+
+_ARANGE_BLOCK = 1 << 20  # values written per step (a small temporary)
+
+
+def fill_arange(out: np.ndarray, start: int = 0) -> np.ndarray:
+    """Writes ``start, start + 1, ...`` into the 1-D ``out`` a block at a time (no
+    temporary of ``out``'s size); returns ``out``."""
+    for lo in range(0, len(out), _ARANGE_BLOCK):
+        hi = min(len(out), lo + _ARANGE_BLOCK)
+        out[lo:hi] = np.arange(start + lo, start + hi, dtype=out.dtype)
+    return out

@@ -6,10 +6,8 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.indices._checks import INT32_MAX, check_ids, check_int, id_range
-from megadata_core.indices.allocate import Allocate, in_memory, plain
+from megadata_core.indices.allocate import Allocate, fill_arange, in_memory, plain
 from megadata_core.indices.shuffle_scratch import shuffle_scratch
-
-_FILL_BLOCK = 1 << 20  # ids of a range written per step (a small arange temporary)
 
 
 def check_random_state(rng: object) -> np.random.RandomState:
@@ -72,12 +70,9 @@ def document_index(
 def _tile(rows: np.ndarray, ids: np.ndarray | range, span: range | None) -> None:
     """Write ``ids`` into every row of int32 ``rows`` [R, D], block by block: a ``range``
     (``span``) as ``arange`` blocks, no [D] temporary."""
-    count = rows.shape[1]
-    for start in range(0, count, _FILL_BLOCK):
-        stop = min(start + _FILL_BLOCK, count)
-        if span is None:
-            rows[0, start:stop] = ids[start:stop]
-        else:
-            rows[0, start:stop] = np.arange(span.start + start, span.start + stop, dtype=np.int32)
+    if span is None:
+        rows[0] = ids
+    else:
+        fill_arange(rows[0], span.start)
     for row in range(1, len(rows)):
         rows[row] = rows[0]

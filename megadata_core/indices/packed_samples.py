@@ -50,7 +50,7 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.indices._checks import check_ids, check_int, id_range
-from megadata_core.indices.allocate import Allocate, in_memory, plain
+from megadata_core.indices.allocate import Allocate, fill_arange, in_memory, plain
 from megadata_core.indices.cache_spill import SCRATCH_PREFIX
 from megadata_core.indices.epochs import SEPARATE_FINAL_EPOCH_THRESHOLD
 from megadata_core.indices.feistel import DOCUMENTS_STREAM, epoch_key, feistel_permute
@@ -146,7 +146,7 @@ def packed_indices(
             return lambda lo, hi: feistel_permute(np.arange(lo, hi), count, key)
         order = empty(f"{SCRATCH_PREFIX}pack-order-{epoch % 2}", (count,), order_dtype)
         with shuffle_scratch(order) as work:
-            work[...] = np.arange(count, dtype=order_dtype)
+            fill_arange(work)  # no [D] temporary
             rng.shuffle(plain(work))  # the same draws for any dtype
         return order
 

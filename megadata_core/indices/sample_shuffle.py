@@ -6,13 +6,12 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.indices._checks import check_int
-from megadata_core.indices.allocate import Allocate, in_memory, plain
+from megadata_core.indices.allocate import Allocate, fill_arange, in_memory, plain
 from megadata_core.indices.document_order import check_random_state
 from megadata_core.indices.shuffle_scratch import shuffle_scratch
 
 #: Megatron switches from uint32 to int64 at ``total_size >= iinfo(uint32).max - 1``.
 UINT32_LIMIT = int(np.iinfo(np.uint32).max) - 1
-_FILL_BLOCK = 1 << 22  # entries of the arange written per step
 
 
 def shuffle_index(
@@ -50,8 +49,6 @@ def shuffle_index(
     out = plain(result)
     for lo, hi in ((0, first), (first, total)):  # shuffled apart; an empty part draws nothing
         with shuffle_scratch(out[lo:hi]) as work:  # in memory when a spill's is too slow
-            for start in range(lo, hi, _FILL_BLOCK):  # an arange, block by block
-                stop = min(hi, start + _FILL_BLOCK)
-                work[start - lo : stop - lo] = np.arange(start, stop, dtype=dtype)
+            fill_arange(work, lo)
             rng.shuffle(work)
     return result

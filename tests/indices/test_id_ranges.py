@@ -14,7 +14,7 @@ from megadata_core.indices import epochs as epochs_module
 @pytest.mark.parametrize("epochs", [1, 3])
 @pytest.mark.parametrize("separate", [False, True])
 def test_document_index_of_a_range_equals_the_array(epochs, separate, monkeypatch):
-    monkeypatch.setattr("megadata_core.indices.document_order._FILL_BLOCK", 7)  # ragged blocks
+    monkeypatch.setattr("megadata_core.indices.allocate._ARANGE_BLOCK", 7)  # ragged blocks
     ids = range(40, 140)
     ours = document_index(ids, epochs, np.random.RandomState(3), separate)
     array = document_index(np.arange(40, 140), epochs, np.random.RandomState(3), separate)

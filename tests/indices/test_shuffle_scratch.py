@@ -9,7 +9,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from megadata_core.indices import cache, document_index, gpt_indices, sample_shuffle, shuffle_index
+from megadata_core.indices import cache, document_index, gpt_indices, shuffle_index
 from megadata_core.indices import shuffle_scratch as scratch
 from megadata_core.indices.cache_spill import spill_arrays
 
@@ -58,7 +58,7 @@ def test_a_spilled_document_index_is_shuffled_where_memory_allows(
 def test_a_spilled_shuffle_index_is_shuffled_where_memory_allows(
     tmp_path, where, first, total, megatron_gpt, monkeypatch
 ):
-    monkeypatch.setattr(sample_shuffle, "_FILL_BLOCK", 1000)  # small arange temporaries
+    monkeypatch.setattr("megadata_core.indices.allocate._ARANGE_BLOCK", 1000)  # small blocks
     expected = megatron_gpt._build_shuffle_index(first, total, np.random.RandomState(3))
     with spill_arrays(str(tmp_path), FILES, spill_above=0) as empty:
         rng = np.random.RandomState(3)
