@@ -106,7 +106,7 @@ def build_arrays(
     if config.packing == "best_fit":
         return packed_indices(
             lengths, ids, length, num_samples, seed,
-            add_extra_token=options["add_extra_token"], shuffle=config.shuffle,
+            add_extra_token=options["add_extra_token"], shuffle=config.shuffle, empty=empty,
         )
     if config.shuffle == "megatron":
         arrays = gpt_indices(lengths, ids, length, num_samples, seed, **options)

@@ -150,7 +150,7 @@ class PackLayout:
 
 
 #: Documents read per step where the layout or a fill walks the lengths.
-_BLOCK = 1 << 22
+_BLOCK = 1 << 20
 #: Bytes of a fill's scatter buffer when its output is a file mapping: the output is
 #: written in row ranges of this size, in order (random writes to a file mapping much
 #: larger than the dirty-page limit would be written back over and over).
@@ -408,7 +408,8 @@ def _place(
             if rest:
                 take(held[filled_bins : filled_bins + 1], rest, c - rest * size)
             used = filled_bins + (rest > 0)
-            queues[c] = [held[used:]]
+            left_open = held[used:]  # a copy once most is used: a view keeps it all alive
+            queues[c] = [left_open.copy() if used > len(left_open) else left_open]
             count[c] -= used
             left = 0
             break

@@ -243,6 +243,38 @@ def test_best_fit_cache_round_trip(tmp_path):
     )
 
 
+@pytest.mark.parametrize("shuffle", ["megatron", "feistel"])
+def test_best_fit_build_spills_into_the_cache(tmp_path, monkeypatch, shuffle):
+    """A cached best_fit build makes its results and working rows as files of the entry
+    (what keeps a billion-document build out of anonymous memory), with the same
+    samples as a build in memory."""
+    from megadata_core.indices import cache_spill, packed_samples
+
+    def spill_everything(directory, files, spill_above=0):
+        return cache_spill.spill_arrays(directory, files, 0)
+
+    layouts = []
+
+    def recording(*args):
+        layouts.append(real_layout(*args))
+        return layouts[-1]
+
+    real_layout = packed_samples.pack_layout
+    monkeypatch.setattr(gpt_arrays, "spill_arrays", spill_everything)
+    monkeypatch.setattr(packed_samples, "pack_layout", recording)
+    indexed = write_corpus(str(tmp_path), [30, 5, 17, 40, 3, 3, 9, 22, 8])
+    fields = dict(random_seed=5, sequence_length=12, packing="best_fit", shuffle=shuffle)
+    in_memory = mdc.GPTDataset(indexed, np.arange(9), 40, mdc.GPTDataConfig(**fields))
+    layouts.clear()
+    cached = mdc.GPTDataset(indexed, np.arange(9), 40, mdc.GPTDataConfig(
+        **fields, path_to_cache=str(tmp_path / "cache")))
+    assert [type(layout.row) for layout in layouts] == [np.memmap]
+    assert isinstance(layouts[0].bin_offsets, np.memmap)
+    for key, value in read_all(in_memory).items():
+        assert np.array_equal(value, read_all(cached)[key]), key
+    assert not [name for name in os.listdir(tmp_path / "cache") if "scratch-" in name]
+
+
 def test_blend_and_splits_with_best_fit(tmp_path):
     for name, lengths in (("a", [30, 5, 17, 40, 3, 3, 9, 12] * 4), ("b", [7, 60, 2, 11] * 6)):
         os.makedirs(tmp_path / name)
