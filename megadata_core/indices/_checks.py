@@ -55,3 +55,8 @@ def id_range(field: str, ids: object, bound: int) -> range | None:
         bad = span.start if span.start < 0 else span.stop - 1
         raise DataError(f"{field}: id {bad} is out of range [0, {bound})")
     return span
+
+
+def narrow_int(high: int) -> type:
+    """``np.int32`` when values up to ``high`` fit it, else ``np.int64``."""
+    return np.int32 if high <= INT32_MAX else np.int64

@@ -49,13 +49,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from megadata_core.errors import DataError
-from megadata_core.indices._checks import check_ids, check_int, id_range
+from megadata_core.indices._checks import check_ids, check_int, id_range, narrow_int
 from megadata_core.indices.allocate import Allocate, fill_arange, in_memory, plain
 from megadata_core.indices.cache_spill import SCRATCH_PREFIX
 from megadata_core.indices.epochs import SEPARATE_FINAL_EPOCH_THRESHOLD
-from megadata_core.indices.feistel import DOCUMENTS_STREAM, epoch_key, feistel_permute
+from megadata_core.indices.feistel import DOCUMENTS_STREAM, epoch_key, feistel_range
 from megadata_core.indices.gpt import seeded_random_state
-from megadata_core.indices.packing import _narrow, fill_documents, full_offsets, pack_layout
+from megadata_core.indices.packing import fill_documents, full_offsets, pack_layout
 from megadata_core.indices.sample_shuffle import shuffle_index
 from megadata_core.indices.shuffle_scratch import shuffle_scratch
 
@@ -138,12 +138,12 @@ def packed_indices(
     count = len(lengths)
 
     rng = seeded_random_state(seed) if shuffle == "megatron" else None
-    order_dtype = _narrow(count - 1)
+    order_dtype = narrow_int(count - 1)
 
     def epoch_order(epoch: int) -> np.ndarray | Callable[[int, int], np.ndarray]:
         if rng is None:  # computed a block at a time where the fill reads it
             key = epoch_key(seed, epoch, DOCUMENTS_STREAM)
-            return lambda lo, hi: feistel_permute(np.arange(lo, hi), count, key)
+            return lambda lo, hi: feistel_range(lo, hi, count, key)
         order = empty(f"{SCRATCH_PREFIX}pack-order-{epoch % 2}", (count,), order_dtype)
         with shuffle_scratch(order) as work:
             fill_arange(work)  # no [D] temporary
@@ -160,7 +160,7 @@ def packed_indices(
         layout = pending.result()
         bins, pieces, full = len(layout.bin_offsets) - 1, layout.num_pieces, layout.full_count
         epochs = packed_epochs(bins, num_samples)
-        documents = empty("piece_document", (epochs * pieces,), _narrow(high_id))
+        documents = empty("piece_document", (epochs * pieces,), narrow_int(high_id))
         full_offset = empty("full_offset", (epochs * full,), np.int64)
 
         def fill(epoch: int, order: np.ndarray | Callable[[int, int], np.ndarray]) -> None:

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from megadata_core.errors import DataError
-from megadata_core.indices._checks import INT32_MAX, check_int, check_lengths
+from megadata_core.indices._checks import INT32_MAX, check_int, check_lengths, narrow_int
 from megadata_core.indices.allocate import Allocate, in_memory
 from megadata_core.indices.cache_spill import SCRATCH_PREFIX
 from megadata_core.indices.shuffle_scratch import file_backed
@@ -192,13 +192,9 @@ def pack_layout(lengths: np.ndarray, capacity: int, empty: Allocate = in_memory)
     del filled
     np.cumsum(bin_offsets, out=bin_offsets)
     pieces = int(bin_offsets[-1])
-    row = empty(SCRATCH_PREFIX + "pack-rows", (remainders,), _narrow(pieces))
+    row = empty(SCRATCH_PREFIX + "pack-rows", (remainders,), narrow_int(pieces))
     _place(per_key[:-1], capacity, _RowWriter(row, bin_offsets, full_count))
     return PackLayout(capacity, lengths, remainders, full_count, row, per_key, bin_offsets)
-
-
-def _narrow(high: int) -> type:
-    return np.int32 if high <= INT32_MAX else np.int64
 
 
 class _RowWriter:
