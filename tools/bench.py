@@ -24,6 +24,8 @@ Suites (the first positional argument; ``--only`` picks items within one):
              lower bound, build time vs concat, document-masked batch reads
     scale    one corpus of 10M..1B documents: train-index build time, peak RSS and
              RssAnon in fresh processes, cache-hit start, reads; beside megatron-core
+    walk     module visits of one cold cached 3-split blend build (the house's
+             structure: builder and gpt_dataset entries, returns to a module left)
 
 The first positional argument names the suite; a suite is one function in
 ``bench.SUITES`` (tools/bench/: one module per suite, the shared harness, the peers'
