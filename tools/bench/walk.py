@@ -3,7 +3,9 @@
 One cold, cached, 3-split build of a 3-prefix weighted blend (``build_datasets`` into an
 empty ``path_to_cache``) runs under ``sys.setprofile``. Every call and return event whose
 frame is code of ``megadata_core`` gives the module it runs in; consecutive events in
-the same module are one *stop*. Counted: the stops, the stops at the builder modules and
+the same module are one *stop*. Two walks: *every frame*, and *config's path*: only the
+frames that hold the config (a local, or the ``.config`` of one), the path a reader
+takes following ``config`` through ``build_datasets``. Counted: the stops, the stops at the builder modules and
 at ``gpt_dataset.py`` (how often the walk enters them), and the *returns*: stops at a
 module the walk had already left. A reader following ``config`` through the build makes
 about these steps; fewer returns is a straighter path. No peer: the numbers are
@@ -41,8 +43,18 @@ def _corpora(directory: str, count: int = 3, documents: int = 2000) -> list[str]
     return prefixes
 
 
-def walk_stops(run) -> list[str]:
-    """The modules (paths relative to megadata_core/) of the stops of ``run()``."""
+def _holds(frame, kind: type) -> bool:
+    """Whether a frame holds an instance of ``kind`` in a local, or in ``.config`` of
+    one (a method of an object that carries the config)."""
+    return any(
+        isinstance(value, kind) or isinstance(getattr(value, "config", None), kind)
+        for value in frame.f_locals.values()
+    )
+
+
+def walk_stops(run, following: type | None = None) -> list[str]:
+    """The modules (paths relative to megadata_core/) of the stops of ``run()``; with
+    ``following``, only frames that hold an instance of it (see :func:`_holds`)."""
     import megadata_core
 
     root = os.path.dirname(os.path.abspath(megadata_core.__file__)) + os.sep
@@ -53,6 +65,8 @@ def walk_stops(run) -> list[str]:
             return
         filename = frame.f_code.co_filename
         if not filename.startswith(root):
+            return
+        if following is not None and not _holds(frame, following):
             return
         module = filename[len(root):]
         if not stops or stops[-1] != module:
@@ -97,8 +111,13 @@ def suite_walk(bench: Bench) -> None:
             blend=(prefixes, [0.5, 0.3, 0.2]), path_to_cache=cache,
         )
         mdc.build_datasets(config, [1, 1, 1])  # imports and first-call set-up, elsewhere
-        config = dataclasses.replace(config, path_to_cache=cache + "-cold")
-        stops = walk_stops(lambda: mdc.build_datasets(config, [1000, 100, 10]))
-    for name, value in walk_counts(stops).items():
-        bench.row(f"walk: {name}", "count", "lower", float(value), "n/a (structure)", 1)
-    bench.note("walk modules in order: " + " > ".join(stops[:WINDOW]))
+        walks = {}
+        for name, following in (("every frame", None), ("config's path", mdc.GPTDataConfig)):
+            cold = dataclasses.replace(config, path_to_cache=f"{cache}-{len(walks)}")
+            walks[name] = walk_stops(lambda c=cold: mdc.build_datasets(c, [1000, 100, 10]),
+                                     following)
+    for walk, stops in walks.items():
+        for name, value in walk_counts(stops).items():
+            bench.row(f"walk, {walk}: {name}", "count", "lower", float(value),
+                      "n/a (structure)", 1)
+        bench.note(f"{walk}, first stops: " + " > ".join(stops[:WINDOW]))
