@@ -10,6 +10,7 @@ explicit ``@example`` so that the deterministic run keeps checking it.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
 import pytest
@@ -18,6 +19,9 @@ from hypothesis import settings
 PROFILE = os.environ.get("MEGADATA_HYPOTHESIS", "ci")
 if PROFILE not in ("ci", "explore"):
     raise pytest.UsageError(f"MEGADATA_HYPOTHESIS: {PROFILE!r} is not 'ci' or 'explore'")
+# Helpers several test folders share (oracles, corpora, cache damage), importable by name.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
+
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(PROFILE)

@@ -1,10 +1,22 @@
-"""The core's floors: every module of megadata_core imports only numpy, the standard
-library and modules of its own floor or a lower one (parsed with ``ast``, nothing run).
+"""The core's floors, its pure rooms and its private names (parsed with ``ast``, nothing run).
 
-Floor 0: errors, checks, temp_files, handover; 1: format; 2: indices, preprocess
-(preprocess may import format; indices may not); 3: datasets, samplers. Rooms of one
-floor do not import each other (every room may import ``errors``). Nothing in the core
-imports adapters, tools or a framework.
+Floors of ``megadata_core`` (a room imports numpy, the standard library and the rooms
+:data:`MAY_IMPORT` lists, all of them on lower floors; every room may import
+``errors``; nothing imports adapters, tools or a framework):
+
+0. ground: ``errors``, ``checks``, ``files`` (identity, atomic replace, locks, temporary
+   names), ``handover`` (batches between processes)
+1. ``format`` (the .bin/.idx pair, byte sources)
+2. ``indices`` (pure functions over arrays), ``cache`` (everything under
+   ``path_to_cache``), ``preprocess`` (text to corpora); rooms of one floor do not
+   import each other
+3. ``datasets``, ``samplers``
+4. ``build`` (a config and sizes to train/valid/test)
+
+Two more rules: ``indices`` does no file I/O (no ``open``, ``os.replace``, ``fcntl``,
+``mmap``, memory maps or ``.npy`` files: arrays in, arrays out), and no module of the
+core, the adapters or the tools imports a ``_private`` name from another module (a
+private submodule of its own package is fine: that is what it is for).
 """
 
 from __future__ import annotations
@@ -15,46 +27,78 @@ from pathlib import Path
 
 import pytest
 
-CORE = Path(__file__).resolve().parents[1] / "megadata_core"
+ROOT = Path(__file__).resolve().parents[1]
+CORE = ROOT / "megadata_core"
 FLOORS = {
-    "errors": 0, "checks": 0, "temp_files": 0, "handover": 0,
+    "errors": 0, "checks": 0, "files": 0, "handover": 0,
     "format": 1,
-    "indices": 2, "preprocess": 2,
+    "indices": 2, "cache": 2, "preprocess": 2,
     "datasets": 3, "samplers": 3,
+    "build": 4,
 }
-#: Rooms of floor 2 that may not import floor 1 (the indices see arrays, never files).
-NOT_FORMAT = {"indices"}
+GROUND = {"errors", "checks", "files", "handover"}
+#: The rooms each room may import (besides itself and ``errors``).
+MAY_IMPORT = {
+    "errors": set(),
+    "checks": set(),
+    "files": set(),
+    "handover": set(),
+    "format": GROUND,
+    "indices": {"checks"},
+    "cache": GROUND | {"format"},
+    "preprocess": GROUND | {"format"},
+    "datasets": GROUND | {"format", "indices", "cache"},
+    "samplers": GROUND,
+    "build": GROUND | {"format", "indices", "cache", "datasets"},
+}
+#: What ``indices`` may not touch: modules of file I/O, and calls that read or write files.
+IO_MODULES = {"fcntl", "mmap", "tempfile", "shutil", "io", "pathlib", "glob"}
+IO_CALLS = {
+    "open", "os.open", "os.fdopen", "os.replace", "os.rename", "os.remove", "os.unlink",
+    "os.makedirs", "os.mkdir", "os.stat", "os.fstat", "os.listdir", "os.scandir",
+    "os.pread", "os.pwrite", "np.memmap", "np.load", "np.save", "np.fromfile", "np.tofile",
+    "np.lib.format.open_memmap", "numpy.memmap", "numpy.load", "numpy.save",
+}
 
 
 def _room(module: str) -> str:
-    """``megadata_core.indices.cache`` -> ``indices``."""
+    """``megadata_core.indices.blending`` -> ``indices``."""
     return module.split(".")[1]
+
+
+def _package(path: Path, module: str) -> str:
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
 
 
 def _imports(path: Path, module: str) -> list[tuple[int, str]]:
     """``(line, absolute module name)`` of every import in the file (relative ones
     resolved against ``module``; ``from pkg import name`` also as ``pkg.name``)."""
     tree = ast.parse(path.read_text(), str(path))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    package = _package(path, module)
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.extend((node.lineno, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parts = parts[: len(parts) - node.level + 1]
-                base = ".".join(parts + ([base] if base else []))
+            base = _resolved(node, package)
             found.append((node.lineno, base))
             found.extend((node.lineno, f"{base}.{alias.name}") for alias in node.names)
     return found
 
 
-def _modules() -> list[tuple[Path, str]]:
+def _resolved(node: ast.ImportFrom, package: str) -> str:
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")
+        parts = parts[: len(parts) - node.level + 1]
+        base = ".".join(parts + ([base] if base else []))
+    return base
+
+
+def _modules(root: Path = CORE) -> list[tuple[Path, str]]:
     modules = []
-    for path in sorted(CORE.rglob("*.py")):
-        parts = path.relative_to(CORE.parent).with_suffix("").parts
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
         modules.append((path, ".".join(parts)))
@@ -62,11 +106,11 @@ def _modules() -> list[tuple[Path, str]]:
 
 
 def violations(path: Path, module: str) -> list[str]:
-    """What ``module`` imports that its floor may not."""
+    """What ``module`` (of the core) imports that its room may not."""
     if module == "megadata_core":  # the package front door re-exports every floor
         return []
     room = _room(module)
-    floor = FLOORS[room]
+    allowed = MAY_IMPORT[room] | {room, "errors"}
     bad = []
     for line, name in _imports(path, module):
         top = name.split(".")[0]
@@ -77,15 +121,68 @@ def violations(path: Path, module: str) -> list[str]:
             other = _room(name)
             if other not in FLOORS:  # ``from megadata_core import x`` of a name, not a room
                 bad.append(f"{where}: not a room of any floor")
-            elif FLOORS[other] > floor:
-                bad.append(f"{where}: floor {FLOORS[other]} above floor {floor}")
-            elif room in NOT_FORMAT and other == "format":
-                bad.append(f"{where}: {room} may not import format")
-            elif FLOORS[other] == floor and other not in (room, "errors"):
-                bad.append(f"{where}: another room of floor {floor}")
+            elif other not in allowed:
+                bad.append(
+                    f"{where}: {room} (floor {FLOORS[room]}) may not import {other} "
+                    f"(floor {FLOORS[other]})"
+                )
         elif top not in sys.stdlib_module_names and top not in ("numpy", "__future__"):
             bad.append(f"{where}: neither numpy nor the standard library")
     return bad
+
+
+def _dotted(node: ast.AST) -> str | None:
+    """``os.replace`` of an ``ast.Attribute`` chain (None for anything else)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+def file_io(path: Path) -> list[str]:
+    """The file I/O in a module: imports of :data:`IO_MODULES`, calls of :data:`IO_CALLS`."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [(node.module or "").split(".")[0]]
+        found.extend(f"line {node.lineno}: imports {name}" for name in names if name in IO_MODULES)
+        if isinstance(node, ast.Call):
+            called = _dotted(node.func)
+            if called in IO_CALLS:
+                found.append(f"line {node.lineno}: calls {called}")
+    return found
+
+
+def private_imports(path: Path, module: str) -> list[str]:
+    """``from other import _name`` where ``_name`` is not a submodule of the importing
+    module's own package."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = _package(path, module)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = _resolved(node, package)
+        for alias in node.names:
+            name = alias.name
+            if not name.startswith("_") or name.startswith("__"):
+                continue
+            submodule = _is_module(f"{base}.{name}")
+            if submodule and base == package:
+                continue  # a private module of its own package
+            found.append(f"{module} (line {node.lineno}): from {base} import {name}")
+    return found
+
+
+def _is_module(dotted: str) -> bool:
+    path = ROOT.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
 
 
 @pytest.mark.parametrize(
@@ -98,12 +195,76 @@ def test_module_imports_only_its_floor_and_below(path, module):
 def test_every_room_has_a_floor():
     rooms = {_room(module) for _, module in _modules() if module != "megadata_core"}
     assert rooms <= FLOORS.keys(), rooms - FLOORS.keys()
+    for room, allowed in MAY_IMPORT.items():  # only ever down
+        assert all(FLOORS[other] < FLOORS[room] for other in allowed), room
 
 
-def test_a_violation_is_found(tmp_path):
-    """The check itself: an index module importing format and a framework is caught."""
+INDICES = [item for item in _modules() if item[1].startswith("megadata_core.indices")]
+
+
+@pytest.mark.parametrize(("path", "module"), INDICES, ids=[module for _, module in INDICES])
+def test_indices_do_no_file_io(path, module):
+    assert file_io(path) == []
+
+
+EVERY_MODULE = _modules(CORE) + _modules(ROOT / "adapters") + _modules(ROOT / "tools")
+
+
+@pytest.mark.parametrize(
+    ("path", "module"), EVERY_MODULE, ids=[module for _, module in EVERY_MODULE]
+)
+def test_no_private_name_is_imported_from_another_module(path, module):
+    assert private_imports(path, module) == []
+
+
+# -- each rule finds a deliberate violation -------------------------------------------
+
+
+def test_a_floor_violation_is_found(tmp_path):
+    """An index module importing format and a framework; a cache module importing the
+    datasets above it."""
     path = tmp_path / "bad.py"
     path.write_text("import torch\nfrom megadata_core.format import reader\n")
     found = violations(path, "megadata_core.indices.bad")
     assert "neither numpy nor the standard library" in found[0]
-    assert found[1:] and all("indices may not import format" in line for line in found[1:])
+    assert found[1:] and all("indices (floor 2) may not import format" in f for f in found[1:])
+    path.write_text("from megadata_core.datasets import gpt_dataset\n")
+    assert all("cache (floor 2) may not import datasets" in f
+               for f in violations(path, "megadata_core.cache.bad"))
+    path.write_text("from megadata_core.build import builder\n")
+    assert violations(path, "megadata_core.datasets.bad")
+
+
+def test_file_io_in_indices_is_found(tmp_path):
+    path = tmp_path / "bad.py"
+    path.write_text(
+        "import fcntl\nimport mmap\nimport os\nimport numpy as np\n"
+        "def f(p):\n    with open(p) as s:\n        pass\n    os.replace(p, p)\n"
+        "    return np.memmap(p), np.lib.format.open_memmap(p)\n"
+    )
+    found = "\n".join(file_io(path))
+    for what in ("imports fcntl", "imports mmap", "calls open", "calls os.replace",
+                 "calls np.memmap", "calls np.lib.format.open_memmap"):
+        assert what in found
+    path.write_text("import os\nimport numpy as np\ndef f(a):\n    return os.cpu_count(), a\n")
+    assert file_io(path) == []
+
+
+def test_a_private_import_is_found(tmp_path):
+    path = tmp_path / "bad.py"
+    path.write_text(
+        "from megadata_core.cache.entries import _write_atomically\n"
+        "from megadata_core.indices import _blend_engine\n"
+        "from . import _blend_rules\n"
+        "from megadata_core.indices.blending import __all__\n"
+    )
+    # a private name of another module: found; private submodules of its own package and
+    # dunders: fine
+    assert private_imports(path, "megadata_core.indices.bad") == [
+        "megadata_core.indices.bad (line 1): from megadata_core.cache.entries import "
+        "_write_atomically"
+    ]
+    # a private submodule of another package: found
+    assert private_imports(path, "megadata_core.datasets.bad")[1:2] == [
+        "megadata_core.datasets.bad (line 2): from megadata_core.indices import _blend_engine"
+    ]

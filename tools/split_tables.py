@@ -13,7 +13,7 @@ import numpy as np
 import progress_bars
 
 from megadata_core import DataError, IndexedDataset
-from megadata_core.datasets import builder
+from megadata_core.build import builder
 from megadata_core.indices import num_epochs, samples_in_epochs, splits, tokens_per_epoch
 from megadata_core.indices.packed_samples import packed_epochs
 from megadata_core.indices.packing import pack_layout

@@ -20,11 +20,11 @@ import torch
 import megadata_core as mdc
 from adapters.megatron_datasets._errors import require
 from adapters.megatron_datasets.utils import log_single_rank, normalize
+from megadata_core.cache.entries import load_or_build
 from megadata_core.indices.blending import (
     megatron_blending_indices,
     megatron_exhaustive_blending_indices,
 )
-from megadata_core.indices.cache import load_or_build
 
 logger = logging.getLogger(__name__)
 

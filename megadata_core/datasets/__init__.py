@@ -8,11 +8,11 @@ import floor 0 (errors, checks, temp_files, handover), format and indices; never
 preprocess, adapters, tools or a framework. Exported: what a user or an adapter uses.
 """
 
+from megadata_core.build.builder import build_datasets
+from megadata_core.cache.corpus_trust import open_corpus
 from megadata_core.datasets.blend_args import blend_from_args, blend_from_list
 from megadata_core.datasets.blended_dataset import BlendedDataset
-from megadata_core.datasets.builder import build_datasets
 from megadata_core.datasets.config import GPTDataConfig
-from megadata_core.datasets.corpus_trust import open_corpus
 from megadata_core.datasets.gpt_dataset import GPTDataset
 from megadata_core.datasets.mock import MockGPTLowLevelDataset
 

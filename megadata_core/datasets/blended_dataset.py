@@ -6,7 +6,7 @@
 built by :mod:`megadata_core.indices.blending` in the order ``config.blend_order`` names:
 ``"megatron"`` (Megatron's values) or ``"balanced"`` (earliest deadline first: every dataset
 within one sample of its share in every prefix). They go through the on-disk cache
-(:mod:`megadata_core.indices.cache`) when ``config.path_to_cache`` is set, keyed by the
+(:mod:`megadata_core.cache.entries`) when ``config.path_to_cache`` is set, keyed by the
 members' own descriptions, the weights, the size and the order.
 
 Differences from Megatron: a weight of 0 is allowed (the dataset is never read; in the
@@ -22,13 +22,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from megadata_core.cache import npy_files as cache_files
+from megadata_core.cache.entries import load_or_build
 from megadata_core.datasets import index_checks
 from megadata_core.datasets.config import BLEND_ORDERS, SPLIT_NAMES
 from megadata_core.datasets.lazy_members import LazyMembers
 from megadata_core.datasets.positions import sample_positions
 from megadata_core.errors import DataError
 from megadata_core.handover.buffers import BufferPool
-from megadata_core.indices import cache_files
 from megadata_core.indices.blending import (
     balanced_blending_indices,
     blend_counts,
@@ -38,7 +39,6 @@ from megadata_core.indices.blending import (
     megatron_exhaustive_blending_indices,
     megatron_normalize,
 )
-from megadata_core.indices.cache import load_or_build
 
 #: Bumped whenever a blending algorithm changes its output (invalidates cache entries).
 BLEND_ALGORITHM_VERSION = 4

@@ -7,7 +7,7 @@ tokenizer object; here they are plain fields (``eod_id``, ``pad_id``). Megatron'
 ``reset_attention_mask``, ``eod_mask_loss``) default to False here.
 
 Blends and the split string are checked here (shapes, weights > 0, the split parses);
-the builder (:mod:`megadata_core.datasets.builder`) turns them into datasets.
+the builder (:mod:`megadata_core.build.builder`) turns them into datasets.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ once to get its arrays. ``shuffle="megatron"``: ``document_index``, ``sample_ind
 ``drop_last_partial_validation_sequence``). ``shuffle="feistel"``: ``sample_index`` and
 ``feistel_split`` (:mod:`megadata_core.indices.sample_order`). With
 ``config.path_to_cache`` they go through the on-disk cache
-(:mod:`megadata_core.indices.cache`), keyed by :func:`describe`: cached arrays are
+(:mod:`megadata_core.cache.entries`), keyed by :func:`describe`: cached arrays are
 memory-mapped and name their file (see :mod:`megadata_core.datasets.index_checks`).
 """
 
@@ -18,13 +18,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from megadata_core.datasets.cache_keys import data_identity
+from megadata_core.cache.entries import GPT_ARRAYS, description_key, entry_paths, load_or_build
+from megadata_core.cache.keys import data_identity
+from megadata_core.cache.spill import spill_arrays
 from megadata_core.datasets.config import GPTDataConfig
 from megadata_core.errors import DataError
 from megadata_core.indices import gpt_indices, tokens_per_epoch
 from megadata_core.indices.allocate import Allocate, in_memory
-from megadata_core.indices.cache import GPT_ARRAYS, description_key, entry_paths, load_or_build
-from megadata_core.indices.cache_spill import spill_arrays
 from megadata_core.indices.feistel import ALGORITHM as FEISTEL_ALGORITHM
 from megadata_core.indices.feistel import ROUNDS as FEISTEL_ROUNDS
 from megadata_core.indices.packed_samples import PACKED_ARRAYS, packed_indices
@@ -58,7 +58,7 @@ def describe(
     config: GPTDataConfig, indexed, documents: dict, num_samples: int | None, split: str
 ) -> dict:
     """Every input of the index arrays (the cache key is its sha256); ``documents`` is
-    the ids' description (:func:`megadata_core.datasets.cache_keys.document_ids`)."""
+    the ids' description (:func:`megadata_core.cache.keys.document_ids`)."""
     description = {
         "kind": "megadata.GPTDataset",
         "algorithm": INDEX_ALGORITHM_VERSION,

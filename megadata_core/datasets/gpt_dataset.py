@@ -23,14 +23,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from megadata_core.cache import npy_files as cache_files
+from megadata_core.cache.keys import document_ids
 from megadata_core.datasets import gpt_arrays, index_checks, masks, reading
-from megadata_core.datasets.cache_keys import document_ids
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
 from megadata_core.datasets.document_masks import document_masks, segment_attention_mask
 from megadata_core.datasets.positions import sample_positions
 from megadata_core.errors import DataError
 from megadata_core.handover.buffers import BufferPool
-from megadata_core.indices import cache_files
 from megadata_core.indices.sample_order import FeistelOrder, feistel_orders
 
 TOKEN_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))

@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from megadata_core import temp_files
 from megadata_core.errors import DataError
+from megadata_core.files import temporary as temp_files
 from megadata_core.format import idx_layout
 from megadata_core.format.dtypes import code_of
 from megadata_core.format.reader import IndexedDataset, bin_path_of, idx_path_of

@@ -3,7 +3,7 @@
 The index functions take ``empty(name, shape, dtype) -> array`` and write their result
 into what it returns. :func:`in_memory` is ``numpy.empty``; the index cache passes one
 that makes a ``.npy`` memory map on a temporary file of the entry
-(:func:`megadata_core.indices.cache.spill_arrays`), so an index of a billion documents
+(:func:`megadata_core.cache.entries.spill_arrays`), so an index of a billion documents
 lives in the page cache (file-backed, reclaimable) instead of anonymous memory, and is
 renamed into the cache entry instead of being written again. Random-access shuffles of
 such an array run in anonymous memory when it fits (:mod:`.shuffle_scratch`).

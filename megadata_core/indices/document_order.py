@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from megadata_core.cache.scratch import shuffle_scratch
 from megadata_core.errors import DataError
 from megadata_core.indices._checks import INT32_MAX, check_ids, check_int, id_range
 from megadata_core.indices.allocate import Allocate, fill_arange, in_memory, plain
-from megadata_core.indices.shuffle_scratch import shuffle_scratch
 
 
 def check_random_state(rng: object) -> np.random.RandomState:

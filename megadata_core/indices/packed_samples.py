@@ -48,16 +48,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from megadata_core.cache.scratch import shuffle_scratch
+from megadata_core.cache.spill import SCRATCH_PREFIX
 from megadata_core.errors import DataError
 from megadata_core.indices._checks import check_ids, check_int, id_range, narrow_int
 from megadata_core.indices.allocate import Allocate, fill_arange, in_memory, plain
-from megadata_core.indices.cache_spill import SCRATCH_PREFIX
 from megadata_core.indices.epochs import SEPARATE_FINAL_EPOCH_THRESHOLD
 from megadata_core.indices.feistel import DOCUMENTS_STREAM, epoch_key, feistel_range
 from megadata_core.indices.gpt import seeded_random_state
 from megadata_core.indices.packing import fill_documents, full_offsets, pack_layout
 from megadata_core.indices.sample_shuffle import shuffle_index
-from megadata_core.indices.shuffle_scratch import shuffle_scratch
 
 PIECE_ARRAYS = ("piece_document", "bin_offsets", "full_offset", "packed_shape")
 #: The arrays a best_fit GPT dataset stores, per shuffle mode.

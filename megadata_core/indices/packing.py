@@ -45,11 +45,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from megadata_core.cache.scratch import file_backed
+from megadata_core.cache.spill import SCRATCH_PREFIX
 from megadata_core.errors import DataError
 from megadata_core.indices._checks import INT32_MAX, check_int, check_lengths, narrow_int
 from megadata_core.indices.allocate import Allocate, in_memory
-from megadata_core.indices.cache_spill import SCRATCH_PREFIX
-from megadata_core.indices.shuffle_scratch import file_backed
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from megadata_core.cache.scratch import shuffle_scratch
 from megadata_core.errors import DataError
 from megadata_core.indices._checks import check_int
 from megadata_core.indices.allocate import Allocate, fill_arange, in_memory, plain
 from megadata_core.indices.document_order import check_random_state
-from megadata_core.indices.shuffle_scratch import shuffle_scratch
 
 #: Megatron switches from uint32 to int64 at ``total_size >= iinfo(uint32).max - 1``.
 UINT32_LIMIT = int(np.iinfo(np.uint32).max) - 1

@@ -5,7 +5,7 @@ Every file of a run (shards, merged corpora, the writers' temporaries) lives in
 gets a corpus-style name before every output is complete. Then the outputs (and kept
 shards) are renamed into place and the directory is removed. A killed run leaves only
 that directory; the next run for the same ``output_prefix`` removes it once its writer
-is known dead (``megadata_core.temp_files``).
+is known dead (``megadata_core.files.temporary``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from megadata_core import temp_files
 from megadata_core.errors import DataError
+from megadata_core.files import temporary as temp_files
 from megadata_core.format import IndexedDatasetWriter
 from megadata_core.format.reader import bin_path_of, idx_path_of
 

@@ -17,8 +17,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from megadata_core import temp_files
 from megadata_core.errors import DataError
+from megadata_core.files import temporary as temp_files
 from megadata_core.format import merge_datasets, optimal_dtype
 from megadata_core.preprocess.encoding import MAX_EXAMPLES
 from megadata_core.preprocess.outputs import Staging

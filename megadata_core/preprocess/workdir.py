@@ -25,8 +25,8 @@ import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 
-from megadata_core import temp_files
 from megadata_core.errors import DataError
+from megadata_core.files import temporary as temp_files
 from megadata_core.format.reader import bin_path_of, idx_path_of
 from megadata_core.preprocess.plan import Task, command_differences
 

@@ -10,7 +10,7 @@ import pytest
 from gpt_oracle import ours_dataset, write_corpus
 
 import megadata_core as mdc
-from megadata_core.datasets import cache_keys
+from megadata_core.cache import keys as cache_keys
 
 
 @pytest.fixture(scope="module")

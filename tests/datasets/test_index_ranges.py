@@ -12,7 +12,7 @@ import pytest
 from cache_helpers import DOCUMENTS, SAMPLES, config, dataset, make_corpus
 
 import megadata_core as mdc
-from megadata_core.indices import cache
+from megadata_core.cache import entries as cache
 
 
 @pytest.fixture(scope="module")

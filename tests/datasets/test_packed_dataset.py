@@ -248,7 +248,8 @@ def test_best_fit_build_spills_into_the_cache(tmp_path, monkeypatch, shuffle):
     """A cached best_fit build makes its results and working rows as files of the entry
     (what keeps a billion-document build out of anonymous memory), with the same
     samples as a build in memory."""
-    from megadata_core.indices import cache_spill, packed_samples
+    from megadata_core.cache import spill as cache_spill
+    from megadata_core.indices import packed_samples
 
     def spill_everything(directory, files, spill_above=0):
         return cache_spill.spill_arrays(directory, files, 0)

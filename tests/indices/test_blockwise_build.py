@@ -13,8 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from megadata_core import DataError
-from megadata_core.indices import cache, cache_files, document_index, gpt_indices
-from megadata_core.indices.cache_spill import spill_arrays
+from megadata_core.cache import entries as cache
+from megadata_core.cache import npy_files as cache_files
+from megadata_core.cache.spill import spill_arrays
+from megadata_core.indices import document_index, gpt_indices
 from megadata_core.indices.feistel import FeistelDocumentIndex, feistel_document_index
 from megadata_core.indices.sample_boundaries import sample_index
 from megadata_core.indices.sample_order import feistel_gpt_indices

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from megadata_core import DataError
+from megadata_core.cache.spill import spill_arrays
 from megadata_core.indices import packing
-from megadata_core.indices.cache_spill import spill_arrays
 from megadata_core.indices.feistel import feistel_document_order
 from megadata_core.indices.gpt import seeded_random_state
 from megadata_core.indices.packed_samples import packed_indices

@@ -169,7 +169,7 @@ def ours_build(
     blend, sizes, cache: str, blend_order: str = BLEND_ORDER, split: str = SPLIT
 ):
     import megadata_core as mdc
-    from megadata_core.datasets.builder import build_datasets
+    from megadata_core.build.builder import build_datasets
 
     config = mdc.GPTDataConfig(
         random_seed=SEED,

@@ -1,7 +1,7 @@
 """The index cache's verification states, for the benches that time cache hits.
 
 A cache hit checks the CRC-32 of every byte of a file once per file identity, then the
-entry's verified-files list vouches for it (megadata_core.indices.cache). The benches
+entry's verified-files list vouches for it (megadata_core.cache.entries). The benches
 time three states of the same entry, each as a fresh process would meet it (this
 process's memory of checked files cleared):
 
@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Callable
 
-from megadata_core.indices import cache_files
+from megadata_core.cache import npy_files as cache_files
 
 STATES = ("checked", "vouched", "unverified")
 

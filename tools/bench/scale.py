@@ -206,7 +206,7 @@ def _ours(prefix: str, cache: str, side: str, num_samples: int):
     load seconds)``. The corpus is opened as ``mdc.open_corpus(prefix, cache)`` does,
     in two timed steps to tell a validation from a vouched record."""
     import megadata_core as mdc
-    from megadata_core.datasets.corpus_trust import ensure_validated
+    from megadata_core.cache.corpus_trust import ensure_validated
 
     config = mdc.GPTDataConfig(
         random_seed=1234,

@@ -5,11 +5,11 @@ empty ``path_to_cache``) runs under ``sys.setprofile``. Every call and return ev
 frame is code of ``megadata_core`` gives the module it runs in; consecutive events in
 the same module are one *stop*. Two walks: *every frame*, and *config's path*: only the
 frames that hold the config (a local, or the ``.config`` of one), the path a reader
-takes following ``config`` through ``build_datasets``. Counted: the stops, the stops at the builder modules and
-at ``gpt_dataset.py`` (how often the walk enters them), and the *returns*: stops at a
-module the walk had already left. A reader following ``config`` through the build makes
-about these steps; fewer returns is a straighter path. No peer: the numbers are
-structural, compared between commits (``git stash``/``git checkout`` and run again).
+takes following ``config`` through ``build_datasets``. Counted: the stops, the stops at
+the builder modules and at ``gpt_dataset.py`` (how often the walk enters them), and the
+*returns*: stops at a module the walk had already left. A reader following ``config``
+through the build makes about these steps; fewer returns is a straighter path. No peer:
+the numbers are structural, compared between commits (check out, run again).
 """
 
 from __future__ import annotations

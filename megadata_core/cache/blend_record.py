@@ -2,7 +2,7 @@
 without opening 10,000 .idx files (megatron's ``--per-dataset-sequences-path`` is the
 peer concept; megatron trusts that file as given, this one is checked).
 
-A cache entry (:mod:`megadata_core.indices.cache`, split name ``blend``) keyed by the
+A cache entry (:mod:`megadata_core.cache.entries`, split name ``blend``) keyed by the
 build's inputs *without* the corpora's contents: the config fields, jobs and recipes of
 the build bundle and the prefixes as given. Its arrays:
 
@@ -21,7 +21,7 @@ and its key), then one ``stat`` of every .idx and .bin, all identities equal to 
 recorded ones, and the bundle entry's checks (its description hashes to the recorded key
 and matches this build but for the corpora; the identities hash to its ``corpora``).
 Deferred to the first read of a member
-(:class:`~megadata_core.format.described.DescribedCorpus`): its .idx bytes against the
+(:class:`~megadata_core.cache.described.DescribedCorpus`): its .idx bytes against the
 recorded sha256 and header, its .bin identity. Any stat that differs sends the build
 down the full path (every .idx read and identified), which writes a new record.
 """
@@ -37,14 +37,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from megadata_core.datasets.corpus_trust import ensure_validated
-from megadata_core.errors import DataError
-from megadata_core.format import bin_path_of, idx_path_of
-from megadata_core.format.described import CorpusRecord, DescribedCorpus
-from megadata_core.format.dtypes import DTYPE_BY_CODE, code_of, dtype_of
-from megadata_core.format.open_files import OpenFiles
-from megadata_core.format.sources import is_local, local_path
-from megadata_core.indices.cache import (
+from megadata_core.cache.corpus_trust import ensure_validated
+from megadata_core.cache.described import CorpusRecord, DescribedCorpus
+from megadata_core.cache.entries import (
     canonical_json,
     description_key,
     entry_paths,
@@ -53,6 +48,11 @@ from megadata_core.indices.cache import (
     load_cached,
     save_cached,
 )
+from megadata_core.errors import DataError
+from megadata_core.format import bin_path_of, idx_path_of
+from megadata_core.format.dtypes import DTYPE_BY_CODE, code_of, dtype_of
+from megadata_core.format.open_files import OpenFiles
+from megadata_core.format.sources import is_local, local_path
 
 RECORD_VERSION = 2  # 2: identities as an array, prefixes as a digest
 RECORD_SPLIT = "blend"

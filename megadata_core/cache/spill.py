@@ -4,7 +4,7 @@ An index of a billion documents is gigabytes; built in anonymous memory it would
 that much RAM, and the cache would then write it out again. :func:`spill_arrays` gives
 the build an allocator (:mod:`megadata_core.indices.allocate`) whose arrays are ``.npy``
 memory maps (``numpy.lib.format.open_memmap``) on temporary files of the entry, named as
-:mod:`megadata_core.temp_files` names them: their pages belong to the page cache, which
+:mod:`megadata_core.files.temporary` names them: their pages belong to the page cache, which
 the kernel can write back and reclaim. When the entry is saved,
 :func:`take_spilled` hands the cache such a file (flushed; its CRC-32 is then read from
 the file, as every cache file's is recorded) to ``os.replace`` into place: the files an
@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from megadata_core import temp_files
+from megadata_core.files import temporary as temp_files
 from megadata_core.indices.allocate import Allocate, in_memory
 
 #: temporary path -> (data address, shape, dtype) of the arrays spilled by this process

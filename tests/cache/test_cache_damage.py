@@ -14,8 +14,8 @@ import pytest
 from cache_helpers import dataset, flip_middle, make_corpus
 
 import megadata_core as mdc
+from megadata_core.cache import entries as cache
 from megadata_core.datasets import gpt_arrays
-from megadata_core.indices import cache
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import numpy as np
 from gpt_oracle import OracleTokenizer, megatron_sample
 
 import megadata_core as mdc
-from megadata_core.datasets.builder import build_datasets
+from megadata_core.build.builder import build_datasets
 
 EOD = 3
 VOCAB = 50

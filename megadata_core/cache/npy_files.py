@@ -1,6 +1,6 @@
 """One index cache file: written as .npy with a CRC-32 of every byte, checked whole
 before use and remembered as good per file identity (the policy is described in
-:mod:`megadata_core.indices.cache`)."""
+:mod:`megadata_core.cache.entries`)."""
 
 from __future__ import annotations
 

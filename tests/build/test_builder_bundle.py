@@ -19,8 +19,9 @@ from builder_oracle import assert_same_split, megatron_build, ours_config
 from gpt_oracle import write_corpus
 
 import megadata_core as mdc
-from megadata_core.datasets import builder, gpt_arrays
-from megadata_core.datasets.builder import build_datasets
+from megadata_core.build import builder
+from megadata_core.datasets import gpt_arrays
+from megadata_core.build.builder import build_datasets
 from megadata_core.format import reader
 
 
@@ -341,7 +342,7 @@ def test_an_index_out_of_range_in_a_bundle_names_the_bundle(corpora, tmp_path):
     is a DataError naming the array and the bundle at read time, not an IndexError."""
     import json
 
-    from megadata_core.indices import cache as index_cache
+    from megadata_core.cache import entries as index_cache
 
     cache = str(tmp_path / "cache")
     config = _config(corpora, cache)

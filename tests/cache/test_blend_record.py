@@ -14,8 +14,9 @@ from builder_oracle import ours_config
 from gpt_oracle import write_corpus
 
 from megadata_core import DataError
-from megadata_core.datasets.builder import build_datasets
-from megadata_core.format import described, reader
+from megadata_core.build.builder import build_datasets
+from megadata_core.cache import described
+from megadata_core.format import reader
 
 SIZES = [300, 30, 10]
 

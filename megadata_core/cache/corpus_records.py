@@ -3,7 +3,7 @@
 Validating a .idx reads every byte of its arrays (~20 bytes a document: 20 GB, ~20 s at a
 billion documents), so a start that finds its index in the cache should not pay it again
 for the same files. The cache vouches for its own files by identity (see
-:mod:`megadata_core.indices.cache`); this module keeps the same kind of record for a
+:mod:`megadata_core.cache.entries`); this module keeps the same kind of record for a
 corpus: after one full validation, the identities ``(device, inode, size, mtime_ns,
 ctime_ns)`` of its .idx and .bin (the .bin's size is all validation reads of it), in::
 
@@ -25,8 +25,8 @@ import json
 import os
 from collections.abc import Iterator
 
-from megadata_core.indices.cache import _exclusive, _write_atomically
-from megadata_core.indices.cache_files import RACY_NS, identity
+from megadata_core.cache.entries import _exclusive, _write_atomically
+from megadata_core.cache.npy_files import RACY_NS, identity
 
 RECORD_FORMAT = "megadata-validated-corpus"
 #: Bumped whenever .idx validation checks more (older records then vouch for nothing).

@@ -51,19 +51,19 @@ from dataclasses import replace
 
 import numpy as np
 
-from megadata_core.datasets import blend_record
+from megadata_core.cache import blend_record
 from megadata_core.datasets.blended_dataset import BLEND_ALGORITHM_VERSION, BlendedDataset
-from megadata_core.datasets.build_plan import (
+from megadata_core.build.plan import (
     Job,
     Recipe,
     check_sizes,
     plan_blend,
     plan_blend_per_split,
 )
-from megadata_core.datasets.bundle_members import bundle_members
-from megadata_core.datasets.cache_keys import corpus_identity
+from megadata_core.build.bundle_members import bundle_members
+from megadata_core.cache.keys import corpus_identity
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
-from megadata_core.datasets.corpus_trust import ensure_validated
+from megadata_core.cache.corpus_trust import ensure_validated
 from megadata_core.datasets.gpt_arrays import (
     INDEX_ALGORITHM_VERSION,
     PACKING_ALGORITHM_VERSION,
@@ -77,7 +77,7 @@ from megadata_core.errors import DataError
 from megadata_core.format import IndexedDataset
 from megadata_core.format.open_files import OpenFiles
 from megadata_core.indices import num_epochs, splits
-from megadata_core.indices.cache import (
+from megadata_core.cache.entries import (
     GPT_ARRAYS,
     PackedArrays,
     array_digest,
@@ -315,7 +315,7 @@ class _Builder:
         build (the *bundle*): the index arrays of every member built in memory (the
         small ones, see :func:`index_entries`) and of every blend of fewer than
         ``BUNDLE_BLEND_BELOW`` samples (larger ones keep their own entry), packed into one blob
-        (:func:`megadata_core.indices.cache.pack_arrays`). Its key is the sha256 of
+        (:func:`megadata_core.cache.entries.pack_arrays`). Its key is the sha256 of
         :meth:`_bundle_description`: every config field that changes an array, every
         job and recipe, and each corpus's identity (the digest of its whole .idx and
         its .bin size for small corpora; the sampled identity otherwise), never a path.
@@ -398,7 +398,7 @@ class _Builder:
         base: dict,
     ) -> list | None:
         """The splits from the blend's one-file record and its bundle, no .idx opened
-        (:mod:`megadata_core.datasets.blend_record`); None to take the full path (no
+        (:mod:`megadata_core.cache.blend_record`); None to take the full path (no
         record, a file changed, or a damaged record or bundle: warned)."""
         directory = self.config.path_to_cache
         try:
@@ -506,7 +506,7 @@ class _Builder:
     ) -> list:
         """The splits from a bundle's unpacked arrays (:meth:`_unpack_bundle`). With
         corpora described by a record, a split's members are made at first read
-        (:func:`~megadata_core.datasets.bundle_members.bundle_members`)."""
+        (:func:`~megadata_core.build.bundle_members.bundle_members`)."""
         names = self._gpt_names()
         recorded = isinstance(self.corpora, blend_record.RecordedCorpora)
         if recorded:

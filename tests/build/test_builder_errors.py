@@ -10,7 +10,7 @@ from builder_oracle import ours_config
 from gpt_oracle import write_corpus
 
 import megadata_core as mdc
-from megadata_core.datasets.builder import build_datasets
+from megadata_core.build.builder import build_datasets
 
 
 @pytest.fixture

@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 
 import megadata_core as mdc
-from megadata_core.datasets import corpus_trust
+from megadata_core.cache import corpus_records, corpus_trust
 from megadata_core.format import idx_layout
-from megadata_core.indices import corpus_records
 
 DOCUMENTS = 5000  # 100 KB of .idx: past READ_IDX_BELOW, so it is memory-mapped
 
@@ -211,7 +210,7 @@ def test_idx_truncated_after_a_warm_start_raises_not_sigbus(tmp_path, settled):
     _warm_dataset(tmp_path, prefix, cache)
     script = textwrap.dedent(f"""
         import os, megadata_core as mdc
-        from megadata_core.datasets import corpus_trust
+        from megadata_core.cache import corpus_trust
         config = mdc.GPTDataConfig(random_seed=3, sequence_length=64, eod_id=0,
                                    path_to_cache={cache!r})
         indexed = mdc.IndexedDataset.open_deferred({prefix!r})

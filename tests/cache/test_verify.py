@@ -16,7 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from megadata_core.indices import cache, cache_files, gpt_indices
+from megadata_core.cache import entries as cache
+from megadata_core.cache import npy_files as cache_files
+from megadata_core.indices import gpt_indices
 
 NAMES = cache.GPT_ARRAYS
 

@@ -12,7 +12,7 @@ from cache_helpers import entry_files
 from gpt_oracle import write_corpus
 
 import megadata_core as mdc
-from megadata_core.datasets.builder import build_datasets
+from megadata_core.build.builder import build_datasets
 from megadata_core.datasets.mock import MockGPTLowLevelDataset
 
 

@@ -13,9 +13,9 @@ import weakref
 
 import numpy as np
 
+from megadata_core.cache.entries import full_digest, sampled_digest
 from megadata_core.errors import DataError
 from megadata_core.format import idx_layout
-from megadata_core.indices.cache import full_digest, sampled_digest
 
 _CHUNK = 1 << 16  # ids compared per step: the slices and the flags stay in L2
 

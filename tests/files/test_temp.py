@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import megadata_core as mdc
-from megadata_core import temp_files
-from megadata_core.indices import cache
+from megadata_core.cache import entries as cache
+from megadata_core.files import temporary as temp_files
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -164,7 +164,7 @@ def test_unwritable_directory_is_a_data_error(tmp_path):
 # Writes argv[1] through the cache's atomic write and dies by SIGKILL half-way.
 _CACHE_WRITER = """
 import os, signal, sys
-from megadata_core.indices import cache
+from megadata_core.cache import entries as cache
 def write(stream):
     stream.write(b"partial")
     stream.flush()

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import megadata_core as mdc
-from megadata_core.indices import cache, gpt_indices
+from megadata_core.cache import entries as cache
+from megadata_core.indices import gpt_indices
 
 NAMES = cache.GPT_ARRAYS
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from megadata_core.datasets.lazy_members import LazyMembers
-from megadata_core.indices.cache import PackedArrays
+from megadata_core.cache.entries import PackedArrays
 
 #: The array names of a Megatron-shuffled concat member (the only ones made lazily).
 CONCAT_NAMES = ("document_index", "sample_index", "shuffle_index")

@@ -4,7 +4,7 @@
 (:meth:`IndexedDataset.open_deferred`) and then :func:`ensure_validated` either finds, in
 the index cache directory, a record that these very files (same device, inode, size,
 mtime and ctime, for the .idx and the .bin) passed a full validation
-(:mod:`megadata_core.indices.corpus_records`), or validates the arrays and records it.
+(:mod:`megadata_core.cache.corpus_records`), or validates the arrays and records it.
 A warm start of a billion-document corpus then reads its header and a few sampled pages
 (the cache key), no array whole.
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 import time
 
+from megadata_core.cache import corpus_records
 from megadata_core.format import IndexedDataset
-from megadata_core.indices import corpus_records
 
 VALIDATED = "validated"  # the arrays were read and checked by this call
 VOUCHED = "vouched"  # a record in the cache vouched for these very files

@@ -8,8 +8,8 @@ import os
 import numpy as np
 import pytest
 
+from megadata_core.cache import entries as cache
 from megadata_core.errors import DataError
-from megadata_core.indices import cache
 
 
 def _arrays():

@@ -66,17 +66,17 @@ from typing import TypeVar
 
 import numpy as np
 
-from megadata_core import temp_files
-from megadata_core.errors import DataError
-from megadata_core.indices import cache_files
-from megadata_core.indices.cache_files import (
+from megadata_core.cache import npy_files as cache_files
+from megadata_core.cache.npy_files import (
     array_crc,
     byte_view,
     crc_hex,
     npy_header,
     open_checked,
 )
-from megadata_core.indices.cache_spill import take_spilled
+from megadata_core.cache.spill import take_spilled
+from megadata_core.errors import DataError
+from megadata_core.files import temporary as temp_files
 
 try:  # POSIX only; elsewhere the cache is still safe, just without the wait-and-load.
     import fcntl
@@ -353,7 +353,7 @@ def _write_atomically(path: str, write: Callable) -> None:
     """``write(stream)`` into a temporary file next to ``path``, renamed onto it. No
     fsync (see the module docstring): the rename is atomic and a file torn by a crash
     fails the load checks and is rebuilt. Temporaries of ``path`` that dead writers on
-    this host left behind are removed first (:mod:`megadata_core.temp_files`)."""
+    this host left behind are removed first (:mod:`megadata_core.files.temporary`)."""
     directory, name = os.path.split(path)
     temp_files.remove_stale(directory, [name])
     handle, temporary = temp_files.create_file(directory, name)
