@@ -4,20 +4,20 @@ The core imports numpy and the standard library only; framework adapters live in
 the top-level ``adapters`` package. Floors (a module imports only from its own floor or
 below; tests/test_layering.py checks it):
 
-0. ``errors``, ``checks``, ``temp_files``, ``handover/`` (batches between processes)
+0. ground: ``errors``, ``checks``, ``files/`` (identity, atomic replace, locks, temporary
+   names), ``handover/`` (batches between processes)
 1. ``format/`` (the .bin/.idx pair, byte sources)
-2. ``indices/`` (pure orders; nothing from format), ``preprocess/`` (text to corpora, on format)
+2. ``indices/`` (pure functions over arrays: no file I/O, nothing from format),
+   ``cache/`` (everything under ``path_to_cache``, on format), ``preprocess/`` (text to
+   corpora, on format)
 3. ``datasets/``, ``samplers``
+4. ``build/`` (a config and sizes to train/valid/test)
 """
 
 from megadata_core import samplers
-from megadata_core.datasets import (
-    BlendedDataset,
-    GPTDataConfig,
-    GPTDataset,
-    build_datasets,
-    open_corpus,
-)
+from megadata_core.build import build_datasets
+from megadata_core.cache import open_corpus
+from megadata_core.datasets import BlendedDataset, GPTDataConfig, GPTDataset
 from megadata_core.datasets.context_parallel import context_parallel_slice
 from megadata_core.errors import DataError
 from megadata_core.format import (

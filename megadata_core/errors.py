@@ -1,4 +1,5 @@
-"""Floor 0: the one public error type of megadata (imports nothing)."""
+"""Floor 0: the one public error type of megadata, and the kinds of it callers tell apart
+by type (imports nothing)."""
 
 
 class DataError(ValueError):
@@ -6,3 +7,8 @@ class DataError(ValueError):
 
     Messages name the file or config field and the offending value.
     """
+
+
+class OversampledError(DataError):
+    """A blend asks a member dataset for more samples than it holds (Megatron raises an
+    IndexError there; its drop-in raises one of both kinds)."""

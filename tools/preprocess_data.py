@@ -35,7 +35,7 @@ from megadata_core.preprocess import (
     preprocess_jsonl,
     preprocess_tasks,
 )
-from megadata_core.preprocess.plan import is_table
+from megadata_core.preprocess.plan import input_identity, is_table
 
 OUR_TYPES = ["bytes", "huggingface", "tiktoken"]
 
@@ -418,10 +418,9 @@ def task_mode() -> bool:
 
 
 def _file_identity(path: str | None):
-    if path is None or not os.path.exists(path):
-        return path
-    stat = os.stat(path)
-    return [os.path.abspath(path), stat.st_size, stat.st_mtime_ns]
+    """A tokenizer file by what changes its bytes (a missing one by its name: loading it
+    names the error)."""
+    return input_identity(path) if path is not None and os.path.exists(path) else path
 
 
 def output_command() -> dict:

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import progress_bars
 
+import megadata_core as mdc
 from megadata_core import DataError, IndexedDataset
-from megadata_core.build import builder
-from megadata_core.indices import num_epochs, samples_in_epochs, splits, tokens_per_epoch
-from megadata_core.indices.packed_samples import packed_epochs
-from megadata_core.indices.packing import pack_layout
+from megadata_core.build import member_size, plan_build
+from megadata_core.indices import tokens_per_epoch
 
 SPLITS = ("train", "valid", "test")
 
@@ -51,33 +50,12 @@ def _normalized(weights) -> list[float]:
 
 
 def _planned_row(job, indexed, config) -> Row:
-    """A member's row from the plan and its .idx alone (nothing is built), by the rules
-    GPTDataset builds with."""
-    documents = splits.document_ranges([job.bookend], len(indexed))[0]
-    lengths = np.asarray(indexed.sequence_lengths)
-    tokens = int(lengths[documents.start : documents.stop].sum(dtype=np.int64))
-    if len(documents) == 0 or tokens == 0:
-        if len(documents) == 0 and job.num_samples == 0:
-            return Row(indexed.path_prefix, 0, None, 0, 0, 0, 0)
-        if len(documents) == 0:
-            raise DataError(f"indices: no documents in the {job.split} split")
-        raise DataError(
-            f"indices: the {len(documents)} documents of the {job.split} split hold no tokens"
-        )
-    extra = int(config.add_extra_token_to_sequence)
-    if config.packing == "best_fit":  # whole epochs of B bins; B from the packing alone
-        layout = pack_layout(lengths[documents.start : documents.stop],
-                             config.sequence_length + extra)
-        bins = len(layout.bin_offsets) - 1
-        epochs = packed_epochs(bins, job.num_samples)
-        built = epochs * bins
-    else:
-        drop_last = config.drop_last_partial_validation_sequence if job.split == "valid" else True
-        epochs = num_epochs(tokens, config.sequence_length, job.num_samples, extra)
-        built = samples_in_epochs(epochs, tokens, config.sequence_length, extra, drop_last)
+    """A member's row from the plan and its .idx alone (nothing is built): the builder's
+    own sizing (:func:`megadata_core.build.member_size`)."""
+    size = member_size(indexed.sequence_lengths, job, config)
     return Row(
-        indexed.path_prefix, len(documents), None, job.num_samples, built, epochs,
-        tokens * epochs,
+        indexed.path_prefix, size.documents, None, job.num_samples, size.samples,
+        size.epochs, size.tokens * size.epochs,
     )
 
 
@@ -217,9 +195,7 @@ def plan_splits(config, sizes, extras) -> list | None:
         raise DataError(
             "data_path: the config names no data (data_path, train_data_path, ... or mock)"
         )
-    if config.blend is not None:
-        return builder.plan_blend(config, sizes)
-    return builder.plan_blend_per_split(config, sizes)
+    return plan_build(config, sizes)
 
 
 def build_splits(config, sizes, extras, recipes, progress: bool) -> list:
@@ -229,7 +205,7 @@ def build_splits(config, sizes, extras, recipes, progress: bool) -> list:
     with progress_bars.bar(
         progress and recipes is not None, total=total, unit="dataset", desc="building indices"
     ) as bar:
-        return builder.build_datasets(
+        return mdc.build_datasets(
             config, sizes, mock=extras["mock"], vocab_size=extras["vocab_size"],
             progress=bar.update,
         )

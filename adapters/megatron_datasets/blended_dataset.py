@@ -20,7 +20,9 @@ import torch
 import megadata_core as mdc
 from adapters.megatron_datasets._errors import require
 from adapters.megatron_datasets.utils import log_single_rank, normalize
+from megadata_core.cache.descriptions import megatron_blend_description
 from megadata_core.cache.entries import load_or_build
+from megadata_core.errors import OversampledError
 from megadata_core.indices.blending import (
     megatron_blending_indices,
     megatron_exhaustive_blending_indices,
@@ -29,11 +31,9 @@ from megadata_core.indices.blending import (
 logger = logging.getLogger(__name__)
 
 _ARRAYS = ("dataset_index", "dataset_sample_index")
-#: Bumped when the generic blend's arrays change (invalidates its cache entries).
-_GENERIC_VERSION = 1
 
 
-class _OversampledError(mdc.DataError, IndexError):
+class _OversampledError(OversampledError, IndexError):
     """A blend asks a dataset for more samples than it has (Megatron: IndexError)."""
 
 
@@ -95,10 +95,8 @@ class BlendedDataset(torch.utils.data.Dataset):
                     size,
                     core_config(config, blend=None, blend_per_split=None, split=None),
                 )
-            except mdc.DataError as error:
-                if "raise mid_level_dataset_surplus" in str(error):
-                    raise _OversampledError(str(error)) from error
-                raise
+            except OversampledError as error:
+                raise _OversampledError(str(error)) from error
             self.dataset_index = self.core.dataset_index
             self.dataset_sample_index = self.core.dataset_sample_index
         else:
@@ -142,11 +140,7 @@ class BlendedDataset(torch.utils.data.Dataset):
                 index, sample = megatron_blending_indices(self.weights, self.size, normalize=False)
             return {"dataset_index": index, "dataset_sample_index": sample}
 
-        description = {
-            "kind": "megadata.megatron_datasets.BlendedDataset",
-            "version": _GENERIC_VERSION,
-            "megatron": json.loads(self.unique_description),
-        }
+        description = megatron_blend_description(json.loads(self.unique_description))
         arrays = load_or_build(
             getattr(self.config, "path_to_cache", None),
             description,

@@ -36,7 +36,7 @@ from adapters.megatron_datasets.gpt_dataset import (
     MockGPTLowLevelDataset,
     core_config,
 )
-from adapters.megatron_datasets.indexed_dataset import IndexedDataset, _check_counts
+from adapters.megatron_datasets.indexed_dataset import IndexedDataset, check_counts
 from adapters.megatron_datasets.megatron_dataset import MegatronDataset
 from adapters.megatron_datasets.object_storage_utils import is_object_storage_path
 from adapters.megatron_datasets.utils import Split, log_single_rank, normalize
@@ -167,7 +167,7 @@ class BlendedMegatronDatasetBuilder:
                     view = IndexedDataset._of(corpus, config)
                     if config.sequences_per_dataset:
                         counts = config.sequences_per_dataset.get(corpus.path_prefix)
-                        _check_counts(corpus.idx_path, view.index, counts, None)
+                        check_counts(corpus.idx_path, view.index, counts, None)
                 else:
                     view = MockGPTLowLevelDataset._of(corpus)
                 corpora[id(corpus)] = view

@@ -111,7 +111,7 @@ class _IndexReader:
             view(numpy.int64, header.documents_offset, header.document_count),
             view(numpy.int8, header.modes_offset, count) if header.multimodal else None,
         )
-        _check_counts(idx_path, self, sequences_per_dataset, dtype_code)
+        check_counts(idx_path, self, sequences_per_dataset, dtype_code)
 
     @classmethod
     def _of(cls, corpus: mdc.IndexedDataset) -> _IndexReader:
@@ -157,7 +157,7 @@ class _CorpusIndex(_IndexReader):
     sequence_modes = property(lambda self: self._corpus.sequence_modes)
 
 
-def _check_counts(path, index, sequences_per_dataset, dtype_code) -> None:
+def check_counts(path, index, sequences_per_dataset, dtype_code) -> None:
     """Megatron trusts ``sequences_per_dataset`` / ``dtype_code`` instead of the header;
     megadata reads the header anyway and refuses a mismatch."""
     if sequences_per_dataset:
@@ -313,7 +313,7 @@ class IndexedDataset:
         self.corpus = corpus
         self._bin_reader = None
         self.index = _IndexReader._of(corpus)
-        _check_counts(get_idx_path(path_prefix), self.index, sequences_per_dataset, dtype_code)
+        check_counts(get_idx_path(path_prefix), self.index, sequences_per_dataset, dtype_code)
 
     @classmethod
     def _of(cls, corpus: mdc.IndexedDataset, config=None) -> IndexedDataset:

@@ -1,8 +1,8 @@
 """The plan of ``build_datasets``: which GPTDatasets to build and how each split is made
 of them, from the config and the sizes alone (no file is read here).
 
-:func:`plan_blend` (``config.blend`` + ``config.split``) and :func:`plan_blend_per_split`
-return one :class:`Recipe` (or None) per split, as megatron-core 0.16.1's
+:func:`plan_build` (with :func:`plan_blend` for ``config.blend`` + ``config.split`` and
+:func:`plan_blend_per_split`) returns one :class:`Recipe` (or None) per split, as megatron-core 0.16.1's
 ``BlendedMegatronDatasetBuilder._build_blended_dataset_splits`` decides: a single prefix
 without weights is the GPTDataset itself; a weighted blend asks dataset j for
 ``ceil(ceil(size * w_j) * (1 + surplus))`` samples and holds ``sum_j ceil(size * w_j)``;
@@ -162,3 +162,22 @@ def plan_blend_per_split(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | N
                 )[s]
             )
     return recipes
+
+
+def plan_build(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
+    """The recipes of the three splits of a config with a blend (``blend`` or
+    ``blend_per_split``)."""
+    if config.blend is not None:
+        return plan_blend(config, sizes)
+    return plan_blend_per_split(config, sizes)
+
+
+def distinct_jobs(recipes: list[Recipe | None]) -> tuple[list[Job], dict[str, str]]:
+    """The distinct jobs of the recipes, in order, and prefix -> the config field that
+    first names it (in the same order: every prefix once)."""
+    jobs = list(dict.fromkeys(job for recipe in recipes if recipe for job in recipe.jobs))
+    fields: dict[str, str] = {}
+    for recipe in recipes:
+        for job in recipe.jobs if recipe else ():
+            fields.setdefault(job.prefix, recipe.field)
+    return jobs, fields

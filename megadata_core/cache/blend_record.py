@@ -31,7 +31,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import threading
 from collections.abc import Mapping
 
@@ -39,42 +38,18 @@ import numpy as np
 
 from megadata_core.cache.corpus_trust import ensure_validated
 from megadata_core.cache.described import CorpusRecord, DescribedCorpus
-from megadata_core.cache.entries import (
-    canonical_json,
-    description_key,
-    entry_paths,
-    json_digest,
-    load_by_key,
-    load_cached,
-    save_cached,
-)
+from megadata_core.cache.entries import entry_paths, load_by_key, load_cached, save_cached
+from megadata_core.cache.hashing import canonical_json, description_key
 from megadata_core.errors import DataError
+from megadata_core.files.identity import path_identity
 from megadata_core.format import bin_path_of, idx_path_of
 from megadata_core.format.dtypes import DTYPE_BY_CODE, code_of, dtype_of
 from megadata_core.format.open_files import OpenFiles
 from megadata_core.format.sources import is_local, local_path
 
-RECORD_VERSION = 2  # 2: identities as an array, prefixes as a digest
 RECORD_SPLIT = "blend"
 RECORD_ARRAYS = ("files", "headers", "bundle_key", "identities")
 _STAT_FIELDS = 5
-
-
-def record_description(bundle_description: dict, prefixes: list[str]) -> dict:
-    """The record's key inputs: the bundle's description without the corpora's
-    identities, plus the prefixes (the record maps paths to identities)."""
-    build = {key: value for key, value in bundle_description.items() if key != "corpora"}
-    return {
-        "kind": "megadata.BlendRecord",
-        "version": RECORD_VERSION,
-        "build": build,
-        "prefixes": json_digest(list(prefixes)),
-    }
-
-
-def _identity(path: str) -> list[int]:
-    info = os.stat(path)
-    return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
 
 
 def file_identities(prefixes: list[str]) -> np.ndarray | None:
@@ -86,8 +61,8 @@ def file_identities(prefixes: list[str]) -> np.ndarray | None:
             return None
         try:
             rows.append(
-                _identity(local_path(idx_path_of(prefix)))
-                + _identity(local_path(bin_path_of(prefix)))
+                [*path_identity(local_path(idx_path_of(prefix)))]
+                + [*path_identity(local_path(bin_path_of(prefix)))]
             )
         except OSError:
             return None

@@ -1,12 +1,21 @@
 """Opening a corpus for a start from the index cache: validated once, vouched for after.
 
-:func:`open_corpus` opens a .bin/.idx pair with its arrays unvalidated
-(:meth:`IndexedDataset.open_deferred`) and then :func:`ensure_validated` either finds, in
-the index cache directory, a record that these very files (same device, inode, size,
-mtime and ctime, for the .idx and the .bin) passed a full validation
-(:mod:`megadata_core.cache.corpus_records`), or validates the arrays and records it.
-A warm start of a billion-document corpus then reads its header and a few sampled pages
-(the cache key), no array whole.
+Validating a .idx reads every byte of its arrays (~20 bytes a document: 20 GB, ~20 s at a
+billion documents), so a start that finds its index in the cache should not pay it again
+for the same files. :func:`open_corpus` opens a .bin/.idx pair with its arrays
+unvalidated (:meth:`IndexedDataset.open_deferred`) and then :func:`ensure_validated`
+either finds, in the index cache directory, a record that these very files passed a full
+validation, or validates the arrays and records it. The record holds the identities
+(:mod:`megadata_core.files.identity`) of the .idx and the .bin (the .bin's size is all
+validation reads of it), in::
+
+    corpus-{sha256 of the .idx's real path}-validated.json
+    corpus-{same}.lock     an flock(2) lock file: one process validates, others wait
+
+A record is only written when both files had settled before the validation began (the
+racy-time rule), and only saves work: a missing, unreadable or foreign record means
+"validate". A warm start of a billion-document corpus then reads its header and a few
+sampled pages (the cache key), no array whole.
 
 What is served stays checked: a .idx or .bin changed since the record was written has
 another identity and is validated again; one written or truncated in place after the
@@ -16,15 +25,58 @@ arrays or tokens are read.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import os
 import time
 
-from megadata_core.cache import corpus_records
+from megadata_core.cache.versions import CORPUS_RECORD_FORMAT, CORPUS_RECORD_VERSION
+from megadata_core.files.atomic import write_atomically
+from megadata_core.files.identity import identity, settled
+from megadata_core.files.locks import exclusive
 from megadata_core.format import IndexedDataset
 
 VALIDATED = "validated"  # the arrays were read and checked by this call
 VOUCHED = "vouched"  # a record in the cache vouched for these very files
 ALREADY = "already"  # the corpus was validated before the call
+
+
+def record_paths(directory: str, idx_path: str) -> tuple[str, str]:
+    """``(record, lock)`` paths of the corpus whose .idx is ``idx_path``."""
+    real = os.path.realpath(idx_path)
+    key = hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()
+    base = os.path.join(directory, f"corpus-{key}")
+    return f"{base}-validated.json", f"{base}.lock"
+
+
+def expected_record(idx_path: str, idx_stat: os.stat_result, bin_stat: os.stat_result) -> dict:
+    """The record that vouches for a .idx and .bin of these stat results."""
+    return {
+        "format": CORPUS_RECORD_FORMAT,
+        "version": CORPUS_RECORD_VERSION,
+        "idx": os.path.realpath(idx_path),
+        "idx_identity": list(identity(idx_stat)),
+        "bin_identity": list(identity(bin_stat)),
+    }
+
+
+def read_record(path: str) -> dict | None:
+    """The record at ``path``; None when it is missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            record = json.load(stream)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def write_record(path: str, record: dict) -> None:
+    """Replace the record (atomically; skipped where the directory cannot be written:
+    the next process then validates again)."""
+    text = json.dumps(record, sort_keys=True).encode("utf-8")
+    with contextlib.suppress(OSError):
+        write_atomically(path, lambda stream: stream.write(text))
 
 
 def ensure_validated(indexed, directory: str | os.PathLike | None) -> str:
@@ -43,29 +95,25 @@ def ensure_validated(indexed, directory: str | os.PathLike | None) -> str:
         indexed.validate()
         return VALIDATED
     directory = os.fspath(directory)
-    record_path, lock_path = corpus_records.record_paths(directory, indexed.idx_path)
-    expected = corpus_records.expected_record(indexed.idx_path, *stats)
-    if corpus_records.read_record(record_path) == expected:
+    record_path, lock_path = record_paths(directory, indexed.idx_path)
+    expected = expected_record(indexed.idx_path, *stats)
+    if read_record(record_path) == expected:
         indexed.validated = True
         return VOUCHED
-    with corpus_records.locked(lock_path) as held:
-        if held and corpus_records.read_record(record_path) == expected:
+    with exclusive(lock_path) as held:
+        if held and read_record(record_path) == expected:
             indexed.validated = True  # another process validated while we waited
             return VOUCHED
         began = time.time_ns()
         indexed.validate()
         now = indexed.local_stats(now=True)
         unchanged = all(
-            after is not None and _same(before, after) for before, after in zip(stats, now)
+            after is not None and identity(before) == identity(after)
+            for before, after in zip(stats, now)
         )
-        if unchanged and corpus_records.settled(stats, began):
-            corpus_records.write_record(record_path, expected)
+        if unchanged and settled(stats, began):
+            write_record(record_path, expected)
     return VALIDATED
-
-
-def _same(before: os.stat_result, after: os.stat_result) -> bool:
-    fields = ("st_dev", "st_ino", "st_size", "st_mtime_ns", "st_ctime_ns")
-    return all(getattr(before, name) == getattr(after, name) for name in fields)
 
 
 def open_corpus(

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from megadata_core.errors import DataError
+from megadata_core.files.identity import which_file
 from megadata_core.format.reader import INDEX_ARRAYS as _ARRAYS
 from megadata_core.format.reader import IndexedDataset
 
@@ -114,7 +115,7 @@ class DescribedCorpus(IndexedDataset):
         if record.idx_sha256 is not None:
             return  # the exact bytes a build validated (``validated`` stays False)
         info = os.stat(self.idx_path) if os.path.exists(self.idx_path) else None
-        if info is None or (info.st_dev, info.st_ino) != tuple(record.idx_identity):
+        if info is None or which_file(info) != tuple(record.idx_identity):
             for name in _ARRAYS:
                 self.__dict__.pop(name, None)
             self._loaded = False

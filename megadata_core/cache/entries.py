@@ -1,8 +1,8 @@
-"""The on-disk index cache: content-addressed ``.npy`` files, safe under concurrency.
+"""Cache entries: content-addressed ``.npy`` files, safe under concurrency.
 
-The only I/O in ``indices``. A cache entry is keyed by the sha256 of a JSON
-*description*: a dict holding every input that changes the arrays (the caller builds it:
-config fields, split, document ids, sample count, shuffle mode and the data's identity).
+A cache entry is keyed by the sha256 of a JSON *description* (:mod:`.descriptions`): a
+dict holding every input that changes the arrays (config fields, split, document ids,
+sample count, shuffle mode and the data's identity).
 Megatron's own key (an md5 of ``unique_description``) misses
 ``add_extra_token_to_sequence`` and the data itself; ours must not.
 
@@ -41,9 +41,9 @@ in this process and in ``K-P-verified.json`` (written atomically; where the dire
 read-only, every new process verifies again). Writing to a file in place changes its
 mtime and ctime, replacing it changes its inode: either way it is read and checked again.
 A file is remembered only when it was last changed at least ``RACY_NS`` (2 s) before it
-was checked, so a write in the same timestamp tick as an earlier one cannot leave the
-identity unchanged (git's "racily clean" rule): the first start within 2 s of a build
-reads the files again.
+was checked (:mod:`megadata_core.files.identity`), so a write in the same timestamp tick
+as an earlier one cannot leave the identity unchanged: the first start within 2 s of a
+build reads the files again.
 
 A mismatch raises :class:`~megadata_core.DataError` naming the file from
 :func:`load_cached`; :func:`load_or_build` turns it into a ``warnings.warn`` and
@@ -55,119 +55,30 @@ with no entry yet gives a warning and the arrays built in memory.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import numpy as np
 
-from megadata_core.cache import npy_files as cache_files
-from megadata_core.cache.npy_files import (
-    array_crc,
-    byte_view,
-    crc_hex,
-    npy_header,
-    open_checked,
-)
+from megadata_core.cache import npy_files
+from megadata_core.cache.hashing import canonical_json, text_key
+from megadata_core.cache.npy_files import npy_header, open_checked
 from megadata_core.cache.spill import take_spilled
+from megadata_core.cache.versions import CACHE_FORMAT, CACHE_VERSION, VERIFIED_FORMAT
 from megadata_core.errors import DataError
-from megadata_core.files import temporary as temp_files
+from megadata_core.files.atomic import write_atomically
+from megadata_core.files.locks import exclusive
 
-try:  # POSIX only; elsewhere the cache is still safe, just without the wait-and-load.
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None
-
-CACHE_FORMAT = "megadata-index-cache"
-#: 3: a CRC-32 of each whole file, checked before use (2 checked sampled bytes only: an
-#: entry of version 2 is rebuilt rather than served unverified).
-CACHE_VERSION = 3
-SAMPLE_CHUNKS = 64
-SAMPLE_CHUNK_BYTES = 4096
 #: "full": every byte checked (once per file identity); "none": sizes, shapes, dtypes.
 VERIFY_MODES = ("none", "full")
-VERIFIED_FORMAT = "megadata-verified-files"
-GPT_ARRAYS = ("document_index", "sample_index", "shuffle_index")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.]+$")
 INDENT_BELOW = 1 << 16  # description records with larger descriptions are not indented
-
-
-# -- hashing ------------------------------------------------------------------
-
-
-def canonical_json(description: Mapping) -> str:
-    """The description as canonical JSON (sorted keys, no spaces); DataError if a value
-    is not JSON (NaN included)."""
-    try:
-        return json.dumps(description, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as error:
-        raise DataError(f"description: not JSON-serializable ({error})") from None
-
-
-def description_key(description: Mapping) -> str:
-    """The cache key: sha256 (hex, 64 characters) of :func:`canonical_json`."""
-    return hashlib.sha256(canonical_json(description).encode("utf-8")).hexdigest()
-
-
-def json_digest(value: object) -> dict:
-    """``{"sha256": ...}`` of a JSON value's :func:`canonical_json` (a long list in a
-    description, stored elsewhere)."""
-    text = canonical_json({"value": value}).encode("utf-8")
-    return {"sha256": hashlib.sha256(text).hexdigest()}
-
-
-def array_digest(array: np.ndarray) -> dict:
-    """``{"dtype", "shape", "sha256"}`` of an array's bytes (C order)."""
-    array = np.ascontiguousarray(array)
-    return {
-        "dtype": array.dtype.str,
-        "shape": list(array.shape),
-        "sha256": hashlib.sha256(byte_view(array)).hexdigest(),
-    }
-
-
-_byte_view = byte_view
-
-
-def sampled_digest(array: np.ndarray) -> str:
-    """sha256 of the byte size and a fixed sample of an array's bytes: all of them up to
-    ``SAMPLE_CHUNKS * SAMPLE_CHUNK_BYTES`` (256 KiB), else ``SAMPLE_CHUNKS`` chunks of
-    ``SAMPLE_CHUNK_BYTES`` at evenly spaced offsets (first and last chunk included).
-
-    Reads at most 256 KiB, so it is cheap on memory-mapped arrays of any size.
-    """
-    raw = _byte_view(array)
-    digest = hashlib.sha256(str(raw.size).encode("ascii"))
-    if raw.size <= SAMPLE_CHUNKS * SAMPLE_CHUNK_BYTES:
-        digest.update(raw)
-    else:
-        span = raw.size - SAMPLE_CHUNK_BYTES
-        for k in range(SAMPLE_CHUNKS):  # fixed trip count, independent of the size
-            start = span * k // (SAMPLE_CHUNKS - 1)
-            digest.update(raw[start : start + SAMPLE_CHUNK_BYTES])
-    return digest.hexdigest()
-
-
-def full_digest(array: np.ndarray) -> str:
-    """sha256 of all the bytes of an array (C order)."""
-    return hashlib.sha256(_byte_view(array)).hexdigest()
-
-
-def full_checksum(array: np.ndarray) -> str:
-    """CRC-32 (zlib, 8 hex digits) of all the bytes of an array (C order), fed
-    ``CHECKSUM_CHUNK_BYTES`` at a time."""
-    return crc_hex(array_crc(array))
-
-
-def file_checksum(array: np.ndarray) -> str:
-    """CRC-32 (8 hex digits) of the whole .npy file of ``array`` (header included): the
-    checksum a cache entry records for each file and checks on load."""
-    return cache_files.file_crc(npy_header(array), array)
+Result = TypeVar("Result")
 
 
 # -- paths ----------------------------------------------------------------------
@@ -227,7 +138,7 @@ def _write_verified(path: str, files: dict) -> None:
     cannot be written: the next process then checks the files again)."""
     text = json.dumps({"format": VERIFIED_FORMAT, "files": files}, sort_keys=True)
     with contextlib.suppress(OSError):
-        _write_atomically(path, lambda stream: stream.write(text.encode("utf-8")))
+        write_atomically(path, lambda stream: stream.write(text.encode("utf-8")))
 
 
 def load_cached(
@@ -273,7 +184,7 @@ def _load_entry(
     expected one (:func:`_same_json`: a hit on a large description, e.g. a build
     bundle's, encodes nothing more than the expected key's JSON).
     """
-    key = hashlib.sha256(canonical.encode("utf-8")).hexdigest()  # description_key
+    key = text_key(canonical)
     paths = entry_paths(directory, key, split, names)
     record = _read_record(paths["description"])
     if record is None:
@@ -328,7 +239,7 @@ def load_by_key(
     if not isinstance(stored, dict):
         raise DataError(f"{paths['description']}: not a cache description")
     canonical = canonical_json(stored)
-    if hashlib.sha256(canonical.encode("utf-8")).hexdigest() != key:
+    if text_key(canonical) != key:
         raise DataError(f"{paths['description']}: description does not match its key {key}")
     arrays = _load_entry(directory, stored, canonical, split, names, verify)
     if arrays is None:  # removed meanwhile
@@ -349,23 +260,6 @@ def _same_json(stored: object, expected: object, canonical: str) -> bool:
 # -- saving -------------------------------------------------------------------------
 
 
-def _write_atomically(path: str, write: Callable) -> None:
-    """``write(stream)`` into a temporary file next to ``path``, renamed onto it. No
-    fsync (see the module docstring): the rename is atomic and a file torn by a crash
-    fails the load checks and is rebuilt. Temporaries of ``path`` that dead writers on
-    this host left behind are removed first (:mod:`megadata_core.files.temporary`)."""
-    directory, name = os.path.split(path)
-    temp_files.remove_stale(directory, [name])
-    handle, temporary = temp_files.create_file(directory, name)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            write(stream)
-        os.replace(temporary, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-
-
 def save_cached(
     directory: str, description: Mapping, split: str, arrays: Mapping[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
@@ -379,7 +273,7 @@ def save_cached(
         OSError: when the directory cannot be written.
     """
     canonical = canonical_json(description)
-    key = hashlib.sha256(canonical.encode("utf-8")).hexdigest()  # description_key
+    key = text_key(canonical)
     names = tuple(arrays)
     paths = entry_paths(directory, key, split, names)
     os.makedirs(directory, exist_ok=True)
@@ -389,7 +283,7 @@ def save_cached(
     metas = {}
     with ThreadPoolExecutor(1) as pool:
         checksums = {
-            name: pool.submit(cache_files.file_crc, headers[name], array)
+            name: pool.submit(npy_files.file_crc, headers[name], array)
             for name, array in arrays.items()
             if spilled[name] is None
         }
@@ -397,9 +291,9 @@ def save_cached(
             if spilled[name] is not None:  # built in place: read back for its CRC, renamed
                 checksums[name] = pool.submit(_rename_spilled, spilled[name], paths[name])
             else:
-                _write_atomically(
+                write_atomically(
                     paths[name],
-                    lambda stream, h=headers[name], a=array: cache_files.write_npy(stream, h, a),
+                    lambda stream, h=headers[name], a=array: npy_files.write_npy(stream, h, a),
                 )
             metas[name] = {
                 "file": os.path.basename(paths[name]),
@@ -421,7 +315,7 @@ def save_cached(
     # encoder runs only without indent (~10x faster)
     indent = 2 if len(canonical) < INDENT_BELOW else None
     text = json.dumps(record, indent=indent, sort_keys=True).encode("utf-8")
-    _write_atomically(paths["description"], lambda stream: stream.write(text))
+    write_atomically(paths["description"], lambda stream: stream.write(text))
     return {name: open_checked(paths[name], metas[name], "none")[0] for name in names}
 
 
@@ -429,33 +323,9 @@ def _rename_spilled(temporary: str, path: str) -> str:
     """The CRC-32 of a spilled array's whole file (:mod:`.cache_spill`), which is then
     renamed to ``path``."""
     with open(temporary, "rb") as stream:
-        checksum = cache_files.stream_crc(stream)
+        checksum = npy_files.stream_crc(stream)
     os.replace(temporary, path)
     return checksum
-
-
-@contextlib.contextmanager
-def _exclusive(lock_path: str) -> Iterator[bool]:
-    """Hold an exclusive flock on ``lock_path``; yields False where locking failed (no
-    fcntl, read-only directory, a filesystem without flock)."""
-    if fcntl is None:
-        yield False
-        return
-    try:
-        os.makedirs(os.path.dirname(lock_path) or ".", exist_ok=True)
-        handle = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError:
-        yield False
-        return
-    try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        except OSError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(handle)  # closing releases the lock
 
 
 def load_or_build(
@@ -464,7 +334,7 @@ def load_or_build(
     split: str,
     build: Callable[[], Mapping[str, np.ndarray]],
     *,
-    names: tuple[str, ...] = GPT_ARRAYS,
+    names: tuple[str, ...],
     lock: bool = True,
     verify: str = "full",
 ) -> dict[str, np.ndarray]:
@@ -505,110 +375,6 @@ def load_or_build(
     )
 
 
-# -- many small arrays in one entry ----------------------------------------------------
-
-#: dtypes :func:`pack_arrays` stores (the table holds a position in this tuple).
-PACK_DTYPES = ("|b1", "|i1", "|u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8", "<f4", "<f8")
-PACK_ALIGN = 8  # every array starts at a multiple of this many bytes of the blob
-_PACK_CODES = {np.dtype(name): code for code, name in enumerate(PACK_DTYPES)}
-Result = TypeVar("Result")
-
-
-def pack_arrays(arrays: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
-    """Many small arrays as two: ``table`` int64 [M, 4] (byte offset in the blob, dtype
-    code in :data:`PACK_DTYPES`, rows, columns or -1 for a 1-D array) and ``blob``
-    uint8 [bytes] (each array's bytes, C order, ``PACK_ALIGN``-aligned). Arrays are
-    1-D or 2-D of a dtype in :data:`PACK_DTYPES` (little-endian as stored)."""
-    table = np.empty((len(arrays), 4), dtype=np.int64)
-    parts = []
-    offset = 0
-    for row, array in enumerate(arrays):
-        array = np.asarray(array)
-        code = _PACK_CODES.get(array.dtype)
-        if code is None or array.ndim not in (1, 2):
-            raise DataError(
-                f"pack_arrays: array {row} ({array.dtype} {array.shape}) cannot be packed"
-            )
-        raw = _byte_view(array)
-        table[row] = (offset, code, array.shape[0], array.shape[1] if array.ndim == 2 else -1)
-        parts.append((offset, raw))
-        offset += -(-raw.size // PACK_ALIGN) * PACK_ALIGN
-    blob = np.zeros(offset, dtype=np.uint8)
-    for start, raw in parts:
-        blob[start : start + raw.size] = raw
-    return {"table": table, "blob": blob}
-
-
-class PackedArrays(Sequence):
-    """The arrays of :func:`pack_arrays` as read-only views of ``blob``, each made at
-    first access (a bundle of 10,000 members holds 30,000: a start reads only the table
-    and the ones it uses). The table is checked whole up front.
-
-    Raises:
-        DataError: naming ``where``, when the table does not describe arrays inside the
-            blob (a damaged entry).
-    """
-
-    def __init__(self, table: np.ndarray, blob: np.ndarray, where: str = "packed arrays"):
-        self._blob = blob  # a memory map pickles as its file name (cache_files.pickled_map)
-        table, blob = np.asarray(table), np.asarray(blob)
-        if table.ndim != 2 or table.shape[1] != 4 or table.dtype != np.int64:
-            raise DataError(
-                f"{where}: table of shape {table.shape} {table.dtype}, not int64 [M, 4]"
-            )
-        if blob.ndim != 1 or blob.dtype != np.uint8 or blob.size % PACK_ALIGN:
-            raise DataError(f"{where}: blob of shape {blob.shape} {blob.dtype}, not uint8 [8 k]")
-        offsets, codes, rows, columns = table.T
-        itemsizes = np.array([np.dtype(name).itemsize for name in PACK_DTYPES], dtype=np.int64)
-        valid_codes = (codes >= 0) & (codes < len(PACK_DTYPES))
-        nbytes = (
-            itemsizes[np.where(valid_codes, codes, 0)] * rows * np.where(columns < 0, 1, columns)
-        )
-        if (
-            not valid_codes.all()
-            or (rows < 0).any()
-            or (columns < -1).any()
-            or (offsets < 0).any()
-            or (offsets % PACK_ALIGN).any()
-            or (offsets + nbytes > blob.size).any()
-        ):
-            raise DataError(f"{where}: the table points outside the blob ({blob.size} bytes)")
-        self.table = table
-        # One typed view of the whole blob per dtype (its size is a multiple of
-        # PACK_ALIGN), then a slice per array: cheaper than an ndarray constructor each.
-        self._typed = [blob.view(name) for name in PACK_DTYPES]
-
-    def __getstate__(self) -> dict:
-        return {"table": self.table, "blob": cache_files.pickled_map(self._blob)}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["table"], cache_files.reopened_map(state["blob"]))
-
-    @property
-    def rows(self) -> np.ndarray:
-        """int64 [M]: the first dimension of every array (no view made)."""
-        return self.table[:, 2]
-
-    def __len__(self) -> int:
-        return len(self.table)
-
-    def __getitem__(self, number):
-        if isinstance(number, slice):
-            return [self[n] for n in range(*number.indices(len(self)))]
-        offset, code, count, width = self.table[number].tolist()
-        view = self._typed[code]
-        start = offset // view.itemsize
-        if width < 0:
-            return view[start : start + count]
-        return view[start : start + count * width].reshape(count, width)
-
-
-def unpack_arrays(table: np.ndarray, blob: np.ndarray, where: str = "packed arrays") -> list:
-    """The arrays of :func:`pack_arrays` as read-only views of ``blob`` (no copy); see
-    :class:`PackedArrays` (DataError naming ``where`` for a damaged table)."""
-    return list(PackedArrays(table, blob, where))
-
-
 def cached_result(
     directory: str,
     description: Mapping,
@@ -634,7 +400,7 @@ def cached_result(
         raise DataError(f"verify: {verify!r} is not one of {VERIFY_MODES}")
     directory = os.fspath(directory)
     canonical = canonical_json(description)  # once: a bundle's description is large
-    key = hashlib.sha256(canonical.encode("utf-8")).hexdigest()  # description_key
+    key = text_key(canonical)
     damage: DataError | None = None
 
     def try_use() -> tuple[bool, Result | None]:
@@ -656,7 +422,7 @@ def cached_result(
     hit, result = try_use()
     if hit:
         return result
-    guard = _exclusive(entry_paths(directory, key, split, ())["lock"]) if lock else None
+    guard = exclusive(entry_paths(directory, key, split, ())["lock"]) if lock else None
     with guard if guard is not None else contextlib.nullcontext(False) as locked:
         if locked:  # another process may have built it while we waited
             hit, result = try_use()

@@ -13,7 +13,7 @@ import weakref
 
 import numpy as np
 
-from megadata_core.cache.entries import full_digest, sampled_digest
+from megadata_core.cache.hashing import full_digest, sampled_digest
 from megadata_core.errors import DataError
 from megadata_core.format import idx_layout
 

@@ -14,11 +14,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from megadata_core.errors import DataError
+from megadata_core.files.identity import identity, settled
 
 CHECKSUM_CHUNK_BYTES = 1 << 22  # zlib.crc32 is fed 4 MiB at a time
-#: A file changed less than this long before it was checked is not remembered as good:
-#: a later write in the same timestamp tick would leave its identity unchanged.
-RACY_NS = 2_000_000_000
 _NPY_ERRORS = (ValueError, TypeError, SyntaxError, OSError, EOFError)
 
 #: (device, inode, size, mtime_ns, ctime_ns) -> CRC-32 of the files of that identity
@@ -63,6 +61,12 @@ def file_crc(header: bytes, array: np.ndarray) -> str:
     return crc_hex(array_crc(array, zlib.crc32(header)))
 
 
+def file_checksum(array: np.ndarray) -> str:
+    """CRC-32 (8 hex digits) of the whole .npy file of ``array`` (header included): the
+    checksum a cache entry records for each file and checks on load."""
+    return file_crc(npy_header(array), array)
+
+
 def stream_crc(stream) -> str:
     """CRC-32 (8 hex digits) of every byte of an open binary file."""
     stream.seek(0)
@@ -74,13 +78,6 @@ def stream_crc(stream) -> str:
         if not count:
             return crc_hex(crc)
         crc = zlib.crc32(view[:count], crc)
-
-
-def identity(status: os.stat_result) -> tuple[int, ...]:
-    """What changes when a file is replaced (inode) or written in place (times)."""
-    return (
-        status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
-    )
 
 
 # numpy parses a .npy header with ast.literal_eval; CPython 3.11's AST builder keeps its
@@ -114,7 +111,7 @@ def open_checked(
     already known good: checked in this process, or ``known`` (its record from the
     entry's verified-files list) is its current record. Returns the array and the
     file's record ``[*identity, crc]`` to remember (None: not checked whole, or changed
-    too recently to be remembered, see ``RACY_NS``).
+    too recently to be remembered, see :func:`megadata_core.files.identity.settled`).
 
     Raises:
         DataError: naming the file, when it is missing, unreadable, or differs from
@@ -169,7 +166,7 @@ def _check_whole(stream, path: str, status, expected: object, known: object) -> 
     began = time.time_ns()
     if stream_crc(stream) != expected:
         raise DataError(f"{path}: checksum does not match its description (damaged)")
-    if began - status.st_mtime_ns < RACY_NS:
+    if not settled([status], began):
         return None
     _CHECKED[key] = expected
     return record

@@ -2,10 +2,11 @@
 
 An index of a billion documents is gigabytes; built in anonymous memory it would need
 that much RAM, and the cache would then write it out again. :func:`spill_arrays` gives
-the build an allocator (:mod:`megadata_core.indices.allocate`) whose arrays are ``.npy``
-memory maps (``numpy.lib.format.open_memmap``) on temporary files of the entry, named as
-:mod:`megadata_core.files.temporary` names them: their pages belong to the page cache, which
-the kernel can write back and reclaim. When the entry is saved,
+the build an allocator (the protocol of :mod:`megadata_core.indices.allocate`) whose
+arrays are ``.npy`` memory maps (``numpy.lib.format.open_memmap``) on temporary files of
+the entry, named as :mod:`megadata_core.files.temporary` names them, and whose
+in-place shuffles run in anonymous memory when it fits (:mod:`.scratch`). Their pages
+belong to the page cache, which the kernel can write back and reclaim. When the entry is saved,
 :func:`take_spilled` hands the cache such a file (flushed; its CRC-32 is then read from
 the file, as every cache file's is recorded) to ``os.replace`` into place: the files an
 entry holds are complete before they get their final names, as before. Leftover
@@ -21,8 +22,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from megadata_core.files import temporary as temp_files
-from megadata_core.indices.allocate import Allocate, in_memory
+from megadata_core.cache.scratch import file_backed, shuffle_scratch
+from megadata_core.files import temporary as temporary_files
 
 #: temporary path -> (data address, shape, dtype) of the arrays spilled by this process
 #: and not yet taken or removed.
@@ -30,51 +31,86 @@ _SPILLED: dict[str, tuple[int, tuple[int, ...], np.dtype]] = {}
 #: Arrays of fewer bytes are made in memory: a shuffle on a fresh file mapping pays
 #: page faults and writeback, worth it only where the array is a real share of RAM.
 SPILL_ABOVE = 1 << 28
-#: Names of working arrays (not cache files) that a build may spill: each becomes an
-#: anonymous temporary of the entry's directory, removed when the build ends.
-SCRATCH_PREFIX = "scratch-"
 
 
-@contextlib.contextmanager
-def spill_arrays(
-    directory: str | None, file_names: dict[str, str], spill_above: int = SPILL_ABOVE
-) -> Iterator[Allocate]:
-    """An allocator making array ``name`` of more than ``spill_above`` bytes as a
-    memory-mapped temporary of ``file_names[name]`` (a file name in ``directory``), or
-    of a working file when ``name`` starts with :data:`SCRATCH_PREFIX`; smaller arrays,
-    other names without a file, no directory or a directory that cannot be written give
-    memory. Temporaries not taken by :func:`take_spilled` are removed on exit."""
-    if directory is None:
-        yield in_memory
-        return
-    made: list[str] = []
+class Spill:
+    """The allocator of :func:`spill_arrays` (the index functions' ``empty``, see
+    :mod:`megadata_core.indices.allocate`): ``spill(name, shape, dtype)`` makes an array,
+    ``shuffle_space(target)`` says where a part of a result is shuffled and
+    ``is_spilled(array)`` whether writes to it should go through a buffer."""
 
-    def empty(name: str, shape: tuple[int, ...], dtype: np.typing.DTypeLike) -> np.ndarray:
-        label = file_names.get(name)
-        if label is None and name.startswith(SCRATCH_PREFIX):
+    def __init__(
+        self,
+        directory: str | None,
+        file_names: dict[str, str],
+        spill_above: int,
+        working_prefix: str | None,
+    ) -> None:
+        self.directory, self.file_names = directory, file_names
+        self.spill_above, self.working_prefix = spill_above, working_prefix
+        self.made: list[str] = []
+
+    def _label(self, name: str) -> str | None:
+        label = self.file_names.get(name)
+        if label is None and self.working_prefix and name.startswith(self.working_prefix):
             label = f"{name}.npy"
+        return label
+
+    def __call__(
+        self, name: str, shape: tuple[int, ...], dtype: np.typing.DTypeLike
+    ) -> np.ndarray:
+        label = None if self.directory is None else self._label(name)
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        if label is None or nbytes <= spill_above or 0 in shape:
+        if label is None or nbytes <= self.spill_above or 0 in shape:
             return np.empty(shape, dtype)
+        directory = self.directory
         try:
             os.makedirs(directory, exist_ok=True)
-            temp_files.remove_stale(directory, [label])
-            handle, temporary = temp_files.create_file(directory, label)
+            temporary_files.remove_stale(directory, [label])
+            handle, temporary = temporary_files.create_file(directory, label)
             os.close(handle)
-            made.append(temporary)
+            self.made.append(temporary)
             array = np.lib.format.open_memmap(temporary, mode="w+", dtype=dtype, shape=shape)
         except OSError:  # the cache warns when it cannot save; the build goes on
             return np.empty(shape, dtype)
         _SPILLED[os.path.abspath(temporary)] = (array.ctypes.data, array.shape, array.dtype)
         return array
 
-    try:
-        yield empty
-    finally:
-        for temporary in made:
+    def shuffle_space(self, target: np.ndarray):
+        """Where ``target`` (a part of a result) is filled and shuffled: anonymous memory
+        when it is file-backed and fits (:func:`.scratch.shuffle_scratch`)."""
+        return shuffle_scratch(target)
+
+    @staticmethod
+    def is_spilled(array: np.ndarray) -> bool:
+        """Whether ``array`` lives in a file mapping."""
+        return file_backed(array)
+
+    def remove_untaken(self) -> None:
+        for temporary in self.made:
             _SPILLED.pop(os.path.abspath(temporary), None)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temporary)
+
+
+@contextlib.contextmanager
+def spill_arrays(
+    directory: str | None,
+    file_names: dict[str, str],
+    spill_above: int = SPILL_ABOVE,
+    working_prefix: str | None = None,
+) -> Iterator[Spill]:
+    """An allocator making array ``name`` of more than ``spill_above`` bytes as a
+    memory-mapped temporary of ``file_names[name]`` (a file name in ``directory``), or
+    of a working file when ``name`` starts with ``working_prefix`` (the index functions'
+    ``SCRATCH_PREFIX``); smaller arrays, other names without a file, no directory or a
+    directory that cannot be written give memory. Temporaries not taken by
+    :func:`take_spilled` are removed on exit."""
+    spill = Spill(directory, file_names, spill_above, working_prefix)
+    try:
+        yield spill
+    finally:
+        spill.remove_untaken()
 
 
 def take_spilled(array: object, path: str) -> str | None:

@@ -22,13 +22,15 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from megadata_core.cache import npy_files as cache_files
+from megadata_core.cache import npy_files
+from megadata_core.cache.descriptions import blend_description
 from megadata_core.cache.entries import load_or_build
-from megadata_core.datasets import index_checks
+from megadata_core.checks import first_outside, out_of_range, unsigned
+from megadata_core.datasets import origins
 from megadata_core.datasets.config import BLEND_ORDERS, SPLIT_NAMES
 from megadata_core.datasets.lazy_members import LazyMembers
 from megadata_core.datasets.positions import sample_positions
-from megadata_core.errors import DataError
+from megadata_core.errors import DataError, OversampledError
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.indices.blending import (
     balanced_blending_indices,
@@ -40,8 +42,6 @@ from megadata_core.indices.blending import (
     megatron_normalize,
 )
 
-#: Bumped whenever a blending algorithm changes its output (invalidates cache entries).
-BLEND_ALGORITHM_VERSION = 4
 BLEND_ARRAYS = ("dataset_index", "dataset_sample_index", "dataset_counts")
 
 
@@ -94,6 +94,7 @@ class BlendedDataset:
             input): used as given (the counts are still checked against the members).
         use_cache: False builds the indices in memory even with ``path_to_cache`` set
             (the builder caches them in its bundle instead).
+        origin: where given ``arrays`` came from, named by read-time errors.
 
     Attributes:
         dataset_index: int16 [size] which dataset each sample reads (int32 past 32,767
@@ -104,8 +105,8 @@ class BlendedDataset:
 
     Raises:
         DataError: bad weights or size, members of different splits, or a blend that
-            asks a dataset for more samples than it has (raise
-            ``mid_level_dataset_surplus``, as Megatron says).
+            asks a dataset for more samples than it has (an :class:`OversampledError`:
+            raise ``mid_level_dataset_surplus``, as Megatron says).
     """
 
     def __init__(
@@ -117,6 +118,7 @@ class BlendedDataset:
         *,
         arrays: Mapping[str, np.ndarray] | None = None,
         use_cache: bool = True,
+        origin: str | None = None,
     ) -> None:
         if not isinstance(datasets, LazyMembers):
             datasets = list(datasets)
@@ -136,7 +138,7 @@ class BlendedDataset:
         self.datasets = datasets
         self.config = config
         self._buffers = BufferPool()
-        self._entry: str | None = None  # where arrays that are not cache files came from
+        self._entry = origin  # where given arrays that are not cache files came from
         self.blend_order = order
         self.split = _split_of(datasets)
         if size is None:
@@ -171,15 +173,7 @@ class BlendedDataset:
             if describe is None:
                 return None
             members.append(describe())
-        return {
-            "kind": "megadata.BlendedDataset",
-            "algorithm": BLEND_ALGORITHM_VERSION,
-            "split": self.split,
-            "blend_order": self.blend_order,
-            "weights": self.weights,
-            "size": self.size,
-            "datasets": members,
-        }
+        return blend_description(self.split, self.blend_order, self.weights, self.size, members)
 
     def _build(self) -> dict[str, np.ndarray]:
         weights = np.asarray(self.weights, dtype=np.float64)
@@ -233,13 +227,19 @@ class BlendedDataset:
                 "GPTDataset" if isinstance(self.datasets, LazyMembers)
                 else type(self.datasets[j]).__name__
             )
-            raise DataError(
+            raise OversampledError(
                 f"weights: the {self.split} blend asks {int(counts[j])} samples of dataset "
                 f"{j} ({kind}, {int(sizes[j])} samples); raise "
                 "mid_level_dataset_surplus (e.g. two- or ten-fold, from "
                 f"{getattr(self.config, 'mid_level_dataset_surplus', '?')}) or size "
                 "the members larger"
             )
+
+    @property
+    def index_arrays(self) -> dict[str, np.ndarray]:
+        """``dataset_index``, ``dataset_sample_index`` and ``dataset_counts`` as loaded or
+        built (cache files stay memory maps)."""
+        return dict(self._arrays)
 
     # -- samples ------------------------------------------------------------------------
 
@@ -264,20 +264,20 @@ class BlendedDataset:
         ids = self.dataset_index[positions]
         samples = self.dataset_sample_index[positions]
         try:
-            sizes = self._sizes[index_checks.unsigned(ids)]
+            sizes = self._sizes[unsigned(ids)]
         except IndexError:
             count = len(self.datasets)
-            raise index_checks.out_of_range(
-                "dataset_index", "dataset", index_checks.first_outside(ids, count), count,
-                index_checks.origin(self._arrays, "dataset_index", self._entry),
+            raise out_of_range(
+                "dataset_index", "dataset", first_outside(ids, count), count,
+                origins.origin(self._arrays, "dataset_index", self._entry),
             ) from None
-        if (index_checks.unsigned(samples) >= sizes).any():
+        if (unsigned(samples) >= sizes).any():
             signed = sizes.astype(np.int64)
             bad = int(np.argmax((samples < 0) | (samples >= signed)))
-            raise index_checks.out_of_range(
+            raise out_of_range(
                 "dataset_sample_index", f"sample of dataset {int(ids[bad])}",
                 int(samples[bad]), int(signed[bad]),
-                index_checks.origin(self._arrays, "dataset_sample_index", self._entry),
+                origins.origin(self._arrays, "dataset_sample_index", self._entry),
             )
         return ids, samples
 
@@ -327,7 +327,7 @@ class BlendedDataset:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_arrays"] = {
-            name: cache_files.pickled_map(array) for name, array in self._arrays.items()
+            name: npy_files.pickled_map(array) for name, array in self._arrays.items()
         }
         state.pop("dataset_index", None)
         state.pop("dataset_sample_index", None)
@@ -335,7 +335,7 @@ class BlendedDataset:
 
     def __setstate__(self, state: dict) -> None:
         arrays = {
-            name: cache_files.reopened_map(value) for name, value in state.pop("_arrays").items()
+            name: npy_files.reopened_map(value) for name, value in state.pop("_arrays").items()
         }
         state.setdefault("_entry", None)
         self.__dict__.update(state)

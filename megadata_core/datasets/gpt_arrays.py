@@ -8,7 +8,7 @@ once to get its arrays. ``shuffle="megatron"``: ``document_index``, ``sample_ind
 ``feistel_split`` (:mod:`megadata_core.indices.sample_order`). With
 ``config.path_to_cache`` they go through the on-disk cache
 (:mod:`megadata_core.cache.entries`), keyed by :func:`describe`: cached arrays are
-memory-mapped and name their file (see :mod:`megadata_core.datasets.index_checks`).
+memory-mapped and name their file (see :mod:`megadata_core.datasets.origins`).
 """
 
 from __future__ import annotations
@@ -18,22 +18,23 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from megadata_core.cache.entries import GPT_ARRAYS, description_key, entry_paths, load_or_build
+from megadata_core.cache.descriptions import gpt_description
+from megadata_core.cache.entries import entry_paths, load_or_build
+from megadata_core.cache.hashing import description_key
 from megadata_core.cache.keys import data_identity
 from megadata_core.cache.spill import spill_arrays
 from megadata_core.datasets.config import GPTDataConfig
 from megadata_core.errors import DataError
 from megadata_core.indices import gpt_indices, tokens_per_epoch
-from megadata_core.indices.allocate import Allocate, in_memory
+from megadata_core.indices.allocate import SCRATCH_PREFIX, Allocate, in_memory
 from megadata_core.indices.feistel import ALGORITHM as FEISTEL_ALGORITHM
 from megadata_core.indices.feistel import ROUNDS as FEISTEL_ROUNDS
+from megadata_core.indices.gpt import GPT_ARRAYS
 from megadata_core.indices.packed_samples import PACKED_ARRAYS, packed_indices
 from megadata_core.indices.sample_order import FEISTEL_ARRAYS, feistel_gpt_indices
 
-#: Bumped whenever an index algorithm changes its output (invalidates cache entries).
-INDEX_ALGORITHM_VERSION = 3
-#: Bumped whenever the best_fit index changes its output (in best_fit keys only).
-PACKING_ALGORITHM_VERSION = 1
+#: The Feistel network's identity, in the descriptions of its arrays.
+FEISTEL = (FEISTEL_ROUNDS, FEISTEL_ALGORITHM)
 
 
 def array_names(shuffle: str, packing: str = "concat") -> tuple[str, ...]:
@@ -54,32 +55,25 @@ def drops_last(config: GPTDataConfig, split: str) -> bool:
     return config.drop_last_partial_validation_sequence if split == "valid" else True
 
 
+def no_documents(split: str) -> DataError:
+    """The error of a split without documents (asked for samples)."""
+    return DataError(f"indices: no documents in the {split} split")
+
+
+def no_tokens(split: str, documents: int) -> DataError:
+    """The error of a split whose documents hold no tokens."""
+    return DataError(f"indices: the {documents} documents of the {split} split hold no tokens")
+
+
 def describe(
     config: GPTDataConfig, indexed, documents: dict, num_samples: int | None, split: str
 ) -> dict:
     """Every input of the index arrays (the cache key is its sha256); ``documents`` is
     the ids' description (:func:`megadata_core.cache.keys.document_ids`)."""
-    description = {
-        "kind": "megadata.GPTDataset",
-        "algorithm": INDEX_ALGORITHM_VERSION,
-        "split": split,
-        "random_seed": config.random_seed,
-        "sequence_length": config.sequence_length,
-        "add_extra_token_to_sequence": config.add_extra_token_to_sequence,
-        "drop_last_partial_sequence": drops_last(config, split),
-        "num_samples": num_samples,
-        "shuffle": config.shuffle,
-        "documents": documents,
-        "data": data_identity(indexed),
-    }
-    if config.shuffle == "feistel":
-        description["feistel_rounds"] = FEISTEL_ROUNDS
-        description["feistel_algorithm"] = FEISTEL_ALGORITHM
-    if config.packing != "concat":  # concat keys stay as they were: old entries stay valid
-        description["packing"] = config.packing
-        description["packing_algorithm"] = PACKING_ALGORITHM_VERSION
-        del description["drop_last_partial_sequence"]  # packed samples are never partial
-    return description
+    return gpt_description(
+        config, split, documents, num_samples, data_identity(indexed),
+        drop_last=drops_last(config, split), feistel=FEISTEL,
+    )
 
 
 def build_arrays(
@@ -96,7 +90,7 @@ def build_arrays(
     lengths = indexed.sequence_lengths
     tokens = tokens_per_epoch(lengths, ids)
     if tokens == 0:
-        raise DataError(f"indices: the {len(ids)} documents of the {split} split hold no tokens")
+        raise no_tokens(split, len(ids))
     options = dict(
         add_extra_token=bool(config.add_extra_token_to_sequence),
         drop_last_partial_sequence=drops_last(config, split),
@@ -162,7 +156,7 @@ def gpt_arrays(
     if len(ids) == 0:
         if num_samples == 0:
             return _empty(names)
-        raise DataError(f"indices: no documents in the {split} split")
+        raise no_documents(split)
     span = documents.get("range")
     build_ids = range(*span) if span is not None else ids
     directory = config.path_to_cache
@@ -173,7 +167,7 @@ def gpt_arrays(
     if directory is not None:  # arrays are built into temporaries of the entry's files
         paths = entry_paths(directory, description_key(description), split, names)
         files = {name: os.path.basename(paths[name]) for name in names}
-    with spill_arrays(directory, files) as empty:
+    with spill_arrays(directory, files, working_prefix=SCRATCH_PREFIX) as empty:
         return load_or_build(
             directory,
             description,

@@ -23,11 +23,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from megadata_core.cache import npy_files as cache_files
+from megadata_core.cache import npy_files
 from megadata_core.cache.keys import document_ids
-from megadata_core.datasets import gpt_arrays, index_checks, masks, reading
+from megadata_core.datasets import gpt_arrays, masks, origins, reading
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
 from megadata_core.datasets.document_masks import document_masks, segment_attention_mask
+from megadata_core.datasets.gpt_siblings import GPTSiblings
 from megadata_core.datasets.positions import sample_positions
 from megadata_core.errors import DataError
 from megadata_core.handover.buffers import BufferPool
@@ -57,7 +58,7 @@ def _check_token_id(field: str, value: int, dtype: np.dtype) -> None:
             )
 
 
-class GPTDataset:
+class GPTDataset(GPTSiblings):
     """GPT samples of one split: ``len``, ``ds[i]`` and ``ds.__getitems__(indices)``.
 
     Args:
@@ -75,6 +76,8 @@ class GPTDataset:
             bundle, keyed by every input above): ``document_index``, ``sample_index``,
             ``shuffle_index`` (``sample_index``, ``feistel_split`` for Feistel); used as
             given, nothing is built or cached.
+        origin: where given ``arrays`` came from (e.g. ``"build bundle PATH"``), named
+            by the errors of a batch that meets a value out of range in them.
 
     A sample (``ds[i]``) is a dict of numpy arrays, Megatron's keys and values:
     ``tokens`` and ``labels`` [S] (token_dtype), ``attention_mask`` [1, S, S] bool,
@@ -98,6 +101,7 @@ class GPTDataset:
         *,
         token_dtype: np.typing.DTypeLike = np.int32,
         arrays: Mapping[str, np.ndarray] | None = None,
+        origin: str | None = None,
     ) -> None:
         if not isinstance(config, GPTDataConfig):
             raise DataError(f"config: expected GPTDataConfig, got {type(config).__name__}")
@@ -124,7 +128,7 @@ class GPTDataset:
         )
         self._pool: BufferPool | None = None
         self._constants: dict[tuple[str, int], np.ndarray] = {}
-        self._entry: str | None = None  # where arrays that are not cache files came from
+        self._entry = origin  # where given arrays that are not cache files came from
         self._set_arrays(
             gpt_arrays.gpt_arrays(
                 config, indexed, self.indices, self._ids_description, num_samples,
@@ -143,88 +147,11 @@ class GPTDataset:
             pool = self._pool = BufferPool()
         return pool
 
-    def _sibling(
-        self,
-        indexed,
-        indices: range,
-        num_samples: int | None,
-        arrays: Mapping[str, np.ndarray],
-    ) -> GPTDataset:
-        """A dataset with this one's config, split and token dtype over ``indexed`` (a
-        corpus of the same dtype), from precomputed ``arrays``: the checks that depend
-        only on what the two share are not repeated (the builder makes 1,000s of them).
-        """
-        if indexed.dtype != self.indexed.dtype or arrays.keys() != self._arrays.keys():
-            return GPTDataset(
-                indexed, indices, num_samples, self.config, self.split,
-                token_dtype=self.token_dtype, arrays=arrays,
-            )
-        other = object.__new__(GPTDataset)
-        state = other.__dict__
-        state.update(self.__dict__)
-        state["indexed"] = indexed
-        state["indices"], state["_ids_description"] = document_ids(indexed, indices)
-        state["num_samples"] = None if num_samples is None else int(num_samples)
-        state["_pool"] = None
-        state["_constants"] = {}
-        state.pop("_released", None)
-        other._set_arrays(dict(arrays))
-        return other
-
-    def _siblings(
-        self,
-        corpora: list,
-        spans: list[range],
-        num_samples: list[int | None],
-        arrays: list[dict[str, np.ndarray]],
-    ) -> list[GPTDataset]:
-        """``[self._sibling(...) for each]`` of Megatron-shuffled concat arrays, made
-        together: the spans are range-checked in one pass and each dataset is one dict
-        of its own fields over this one's (a warm start of 10,000 prefixes makes 30,000)."""
-        names = ("document_index", "sample_index", "shuffle_index")
-        if self._packed is not None or sorted(self._arrays) != sorted(names):
-            return [self._sibling(*item) for item in zip(corpora, spans, num_samples, arrays)]
-        counts = np.array([len(corpus) for corpus in corpora], dtype=np.int64)
-        lows = np.array([span.start for span in spans], dtype=np.int64)
-        highs = np.array([span.stop for span in spans], dtype=np.int64)
-        steps = np.array([span.step for span in spans], dtype=np.int64)
-        bad = (lows < 0) | (highs > counts) | (steps != 1) | (highs <= lows)
-        if bad.any():  # the one-by-one path says what is wrong
-            return [self._sibling(*item) for item in zip(corpora, spans, num_samples, arrays)]
-        dtype = self.indexed.dtype
-        result = []
-        for indexed, span, wanted, given in zip(corpora, spans, num_samples, arrays):
-            if indexed.dtype != dtype or given.keys() != self._arrays.keys():
-                result.append(self._sibling(indexed, span, wanted, given))
-                continue
-            total = len(given["sample_index"]) - 1
-            if len(given["shuffle_index"]) != total:
-                raise DataError(
-                    f"shuffle_index: {len(given['shuffle_index'])} entries for {total} samples"
-                )
-            result.append(self._checked_sibling(indexed, span, wanted, given))
-        return result
-
-    def _checked_sibling(
-        self, indexed, span: range, wanted: int | None, given: Mapping[str, np.ndarray]
-    ) -> GPTDataset:
-        """One member of :meth:`_siblings` whose checks were done (the span inside the
-        corpus, the corpus dtype this one's, Megatron concat arrays of these names with
-        ``len(shuffle_index) == len(sample_index) - 1``): one dict of its own fields."""
-        other = object.__new__(GPTDataset)
-        state = other.__dict__
-        state.update(self.__dict__)
-        state.pop("_released", None)
-        state.pop("_mapped_files", None)  # given arrays: no cache files of its own
-        samples = np.asarray(given["sample_index"])
-        state.update(
-            indexed=indexed, indices=span, num_samples=None if wanted is None else int(wanted),
-            _ids_description={"count": len(span), "range": [span.start, span.stop]},
-            _pool=None, _constants={}, _arrays=dict(given), sample_index=samples,
-            document_index=np.asarray(given["document_index"]),
-            shuffle_index=np.asarray(given["shuffle_index"]), _total=len(samples) - 1,
-        )
-        return other
+    @property
+    def index_arrays(self) -> dict[str, np.ndarray]:
+        """The index arrays as loaded or built (cache files stay memory maps): the names
+        of :func:`megadata_core.datasets.gpt_arrays.array_names`."""
+        return dict(self._arrays)
 
     def _check_dtypes(self, token_dtype: object) -> np.dtype:
         try:
@@ -302,11 +229,11 @@ class GPTDataset:
         state = self.__dict__
         state.pop("_released", None)
         state.pop("_mapped_files", None)
-        files = sum(cache_files.is_file_map(array) for array in arrays.values())
+        files = sum(npy_files.is_file_map(array) for array in arrays.values())
         open_files = getattr(self.indexed, "_open_files", None)
         if files and open_files is not None:
             state["_mapped_files"] = {
-                name: cache_files.pickled_map(array) for name, array in arrays.items()
+                name: npy_files.pickled_map(array) for name, array in arrays.items()
             }
             open_files.opened(self, files)
 
@@ -333,7 +260,7 @@ class GPTDataset:
 
     def _reopen_maps(self, name: str):
         """Map the released cache files again, each only if it is still the file that
-        was checked (:func:`cache_files.reopened_map`: DataError naming it otherwise),
+        was checked (:func:`npy_files.reopened_map`: DataError naming it otherwise),
         and return the attribute ``name`` (taken under the lock: another thread may
         release the maps again at once)."""
         state = self.__dict__
@@ -341,13 +268,13 @@ class GPTDataset:
             released = state.get("_released")
             if released is None:
                 return state[name]  # another thread re-mapped them
-            arrays = {key: cache_files.reopened_map(value) for key, value in released.items()}
+            arrays = {key: npy_files.reopened_map(value) for key, value in released.items()}
             self._set_views(arrays)
             del state["_released"]
             value = state[name]
         open_files = getattr(self.indexed, "_open_files", None)
         if open_files is not None:
-            open_files.opened(self, sum(map(cache_files.is_file_map, arrays.values())))
+            open_files.opened(self, sum(map(npy_files.is_file_map, arrays.values())))
         return value
 
     def _set_views(self, arrays: dict[str, np.ndarray]) -> None:
@@ -428,7 +355,7 @@ class GPTDataset:
                 self._extra,
             )
         except DataError as error:
-            raise index_checks.with_origin(error, self._arrays, self._entry) from None
+            raise origins.with_origin(error, self._arrays, self._entry) from None
 
     def _text(self, positions: np.ndarray) -> tuple[np.ndarray, bool, reading.Pieces]:
         """[B, S + extra] tokens of the samples at ``positions`` (corpus dtype, or
@@ -455,7 +382,7 @@ class GPTDataset:
             )
             return text, padded, pieces
         except DataError as error:
-            raise index_checks.with_origin(error, self._arrays, self._entry) from None
+            raise origins.with_origin(error, self._arrays, self._entry) from None
 
     def __getitems__(self, indices) -> dict[str, np.ndarray]:
         """The samples at ``indices`` (a list or int array of B positions), stacked:
@@ -569,7 +496,7 @@ class GPTDataset:
         state.pop("_mapped_files", None)
         if packed is None:
             packed = {
-                name: cache_files.pickled_map(array) for name, array in self._arrays.items()
+                name: npy_files.pickled_map(array) for name, array in self._arrays.items()
             }
         state["_arrays"] = packed
         for name in ("document_index", "sample_index", "shuffle_index", "_packed"):
@@ -581,7 +508,7 @@ class GPTDataset:
 
     def __setstate__(self, state: dict) -> None:
         arrays = {
-            name: cache_files.reopened_map(value) for name, value in state.pop("_arrays").items()
+            name: npy_files.reopened_map(value) for name, value in state.pop("_arrays").items()
         }
         if isinstance(state["indices"], tuple):
             _, dtype, low, high = state["indices"]

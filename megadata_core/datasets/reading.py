@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from megadata_core.datasets.index_checks import first_outside, out_of_range, unsigned
+from megadata_core.checks import first_outside, out_of_range, unsigned
 from megadata_core.errors import DataError
 
 _BEGIN_END = np.array([0, 1], dtype=np.int64)

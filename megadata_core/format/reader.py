@@ -10,6 +10,7 @@ import threading
 import numpy as np
 
 from megadata_core.errors import DataError
+from megadata_core.files.identity import contents_stamp, identity, which_file
 from megadata_core.format import idx_layout
 from megadata_core.format.open_files import OpenFiles
 from megadata_core.format.sources import (
@@ -48,15 +49,6 @@ def _local_file_stat(path: str, what: str) -> os.stat_result:
     if not stat.S_ISREG(info.st_mode):
         raise DataError(f"{path}: {what} path is not a regular file")
     return info
-
-
-def _identity(info: os.stat_result) -> tuple[int, int]:
-    return info.st_dev, info.st_ino
-
-
-def _contents(info: os.stat_result) -> tuple[int, int, int]:
-    """What a write in place changes: size, mtime and ctime (ns)."""
-    return info.st_size, info.st_mtime_ns, info.st_ctime_ns
 
 
 class IndexedDataset:
@@ -126,7 +118,7 @@ class IndexedDataset:
             idx_size = _local_file_stat(idx_file, ".idx").st_size
             bin_stat = _local_file_stat(bin_file, ".bin")
             bin_size = bin_stat.st_size
-            self._bin_identity = _identity(bin_stat)
+            self._bin_identity = which_file(bin_stat)
             self._bin_stat = bin_stat
             if 0 < idx_size <= read_below:
                 idx_source = LocalFileSource(idx_file)
@@ -201,12 +193,12 @@ class IndexedDataset:
             try:
                 with open(self._idx_file, "rb") as stream:
                     info = os.fstat(stream.fileno())
-                    if _identity(info) + _contents(info) != _identity(opened) + _contents(opened):
+                    if identity(info) != identity(opened):
                         raise DataError(
                             f"{self.idx_path}: the .idx changed since it was opened (device, "
                             f"inode, size, mtime_ns, ctime_ns "
-                            f"{[*_identity(opened), *_contents(opened)]} -> "
-                            f"{[*_identity(info), *_contents(info)]}); reopen the dataset"
+                            f"{[*identity(opened)]} -> "
+                            f"{[*identity(info)]}); reopen the dataset"
                         )
                     buffer = np.memmap(stream, dtype=np.uint8, mode="r")
             except OSError as error:
@@ -316,7 +308,7 @@ class IndexedDataset:
     def _check_bin_stat(self, info: os.stat_result) -> None:
         """DataError unless ``info`` is the .bin this index was opened with, holding at
         least the bytes the index points to."""
-        if _identity(info) != self._bin_identity:
+        if which_file(info) != self._bin_identity:
             raise DataError(
                 f"{self.bin_path}: the .bin was replaced since its index was opened; "
                 f"reopen the dataset"
@@ -352,8 +344,10 @@ class IndexedDataset:
             info = os.stat(self._idx_file)
         except OSError:
             return  # removed or renamed: the map still holds the old file
-        if _identity(info) == _identity(opened) and _contents(info) != _contents(opened):
-            size, mtime, ctime = _contents(info)
+        if which_file(info) == which_file(opened) and contents_stamp(info) != contents_stamp(
+            opened
+        ):
+            size, mtime, ctime = contents_stamp(info)
             raise DataError(
                 f"{self.idx_path}: the .idx changed since it was opened (size "
                 f"{opened.st_size} -> {size}, mtime_ns {opened.st_mtime_ns} -> {mtime}, "
@@ -380,7 +374,7 @@ class IndexedDataset:
             info = os.stat(self._bin_file)
         except OSError:
             return  # removed or renamed: the map still holds the old file
-        if _identity(info) == self._bin_identity:
+        if which_file(info) == self._bin_identity:
             self._check_bin_stat(info)
 
     def _open_remote_idx(self) -> tuple[idx_layout.IdxHeader, np.ndarray]:
@@ -555,7 +549,7 @@ class IndexedDataset:
             "validated": self.validated,
             # what the receiver must find to share this validation (or lack of it)
             "opened": None if stats is None else [
-                [*_identity(stats[0]), *_contents(stats[0])], list(_identity(stats[1]))
+                list(identity(stats[0])), list(which_file(stats[1]))
             ],
         }
 
@@ -568,14 +562,14 @@ class IndexedDataset:
         opened, stats = state.get("opened"), self.local_stats()
         if opened is None or stats is None:
             return
-        idx_now = [*_identity(stats[0]), *_contents(stats[0])]
+        idx_now = list(identity(stats[0]))
         if idx_now != list(opened[0]):
             raise DataError(
                 f"{self.idx_path}: the .idx changed since the sending process opened it "
                 f"(device, inode, size, mtime_ns, ctime_ns {opened[0]} -> {idx_now}); "
                 "rebuild the dataset"
             )
-        if list(_identity(stats[1])) != list(opened[1]):
+        if list(which_file(stats[1])) != list(opened[1]):
             raise DataError(
                 f"{self.bin_path}: the .bin was replaced since the sending process opened "
                 "it; rebuild the dataset"

@@ -1,22 +1,30 @@
-"""Where the index build puts its large arrays: memory, or files it spills to.
+"""Where the index build puts its large arrays: memory, or wherever the caller says.
 
 The index functions take ``empty(name, shape, dtype) -> array`` and write their result
 into what it returns. :func:`in_memory` is ``numpy.empty``; the index cache passes one
 that makes a ``.npy`` memory map on a temporary file of the entry
-(:func:`megadata_core.cache.entries.spill_arrays`), so an index of a billion documents
+(:func:`megadata_core.cache.spill.spill_arrays`), so an index of a billion documents
 lives in the page cache (file-backed, reclaimable) instead of anonymous memory, and is
-renamed into the cache entry instead of being written again. Random-access shuffles of
-such an array run in anonymous memory when it fits (:mod:`.shuffle_scratch`).
+renamed into the cache entry instead of being written again. The index functions never
+see a file: an allocator may also say where a part of a result is filled and shuffled
+(``empty.shuffle_space(target)``, :func:`shuffle_space`) and whether writes into an
+array should go through a buffer in order (``empty.is_spilled(array)``,
+:func:`is_spilled`); a plain callable answers "in place" and "no".
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import numpy as np
 
 #: ``empty(name, shape, dtype)``: an uninitialized writable C-ordered array.
 Allocate = Callable[[str, tuple[int, ...], np.dtype], np.ndarray]
+#: Names of working arrays (not results) start with this: an allocator may make them
+#: wherever it likes (a spill: a working file of the entry, removed after the build).
+SCRATCH_PREFIX = "scratch-"
 
 
 def in_memory(name: str, shape: tuple[int, ...], dtype: np.typing.DTypeLike) -> np.ndarray:
@@ -41,3 +49,20 @@ def fill_arange(out: np.ndarray, start: int = 0) -> np.ndarray:
         hi = min(len(out), lo + _ARANGE_BLOCK)
         out[lo:hi] = np.arange(start + lo, start + hi, dtype=out.dtype)
     return out
+
+
+def shuffle_space(empty: Allocate, target: np.ndarray) -> AbstractContextManager[np.ndarray]:
+    """A context giving a writable 1-D array of ``target``'s size and dtype to fill and
+    shuffle in, whose contents are in ``target`` on a normal exit: the allocator's
+    ``shuffle_space(target)`` when it has one (a spill shuffles a file-backed part in
+    anonymous memory when it fits: random swaps on a file mapping outrun writeback),
+    else ``target`` itself. The draws and values are the same either way."""
+    space = getattr(empty, "shuffle_space", None)
+    return contextlib.nullcontext(target) if space is None else space(target)
+
+
+def is_spilled(empty: Allocate, array: np.ndarray) -> bool:
+    """Whether ``array`` (made by ``empty``) lives where random writes are slow (a file
+    mapping): the allocator's ``is_spilled(array)`` when it has one, else False."""
+    check = getattr(empty, "is_spilled", None)
+    return bool(check is not None and check(array))

@@ -50,13 +50,16 @@ once from closed-form positions, ~0.25 s on 2 threads (0.26-0.45x), ~0.38 s on o
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import numpy as np
 
+from megadata_core.checks import check_int
 from megadata_core.errors import DataError
 from megadata_core.indices import _blend_engine as engine
 from megadata_core.indices import _blend_rules as rules
 from megadata_core.indices import _blend_tree as trees
-from megadata_core.indices._checks import check_int
 
 __all__ = [
     "balanced_blending_indices",
@@ -306,3 +309,16 @@ def prefix_deviation(dataset_index: np.ndarray, weights: object, chunk: int = 1 
             worst = max(worst, float(np.max(np.abs(running - rate * steps))))
             counts[j] = running[-1]
     return worst
+
+
+@contextlib.contextmanager
+def blend_threads(count: int | None) -> Iterator[None]:
+    """Within the block, the balanced blend of weights without a period runs its passes
+    on at most ``count`` threads (None: its default, the usable cores up to 4); for
+    benchmarks that compare one thread with several. Not thread-safe."""
+    default = trees.MAX_THREADS
+    trees.MAX_THREADS = default if count is None else max(1, int(count))
+    try:
+        yield
+    finally:
+        trees.MAX_THREADS = default

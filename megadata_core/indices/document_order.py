@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from megadata_core.cache.scratch import shuffle_scratch
+from megadata_core.checks import INT32_MAX, check_ids, check_int, id_range
 from megadata_core.errors import DataError
-from megadata_core.indices._checks import INT32_MAX, check_ids, check_int, id_range
-from megadata_core.indices.allocate import Allocate, fill_arange, in_memory, plain
+from megadata_core.indices.allocate import Allocate, fill_arange, in_memory, plain, shuffle_space
 
 
 def check_random_state(rng: object) -> np.random.RandomState:
@@ -37,7 +36,7 @@ def document_index(
     A ``range`` of ids (Megatron's consecutive splits) is written block by block with
     ``arange``: no id array is ever made, and the values are the same. A spilled result
     (file-backed) is filled and shuffled part by part in anonymous memory when it fits
-    (:mod:`.shuffle_scratch`), each part then copied into the file in order.
+    (:func:`.allocate.shuffle_space`), each part then copied into the file in order.
 
     Args:
         doc_ids: int [D] document ids, each in ``[0, 2**31 - 1]``, or a ``range`` of them.
@@ -60,7 +59,7 @@ def document_index(
     parts = [epochs - 1, 1] if separate_final_epoch and epochs > 1 else [epochs]
     done = 0
     for repeats in parts:  # each shuffled apart, in memory when a spill's is too slow
-        with shuffle_scratch(out[done * count : (done + repeats) * count]) as work:
+        with shuffle_space(empty, out[done * count : (done + repeats) * count]) as work:
             _tile(work.reshape(repeats, count), ids, span)
             rng.shuffle(work)
         done += repeats

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from megadata_core.checks import check_ids, check_int, check_lengths, id_range
 from megadata_core.errors import DataError
-from megadata_core.indices._checks import check_ids, check_int, check_lengths, id_range
 from megadata_core.indices.gathers import take_into
 
 #: Megatron shuffles the final epoch apart when it yields fewer than this share of an epoch.

@@ -45,8 +45,8 @@ from functools import lru_cache, partial
 
 import numpy as np
 
+from megadata_core.checks import INT32_MAX, check_ids, check_int
 from megadata_core.errors import DataError
-from megadata_core.indices._checks import INT32_MAX, check_ids, check_int
 
 ROUNDS = 6  # rounds of the network (even: the output lands on the grid again)
 SMALL_ROUNDS = 4 * ROUNDS  # rounds for n <= 64: tiny halves mix slowly, rounds cost nothing

@@ -6,8 +6,8 @@ import threading
 
 import numpy as np
 
+from megadata_core.checks import check_int
 from megadata_core.errors import DataError
-from megadata_core.indices._checks import check_int
 from megadata_core.indices.allocate import Allocate, in_memory
 from megadata_core.indices.document_order import document_index
 from megadata_core.indices.epochs import (
@@ -19,6 +19,8 @@ from megadata_core.indices.epochs import (
 from megadata_core.indices.sample_boundaries import sample_index
 from megadata_core.indices.sample_shuffle import shuffle_index
 
+#: The names of the three arrays :func:`gpt_indices` returns, in its order.
+GPT_ARRAYS = ("document_index", "sample_index", "shuffle_index")
 _STREAMS = threading.local()  # one RandomState per thread, reseeded for every index
 
 

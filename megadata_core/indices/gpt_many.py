@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from megadata_core.checks import INT32_MAX, check_int, id_range
 from megadata_core.errors import DataError
-from megadata_core.indices._checks import INT32_MAX, check_int, id_range
 from megadata_core.indices.epochs import num_epochs, samples_in_epochs, separate_final_epoch
 from megadata_core.indices.gpt import seeded_random_state
 from megadata_core.indices.sample_boundaries import sample_index_dtype

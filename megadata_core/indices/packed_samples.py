@@ -48,11 +48,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from megadata_core.cache.scratch import shuffle_scratch
-from megadata_core.cache.spill import SCRATCH_PREFIX
+from megadata_core.checks import check_ids, check_int, id_range, narrow_int
 from megadata_core.errors import DataError
-from megadata_core.indices._checks import check_ids, check_int, id_range, narrow_int
-from megadata_core.indices.allocate import Allocate, fill_arange, in_memory, plain
+from megadata_core.indices.allocate import (
+    SCRATCH_PREFIX,
+    Allocate,
+    fill_arange,
+    in_memory,
+    plain,
+    shuffle_space,
+)
 from megadata_core.indices.epochs import SEPARATE_FINAL_EPOCH_THRESHOLD
 from megadata_core.indices.feistel import DOCUMENTS_STREAM, epoch_key, feistel_range
 from megadata_core.indices.gpt import seeded_random_state
@@ -145,7 +150,7 @@ def packed_indices(
             key = epoch_key(seed, epoch, DOCUMENTS_STREAM)
             return lambda lo, hi: feistel_range(lo, hi, count, key)
         order = empty(f"{SCRATCH_PREFIX}pack-order-{epoch % 2}", (count,), order_dtype)
-        with shuffle_scratch(order) as work:
+        with shuffle_space(empty, order) as work:
             fill_arange(work)  # no [D] temporary
             rng.shuffle(plain(work))  # the same draws for any dtype
         return order
@@ -165,7 +170,7 @@ def packed_indices(
 
         def fill(epoch: int, order: np.ndarray | Callable[[int, int], np.ndarray]) -> None:
             rows = documents[epoch * pieces : (epoch + 1) * pieces]
-            fill_documents(layout, order, rows)
+            fill_documents(layout, order, rows, empty=empty)
             if full:
                 full_offset[epoch * full : (epoch + 1) * full] = full_offsets(
                     rows[:full], capacity

@@ -45,11 +45,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from megadata_core.cache.scratch import file_backed
-from megadata_core.cache.spill import SCRATCH_PREFIX
+from megadata_core.checks import INT32_MAX, check_int, check_lengths, narrow_int
 from megadata_core.errors import DataError
-from megadata_core.indices._checks import INT32_MAX, check_int, check_lengths, narrow_int
-from megadata_core.indices.allocate import Allocate, in_memory
+from megadata_core.indices.allocate import SCRATCH_PREFIX, Allocate, in_memory, is_spilled
 
 
 @dataclass(frozen=True)
@@ -220,6 +218,7 @@ def fill_documents(
     order: np.ndarray | Callable[[int, int], np.ndarray],
     out: np.ndarray | None = None,
     scratch_bytes: int | None = None,
+    empty: Allocate = in_memory,
 ) -> np.ndarray:
     """The document of every piece row when equal pieces go in ``order``.
 
@@ -230,8 +229,9 @@ def fill_documents(
     Walked ``_BLOCK`` documents of ``order`` at a time: each remainder piece's place is
     its key's first place plus the pieces of its key before it (a counting sort, stable
     in ``order``); capacity-sized pieces take rows 0 .. F-1 in ``order``. An ``out``
-    that is a file mapping larger than ``scratch_bytes`` (default :data:`FILL_SCRATCH`)
-    is filled in row ranges of that size through a buffer, each range written in order.
+    that its allocator ``empty`` spilled (:func:`.allocate.is_spilled`) and that is
+    larger than ``scratch_bytes`` (default :data:`FILL_SCRATCH`) is filled in row ranges
+    of that size through a buffer, each range written in order.
 
     Args:
         layout: from :func:`pack_layout`.
@@ -239,6 +239,7 @@ def fill_documents(
             ``order(lo, hi)`` giving its entries ``lo .. hi - 1``.
         out: optional integer [P] array to write (values are cast).
         scratch_bytes: the buffer's bytes (tests make it small).
+        empty: the allocator that made ``out``.
 
     Returns:
         ``out``, or int64 [P].
@@ -248,7 +249,7 @@ def fill_documents(
     entries = order if callable(order) else (lambda lo, hi: order[lo:hi])
     budget = max(1, (FILL_SCRATCH if scratch_bytes is None else scratch_bytes) // out.itemsize)
     pieces = len(out)
-    if pieces <= budget or (scratch_bytes is None and not file_backed(out)):
+    if pieces <= budget or (scratch_bytes is None and not is_spilled(empty, out)):
         _fill_rows(layout, entries, out, 0, pieces)
         return out
     buffer = np.empty(min(budget, pieces), out.dtype)

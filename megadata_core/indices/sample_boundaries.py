@@ -42,13 +42,13 @@ from typing import Protocol
 
 import numpy as np
 
-from megadata_core.errors import DataError
-from megadata_core.indices._checks import (
+from megadata_core.checks import (
     INT32_MAX,
     check_int,
     check_int_array,
     check_lengths,
 )
+from megadata_core.errors import DataError
 from megadata_core.indices.allocate import Allocate, in_memory, plain
 from megadata_core.indices.epochs import samples_in_epochs
 from megadata_core.indices.gathers import take_into

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from megadata_core.cache.scratch import shuffle_scratch
+from megadata_core.checks import check_int
 from megadata_core.errors import DataError
-from megadata_core.indices._checks import check_int
-from megadata_core.indices.allocate import Allocate, fill_arange, in_memory, plain
+from megadata_core.indices.allocate import Allocate, fill_arange, in_memory, plain, shuffle_space
 from megadata_core.indices.document_order import check_random_state
 
 #: Megatron switches from uint32 to int64 at ``total_size >= iinfo(uint32).max - 1``.
@@ -27,7 +26,7 @@ def shuffle_index(
     Built as one ``arange`` shuffled in two in-place views (no concatenation); the
     RandomState draws exactly as Megatron's, which uses the same state right after the
     document index. A spilled result is filled and shuffled a part at a time in
-    anonymous memory when it fits (:mod:`.shuffle_scratch`).
+    anonymous memory when it fits (:func:`.allocate.shuffle_space`).
 
     Args:
         num_samples: size of the first shuffled range (Megatron passes the samples of
@@ -48,7 +47,7 @@ def shuffle_index(
     result = empty("shuffle_index", (total,), np.dtype(dtype))
     out = plain(result)
     for lo, hi in ((0, first), (first, total)):  # shuffled apart; an empty part draws nothing
-        with shuffle_scratch(out[lo:hi]) as work:  # in memory when a spill's is too slow
+        with shuffle_space(empty, out[lo:hi]) as work:  # in memory when a spill's is too slow
             fill_arange(work, lo)
             rng.shuffle(work)
     return result

@@ -68,7 +68,7 @@ def document_prefix(output_prefix: str, key: str, level: str = "document") -> st
     return f"{output_prefix}_{key}_{level}"
 
 
-def _validate(
+def check_arguments(
     inputs: Sequence[str],
     output_prefix: str,
     json_keys: Sequence[str],
@@ -76,6 +76,8 @@ def _validate(
     partitions: int,
     chunk_lines: int,
 ) -> tuple[list[str], list[str]]:
+    """The input paths and JSON keys, checked with the other arguments of a run
+    (DataError naming the argument)."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     paths = [os.fspath(path) for path in inputs]
@@ -144,7 +146,9 @@ def preprocess_jsonl(
     by the next run for the same ``output_prefix``). An output directory that cannot
     be written is a DataError before any tokenizing.
     """
-    paths, keys = _validate(inputs, output_prefix, json_keys, workers, partitions, chunk_lines)
+    paths, keys = check_arguments(
+        inputs, output_prefix, json_keys, workers, partitions, chunk_lines
+    )
     output_prefix = os.fspath(output_prefix)
     started = time.perf_counter()
     level = "document" if splitter_factory is None else "sentence"
@@ -152,7 +156,7 @@ def preprocess_jsonl(
     shard_names = [f"{output_prefix}_{k}" for k in range(partitions)] if partitions > 1 else []
     shards = {key: [document_prefix(name, key, level) for name in shard_names] for key in keys}
     with Staging(output_prefix, [*finals.values(), *sum(shards.values(), [])]) as staging:
-        tokenizer = _make_tokenizer(tokenizer_factory, append_eod)
+        tokenizer = make_tokenizer(tokenizer_factory, append_eod)
         dtype = np.dtype(optimal_dtype(int(tokenizer.vocab_size)))
         if splitter_factory is not None:
             splitter_factory()  # a missing splitter fails here, before any work
@@ -200,7 +204,7 @@ def preprocess_jsonl(
     )
 
 
-def _make_tokenizer(tokenizer_factory: Callable[[], Tokenizer], append_eod: bool) -> Tokenizer:
+def make_tokenizer(tokenizer_factory: Callable[[], Tokenizer], append_eod: bool) -> Tokenizer:
     tokenizer = tokenizer_factory()
     if not isinstance(tokenizer, Tokenizer):
         raise DataError(

@@ -11,7 +11,7 @@ from typing import BinaryIO
 from megadata_core.errors import DataError
 from megadata_core.preprocess.remote import is_remote, open_remote
 
-_BOM = b"\xef\xbb\xbf"
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, dropped from a file's first line
 
 
 class _OwningGzip(gzip.GzipFile):
@@ -65,15 +65,20 @@ def count_lines(path: str, open_binary: Callable[[str], BinaryIO] = open_input) 
     """Lines in a file as iterating it yields them (a last line without newline counts)."""
     count = 0
     last = b"\n"
-    with _reading(path), open_binary(path) as stream:
+    with naming_read_errors(path), open_binary(path) as stream:
         while block := stream.read(1 << 24):
             count += block.count(b"\n")
             last = block[-1:]
     return count + (last != b"\n")
 
 
+def strip_bom(line: bytes) -> bytes:
+    """``line`` without a leading UTF-8 byte order mark (a file's first line)."""
+    return line[len(BOM) :] if line.startswith(BOM) else line
+
+
 @contextlib.contextmanager
-def _reading(path: str) -> Iterator[None]:
+def naming_read_errors(path: str) -> Iterator[None]:
     """Turn read failures (missing file, truncated gzip, ...) into DataError naming ``path``."""
     try:
         yield
@@ -116,7 +121,7 @@ def read_chunks(
         nbytes = 0
         first_line = 1
         line_number = 0
-        with _reading(path), open_binary(path) as stream:
+        with naming_read_errors(path), open_binary(path) as stream:
             for line in stream:
                 line_number += 1
                 while shard + 1 < len(shard_starts) and line_index >= shard_starts[shard + 1]:
@@ -126,8 +131,8 @@ def read_chunks(
                     shard += 1
                 line_index += 1
                 nbytes += len(line)
-                if line_number == 1 and line.startswith(_BOM):
-                    line = line[len(_BOM) :]
+                if line_number == 1:
+                    line = strip_bom(line)
                 lines.append(line)
                 if len(lines) >= chunk_lines or nbytes >= chunk_bytes:
                     yield Chunk(shard, path, first_line, lines, nbytes, line_index - len(lines))

@@ -19,14 +19,15 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.files import temporary as temp_files
+from megadata_core.files.atomic import write_atomically
 from megadata_core.format import merge_datasets, optimal_dtype
 from megadata_core.preprocess.encoding import MAX_EXAMPLES
 from megadata_core.preprocess.outputs import Staging
 from megadata_core.preprocess.pipeline import (
     PreprocessSummary,
-    _make_tokenizer,
-    _validate,
+    check_arguments,
     document_prefix,
+    make_tokenizer,
 )
 from megadata_core.preprocess.plan import (
     TableReader,
@@ -83,11 +84,11 @@ def preprocess_tasks(
     ``progress(documents, bytes)`` gets running totals after each task;
     ``merge_progress(1)`` is called after each shard is merged (tasks x keys calls).
     """
-    paths, keys = _validate(inputs, output_prefix, json_keys, 1, 1, 1)
+    paths, keys = check_arguments(inputs, output_prefix, json_keys, 1, 1, 1)
     output_prefix = os.fspath(output_prefix)
     started = time.perf_counter()
     level = "document" if splitter_factory is None else "sentence"
-    tokenizer = _make_tokenizer(tokenizer_factory, append_eod)
+    tokenizer = make_tokenizer(tokenizer_factory, append_eod)
     dtype = np.dtype(optimal_dtype(int(tokenizer.vocab_size)))
     if splitter_factory is not None:
         splitter_factory()  # a missing splitter fails here, before any work
@@ -179,11 +180,8 @@ def write_data_args(
         for task, prefix in zip(tasks, prefixes)
         if manifests[task.index]["tokens"][key] > 0
     ]
-    directory, name = os.path.split(path)
-    handle, temp = temp_files.create_file(directory or ".", name)
-    with os.fdopen(handle, "w", encoding="utf-8") as stream:
-        stream.writelines(lines)
-    os.replace(temp, path)
+    text = "".join(lines).encode("utf-8")
+    write_atomically(path, lambda stream: stream.write(text))
 
 
 def _names(directory: str, tasks, keys, level) -> set[str]:

@@ -28,7 +28,7 @@ from megadata_core.preprocess.encoding import (
 )
 from megadata_core.preprocess.outputs import write_documents
 from megadata_core.preprocess.plan import TableReader, Task
-from megadata_core.preprocess.reading import _BOM, _reading
+from megadata_core.preprocess.reading import naming_read_errors, strip_bom
 from megadata_core.preprocess.records import BadLineError
 from megadata_core.preprocess.remote import is_remote
 from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
@@ -135,7 +135,7 @@ class TaskRunner:
         it has an error to report (a reread of the file up to the task, once)."""
         tokenizer, splitter = self.tools()
         before = 0 if task.start == 0 else None  # lines of the file before the task
-        with _reading(task.path), self.open_binary(task.path) as stream:
+        with naming_read_errors(task.path), self.open_binary(task.path) as stream:
             if task.start:
                 stream.seek(task.start)
             for first_line, lines, nbytes in _line_chunks(stream, task):
@@ -159,7 +159,7 @@ class TaskRunner:
         """Newlines in bytes [0, task.start) of the task's (plain) file."""
         count = 0
         remaining = task.start
-        with _reading(task.path), self.open_binary(task.path) as stream:
+        with naming_read_errors(task.path), self.open_binary(task.path) as stream:
             while remaining > 0 and (block := stream.read(min(remaining, 1 << 24))):
                 count += block.count(b"\n")
                 remaining -= len(block)
@@ -208,8 +208,8 @@ def _line_chunks(stream: BinaryIO, task: Task):
         position += len(line)
         number += 1
         nbytes += len(line)
-        if number == 1 and task.start == 0 and line.startswith(_BOM):
-            line = line[len(_BOM):]
+        if number == 1 and task.start == 0:
+            line = strip_bom(line)
         lines.append(line)
         if len(lines) >= CHUNK_LINES or nbytes >= CHUNK_BYTES:
             yield first, lines, nbytes

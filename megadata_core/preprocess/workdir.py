@@ -19,7 +19,6 @@ with a DataError naming the holder. The kernel drops the lock when its holder di
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -27,6 +26,8 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from megadata_core.errors import DataError
 from megadata_core.files import temporary as temp_files
+from megadata_core.files.atomic import write_atomically
+from megadata_core.files.locks import try_exclusive
 from megadata_core.format.reader import bin_path_of, idx_path_of
 from megadata_core.preprocess.plan import Task, command_differences
 
@@ -47,19 +48,10 @@ def manifest_path(directory: str, task: Task) -> str:
 
 
 def write_json(path: str, content: Mapping) -> None:
-    """Write ``content`` to ``path`` atomically (temporary file, fsync, os.replace)."""
-    directory, name = os.path.split(path)
-    handle, temp = temp_files.create_file(directory, name)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(content, stream, sort_keys=True, indent=1)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
+    """Write ``content`` to ``path`` atomically and durably (temporary file, fsync,
+    os.replace): a manifest says a task is done."""
+    text = json.dumps(content, sort_keys=True, indent=1).encode("utf-8")
+    write_atomically(path, lambda stream: stream.write(text), durable=True)
 
 
 def make_work_directory(directory: str) -> None:
@@ -90,29 +82,21 @@ def driver_lock(directory: str) -> Iterator[None]:
 
 def _locked(directory: str, path: str) -> int:
     """An open descriptor of ``path`` holding its exclusive lock."""
-    while True:
-        handle = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(handle, 256, 0).decode("utf-8", "replace").strip()
-            os.close(handle)
-            raise DataError(
-                f"{directory}: in use by another driver ({holder or 'pid@host not yet written'}"
-                "); one driver per work directory: wait for it to end or stop it"
-            ) from None
-        except OSError as error:
-            os.close(handle)
-            raise DataError(
-                f"{path}: cannot lock ({error.strerror}); the work directory needs a file "
-                "system with file locks"
-            ) from None
-        try:  # the holder we waited on may have unlinked the file it locked
-            if os.stat(path).st_ino == os.fstat(handle).st_ino:
-                return handle
-        except FileNotFoundError:
-            pass
-        os.close(handle)
+    try:
+        return try_exclusive(path)
+    except BlockingIOError:
+        holder = ""
+        with contextlib.suppress(OSError), open(path, "rb") as stream:
+            holder = stream.read(256).decode("utf-8", "replace").strip()
+        raise DataError(
+            f"{directory}: in use by another driver ({holder or 'pid@host not yet written'}"
+            "); one driver per work directory: wait for it to end or stop it"
+        ) from None
+    except OSError as error:
+        raise DataError(
+            f"{path}: cannot lock ({error.strerror}); the work directory needs a file "
+            "system with file locks"
+        ) from None
 
 
 def open_work_directory(directory: str, command: Mapping, fingerprint: str) -> None:

@@ -19,6 +19,8 @@ from builder_oracle import assert_same_split, megatron_build, ours_config
 from gpt_oracle import write_corpus
 
 import megadata_core as mdc
+from megadata_core.cache import packed as packed_arrays
+from megadata_core.build import bundle
 from megadata_core.build import builder
 from megadata_core.datasets import gpt_arrays
 from megadata_core.build.builder import build_datasets
@@ -127,7 +129,7 @@ def test_warm_corpora_still_read_and_pickle(corpora, tmp_path):
 @pytest.mark.parametrize("case", range(8))
 def test_cold_and_warm_bundles_match_megatron(tmp_path, case, monkeypatch):
     if case % 3 == 1:  # blends through their own cache entries, beside the bundle
-        monkeypatch.setattr(builder, "BUNDLE_BLEND_BELOW", 50)
+        monkeypatch.setattr(bundle, "BUNDLE_BLEND_BELOW", 50)
     rng = np.random.default_rng(900 + case)
     prefixes = _corpora(str(tmp_path), rng, count=int(rng.integers(2, 5)))
     if case % 4 == 3:
@@ -348,12 +350,12 @@ def test_an_index_out_of_range_in_a_bundle_names_the_bundle(corpora, tmp_path):
     config = _config(corpora, cache)
     build_datasets(config, [300, 30, 10])
     (record,) = glob.glob(os.path.join(cache, "*-bundle-description.json"))
-    bundle = {name: np.array(np.load(glob.glob(os.path.join(cache, f"*-bundle-{name}.npy"))[0]))
-              for name in builder.BUNDLE_ARRAYS}
-    arrays = index_cache.unpack_arrays(bundle["table"], bundle["blob"])  # views of the copy
-    arrays[int(bundle["blends"][0])][3] = 99  # the train blend's dataset_index
+    saved = {name: np.array(np.load(glob.glob(os.path.join(cache, f"*-bundle-{name}.npy"))[0]))
+             for name in bundle.BUNDLE_ARRAYS}
+    arrays = packed_arrays.unpack_arrays(saved["table"], saved["blob"])  # views of the copy
+    arrays[int(saved["blends"][0])][3] = 99  # the train blend's dataset_index
     description = json.load(open(record))["description"]
-    index_cache.save_cached(cache, description, builder.BUNDLE_SPLIT, bundle)
+    index_cache.save_cached(cache, description, bundle.BUNDLE_SPLIT, saved)
     train = build_datasets(config, [300, 30, 10])[0]
     with pytest.raises(mdc.DataError, match=r"dataset_index: .*99.*build bundle .*bundle-blob"):
         train.__getitems__([0, 3])

@@ -15,6 +15,7 @@ from cache_helpers import dataset, flip_middle, make_corpus
 
 import megadata_core as mdc
 from megadata_core.cache import entries as cache
+from megadata_core.cache import hashing
 from megadata_core.datasets import gpt_arrays
 
 
@@ -46,7 +47,7 @@ def test_bytes_flipped_in_the_middle_of_a_cached_array_are_found(corpus, tmp_pat
     cache_dir = str(tmp_path / "cache")
     dataset(corpus, cache_dir)
     (path,) = glob.glob(os.path.join(cache_dir, f"*-train-{name}.npy"))
-    assert os.path.getsize(path) > cache.SAMPLE_CHUNKS * cache.SAMPLE_CHUNK_BYTES
+    assert os.path.getsize(path) > hashing.SAMPLE_CHUNKS * hashing.SAMPLE_CHUNK_BYTES
     flip_middle(path)
     with pytest.warns(UserWarning, match=f"{os.path.basename(path)}.*rebuilding"):
         repaired = dataset(corpus, cache_dir)
@@ -79,7 +80,7 @@ def test_damage_in_a_read_only_cache_is_a_data_error_naming_the_file(
             with pytest.raises(mdc.DataError, match=os.path.basename(path)):
                 dataset(corpus, cache_dir)
     else:  # a directory that looks writable (e.g. to root) but refuses the rebuild
-        monkeypatch.setattr(cache, "_write_atomically", refuse)
+        monkeypatch.setattr(cache, "write_atomically", refuse)
         with pytest.warns(UserWarning, match="rebuilding"):
             with pytest.raises(mdc.DataError, match=os.path.basename(path)):
                 dataset(corpus, cache_dir)

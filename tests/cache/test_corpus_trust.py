@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import megadata_core as mdc
-from megadata_core.cache import corpus_records, corpus_trust
+from megadata_core.cache import corpus_trust
+from megadata_core.files import identity
 from megadata_core.format import idx_layout
 
 DOCUMENTS = 5000  # 100 KB of .idx: past READ_IDX_BELOW, so it is memory-mapped
@@ -24,7 +25,7 @@ DOCUMENTS = 5000  # 100 KB of .idx: past READ_IDX_BELOW, so it is memory-mapped
 def settled(monkeypatch):
     """Files of this test count as settled at once (the 2 s racy window is covered by
     its own test)."""
-    monkeypatch.setattr(corpus_records, "RACY_NS", 0)
+    monkeypatch.setattr(identity, "RACY_NS", 0)
 
 
 @pytest.fixture()
@@ -68,7 +69,7 @@ def test_validated_once_then_vouched(tmp_path, settled, validations):
     prefix, cache = _corpus(tmp_path), str(tmp_path / "cache")
     first, how = _open(prefix, cache)
     assert how == corpus_trust.VALIDATED and first.validated and len(validations) == 1
-    record, _ = corpus_records.record_paths(cache, prefix + ".idx")
+    record, _ = corpus_trust.record_paths(cache, prefix + ".idx")
     assert os.path.exists(record)
     second, how = _open(prefix, cache)
     assert how == corpus_trust.VOUCHED and second.validated
@@ -91,7 +92,7 @@ def test_a_fresh_file_is_not_recorded(tmp_path, validations):
     prefix, cache = _corpus(tmp_path), str(tmp_path / "cache")
     assert _open(prefix, cache)[1] == corpus_trust.VALIDATED
     assert _open(prefix, cache)[1] == corpus_trust.VALIDATED
-    record, _ = corpus_records.record_paths(cache, prefix + ".idx")
+    record, _ = corpus_trust.record_paths(cache, prefix + ".idx")
     assert not os.path.exists(record) and len(validations) == 2
 
 
@@ -145,13 +146,13 @@ def test_truncated_bin_is_validated_again(tmp_path, settled):
 def test_foreign_or_damaged_record_vouches_for_nothing(tmp_path, settled, validations):
     prefix, cache = _corpus(tmp_path), str(tmp_path / "cache")
     _open(prefix, cache)
-    record, _ = corpus_records.record_paths(cache, prefix + ".idx")
+    record, _ = corpus_trust.record_paths(cache, prefix + ".idx")
     with open(record, "w") as stream:
         stream.write("{not json")
     assert _open(prefix, cache)[1] == corpus_trust.VALIDATED
     other = _corpus(tmp_path, "other")  # another corpus's record under this one's name
     _open(other, cache)
-    shutil.copyfile(corpus_records.record_paths(cache, other + ".idx")[0], record)
+    shutil.copyfile(corpus_trust.record_paths(cache, other + ".idx")[0], record)
     assert _open(prefix, cache)[1] == corpus_trust.VALIDATED
     assert len(validations) == 4
 

@@ -16,9 +16,12 @@ import pytest
 
 import megadata_core as mdc
 from megadata_core.cache import entries as cache
+from megadata_core.cache import hashing, npy_files
+from megadata_core.files import locks
 from megadata_core.indices import gpt_indices
+from megadata_core.indices.gpt import GPT_ARRAYS
 
-NAMES = cache.GPT_ARRAYS
+NAMES = GPT_ARRAYS
 
 
 def _description(**changes) -> dict:
@@ -58,13 +61,13 @@ def _files(directory) -> list[str]:
 def test_round_trip_is_memory_mapped(tmp_path):
     description = _description()
     built = _build(description)
-    first = cache.load_or_build(str(tmp_path), description, "train", lambda: built)
-    key = cache.description_key(description)
+    first = cache.load_or_build(str(tmp_path), description, "train", lambda: built, names=NAMES)
+    key = hashing.description_key(description)
     assert _files(tmp_path) == sorted(
         [f"{key}-train.lock", f"{key}-train-description.json"]
         + [f"{key}-train-{name}.npy" for name in NAMES]
     )
-    second = cache.load_or_build(str(tmp_path), description, "train", pytest.fail)
+    second = cache.load_or_build(str(tmp_path), description, "train", pytest.fail, names=NAMES)
     for name in NAMES:
         assert isinstance(second[name], np.memmap) and not second[name].flags.writeable
         np.testing.assert_array_equal(second[name], built[name])
@@ -74,7 +77,7 @@ def test_round_trip_is_memory_mapped(tmp_path):
     assert record["key"] == key and record["description"] == description
     meta = record["arrays"]["sample_index"]
     assert meta["shape"] == list(built["sample_index"].shape)
-    assert meta["file_crc32"] == cache.file_checksum(built["sample_index"])
+    assert meta["file_crc32"] == npy_files.file_checksum(built["sample_index"])
     data = (tmp_path / f"{key}-train-sample_index.npy").read_bytes()
     assert meta["file_crc32"] == f"{zlib.crc32(data):08x}"  # the whole file, header too
 
@@ -83,11 +86,11 @@ def test_files_are_npy_bytes_with_a_chunked_crc(tmp_path, monkeypatch):
     """The files are exactly what np.save writes, and the recorded CRC-32 (computed on a
     second thread, chunk by chunk) is that of the whole file, whatever the chunk size."""
     # many chunks, a ragged last one
-    monkeypatch.setattr(cache.cache_files, "CHECKSUM_CHUNK_BYTES", 1000)
+    monkeypatch.setattr(npy_files, "CHECKSUM_CHUNK_BYTES", 1000)
     description = _description(documents={"count": 3000, "range": [0, 3000]}, num_samples=5000)
     built = _build(description)
-    cache.load_or_build(str(tmp_path), description, "train", lambda: built)
-    key = cache.description_key(description)
+    cache.load_or_build(str(tmp_path), description, "train", lambda: built, names=NAMES)
+    key = hashing.description_key(description)
     record = json.loads((tmp_path / f"{key}-train-description.json").read_text())
     for name, array in built.items():
         expected = io.BytesIO()
@@ -107,7 +110,9 @@ def test_no_fsync_on_write(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "fsync", fail)
     description = _description()
-    cache.load_or_build(str(tmp_path), description, "train", lambda: _build(description))
+    cache.load_or_build(
+        str(tmp_path), description, "train", lambda: _build(description), names=NAMES
+    )
     assert cache.load_cached(str(tmp_path), description, "train", NAMES) is not None
 
 
@@ -120,12 +125,14 @@ def test_entry_of_an_older_cache_version_is_rebuilt(tmp_path):
     with pytest.raises(mdc.DataError, match="cache format version 1"):
         cache.load_cached(str(tmp_path), description, "train", NAMES)
     with pytest.warns(UserWarning, match="rebuilding"):
-        cache.load_or_build(str(tmp_path), description, "train", lambda: _build(description))
+        cache.load_or_build(
+            str(tmp_path), description, "train", lambda: _build(description), names=NAMES
+        )
     assert json.load(open(path))["version"] == cache.CACHE_VERSION
 
 
 def test_key_covers_every_field():
-    base = cache.description_key(_description())
+    base = hashing.description_key(_description())
     changes = [
         {"add_extra_token_to_sequence": False},
         {"drop_last_partial_sequence": False},
@@ -136,26 +143,30 @@ def test_key_covers_every_field():
         {"random_seed": 1},
         {"shuffle": "feistel"},
     ]
-    keys = {cache.description_key(_description(**change)) for change in changes}
+    keys = {hashing.description_key(_description(**change)) for change in changes}
     assert base not in keys and len(keys) == len(changes)
-    assert cache.description_key(dict(reversed(list(_description().items())))) == base
+    assert hashing.description_key(dict(reversed(list(_description().items())))) == base
 
 
 def test_splits_do_not_collide(tmp_path):
     description = _description()
-    cache.load_or_build(str(tmp_path), description, "train", lambda: _build(description))
+    cache.load_or_build(
+        str(tmp_path), description, "train", lambda: _build(description), names=NAMES
+    )
 
     def must_build():
         raise LookupError("built")
 
     with pytest.raises(LookupError):  # the valid split is not cached yet: it builds
-        cache.load_or_build(str(tmp_path), description, "valid", must_build)
+        cache.load_or_build(str(tmp_path), description, "valid", must_build, names=NAMES)
 
 
 def _entry(tmp_path, description=None):
     description = description or _description()
-    cache.load_or_build(str(tmp_path), description, "train", lambda: _build(description))
-    key = cache.description_key(description)
+    cache.load_or_build(
+        str(tmp_path), description, "train", lambda: _build(description), names=NAMES
+    )
+    key = hashing.description_key(description)
     return description, str(tmp_path / f"{key}-train")
 
 
@@ -188,13 +199,13 @@ def test_damaged_entry_is_rebuilt_with_a_warning(tmp_path, damage):
         return _build(description)
 
     with pytest.warns(UserWarning, match="rebuilding"):
-        arrays = cache.load_or_build(str(tmp_path), description, "train", build)
+        arrays = cache.load_or_build(str(tmp_path), description, "train", build, names=NAMES)
     assert calls == [1]
     for name, expected in _build(description).items():
         np.testing.assert_array_equal(arrays[name], expected)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # repaired: a clean hit
-        cache.load_or_build(str(tmp_path), description, "train", pytest.fail)
+        cache.load_or_build(str(tmp_path), description, "train", pytest.fail, names=NAMES)
 
 
 def test_every_byte_is_checked_on_load(tmp_path):
@@ -206,8 +217,8 @@ def test_every_byte_is_checked_on_load(tmp_path):
     path = f"{base}-document_index.npy"
     array = np.load(path, mmap_mode="r")
     header = os.path.getsize(path) - array.nbytes
-    chunk = (array.nbytes - cache.SAMPLE_CHUNK_BYTES) // (cache.SAMPLE_CHUNKS - 1)
-    offset = header + chunk // 2 + cache.SAMPLE_CHUNK_BYTES  # between two sampled chunks
+    chunk = (array.nbytes - hashing.SAMPLE_CHUNK_BYTES) // (hashing.SAMPLE_CHUNKS - 1)
+    offset = header + chunk // 2 + hashing.SAMPLE_CHUNK_BYTES  # between two sampled chunks
     with open(path, "r+b") as stream:
         stream.seek(offset)
         value = stream.read(1)
@@ -222,12 +233,11 @@ def test_unwritable_directory_builds_in_memory(tmp_path, monkeypatch):
     def refuse(path, write):
         raise PermissionError(13, "Permission denied", path)
 
-    monkeypatch.setattr(cache, "_write_atomically", refuse)
+    monkeypatch.setattr(cache, "write_atomically", refuse)
     description = _description()
     with pytest.warns(UserWarning, match="path_to_cache"):
         arrays = cache.load_or_build(
-            str(tmp_path), description, "train", lambda: _build(description)
-        )
+            str(tmp_path), description, "train", lambda: _build(description), names=NAMES)
     for name, expected in _build(description).items():
         np.testing.assert_array_equal(arrays[name], expected)
     assert not glob.glob(str(tmp_path / "*.npy")) and not glob.glob(str(tmp_path / ".*tmp"))
@@ -240,7 +250,7 @@ def test_read_only_directory_still_loads(tmp_path, monkeypatch):
         raise PermissionError(13, "Permission denied", path)
 
     monkeypatch.setattr(os, "open", no_lock)  # the lock file cannot be created
-    arrays = cache.load_or_build(str(tmp_path), description, "train", pytest.fail)
+    arrays = cache.load_or_build(str(tmp_path), description, "train", pytest.fail, names=NAMES)
     np.testing.assert_array_equal(arrays["sample_index"], _build(description)["sample_index"])
 
 
@@ -253,18 +263,18 @@ def _build_in_child(directory: str, description: dict, log: str) -> dict[str, st
         time.sleep(0.2)  # widen the race window
         return _build(description)
 
-    arrays = cache.load_or_build(directory, description, "train", build)
-    return {name: cache.full_digest(np.asarray(array)) for name, array in arrays.items()}
+    arrays = cache.load_or_build(directory, description, "train", build, names=NAMES)
+    return {name: hashing.full_digest(np.asarray(array)) for name, array in arrays.items()}
 
 
 @pytest.mark.parametrize("lock", [True, False])
 def test_concurrent_builders_agree(tmp_path, lock, monkeypatch):
     description = _description(num_samples=5000, documents={"count": 3000, "range": [0, 3000]})
-    expected = {name: cache.full_digest(a) for name, a in _build(description).items()}
+    expected = {name: hashing.full_digest(a) for name, a in _build(description).items()}
     directory = str(tmp_path / "cache")
     log = str(tmp_path / "builds.log")
     if not lock:  # every process builds and renames identical files over each other
-        monkeypatch.setattr(cache, "fcntl", None)
+        monkeypatch.setattr(locks, "fcntl", None)
     context = multiprocessing.get_context("spawn")
     with context.Pool(8) as pool:
         results = pool.starmap(_build_in_child, [(directory, description, log)] * 8)
@@ -295,15 +305,15 @@ def test_cache_hit_of_ten_million_documents_reads_it_once(tmp_path, monkeypatch)
     arrays = gpt_indices(lengths, np.arange(len(lengths)), 4096, None, 1234)
     arrays = dict(zip(NAMES, arrays))
     assert arrays["document_index"][:5].tolist() == [6539158, 5257737, 8780719, 3021630, 5042346]
-    cache.load_or_build(str(tmp_path), description, "train", lambda: arrays)
+    cache.load_or_build(str(tmp_path), description, "train", lambda: arrays, names=NAMES)
     _backdate(glob.glob(str(tmp_path / "*.npy")))
     hashed = []
-    real = cache.cache_files.stream_crc
-    monkeypatch.setattr(cache.cache_files, "stream_crc", lambda s: hashed.append(1) or real(s))
+    real = npy_files.stream_crc
+    monkeypatch.setattr(npy_files, "stream_crc", lambda s: hashed.append(1) or real(s))
     timings = []
     for _ in range(5):
         start = time.perf_counter()
-        loaded = cache.load_or_build(str(tmp_path), description, "train", pytest.fail)
+        loaded = cache.load_or_build(str(tmp_path), description, "train", pytest.fail, names=NAMES)
         timings.append(time.perf_counter() - start)
     assert len(hashed) == len(NAMES)  # the first hit only
     assert loaded["document_index"].shape == (10_000_000,)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from megadata_core.cache import entries as cache
+from megadata_core.cache import packed as packed_arrays
 from megadata_core.errors import DataError
 
 
@@ -27,12 +28,12 @@ def _arrays():
 
 def test_round_trip_keeps_values_dtypes_and_shapes():
     arrays = _arrays()
-    packed = cache.pack_arrays(arrays)
-    assert packed["table"].dtype == np.int64 and packed["blob"].size % cache.PACK_ALIGN == 0
-    for original, unpacked in zip(arrays, cache.unpack_arrays(**packed), strict=True):
+    packed = packed_arrays.pack_arrays(arrays)
+    assert packed["table"].dtype == np.int64 and packed["blob"].size % packed_arrays.PACK_ALIGN == 0
+    for original, unpacked in zip(arrays, packed_arrays.unpack_arrays(**packed), strict=True):
         assert unpacked.dtype == original.dtype and unpacked.shape == original.shape
         np.testing.assert_array_equal(unpacked, original)
-    assert cache.unpack_arrays(**cache.pack_arrays([])) == []
+    assert packed_arrays.unpack_arrays(**packed_arrays.pack_arrays([])) == []
 
 
 def test_round_trip_through_the_cache_is_read_only(tmp_path):
@@ -40,12 +41,13 @@ def test_round_trip_through_the_cache_is_read_only(tmp_path):
     description = {"kind": "test", "count": len(arrays)}
     result = cache.cached_result(
         str(tmp_path), description, "bundle", ("table", "blob"),
-        use=pytest.fail, build=lambda: ("built", cache.pack_arrays(arrays)),
+        use=pytest.fail, build=lambda: ("built", packed_arrays.pack_arrays(arrays)),
     )
     assert result == "built"
     loaded = cache.cached_result(
         str(tmp_path), description, "bundle", ("table", "blob"),
-        use=lambda found: cache.unpack_arrays(found["table"], found["blob"]), build=pytest.fail,
+        use=lambda found: packed_arrays.unpack_arrays(found["table"], found["blob"]),
+        build=pytest.fail,
     )
     for original, unpacked in zip(arrays, loaded, strict=True):
         np.testing.assert_array_equal(unpacked, original)
@@ -54,22 +56,22 @@ def test_round_trip_through_the_cache_is_read_only(tmp_path):
 
 @pytest.mark.parametrize("column, value", [(0, 1 << 40), (0, 3), (1, 99), (1, -1), (2, -2)])
 def test_a_damaged_table_is_a_data_error(column, value):
-    packed = cache.pack_arrays(_arrays())
+    packed = packed_arrays.pack_arrays(_arrays())
     packed["table"][1, column] = value
     with pytest.raises(DataError, match="bundle"):
-        cache.unpack_arrays(packed["table"], packed["blob"], "bundle")
+        packed_arrays.unpack_arrays(packed["table"], packed["blob"], "bundle")
 
 
 def test_unpackable_arrays_are_refused():
     with pytest.raises(DataError, match="cannot be packed"):
-        cache.pack_arrays([np.zeros((2, 2, 2), np.int32)])
+        packed_arrays.pack_arrays([np.zeros((2, 2, 2), np.int32)])
     with pytest.raises(DataError, match="cannot be packed"):
-        cache.pack_arrays([np.array(["a"])])
+        packed_arrays.pack_arrays([np.array(["a"])])
 
 
 def test_a_use_error_rebuilds_with_a_warning(tmp_path):
     description = {"kind": "test"}
-    arrays = cache.pack_arrays(_arrays())
+    arrays = packed_arrays.pack_arrays(_arrays())
     cache.cached_result(str(tmp_path), description, "bundle", ("table", "blob"),
                         use=pytest.fail, build=lambda: (1, arrays))
 
@@ -85,7 +87,7 @@ def test_a_use_error_rebuilds_with_a_warning(tmp_path):
 
 def test_a_description_that_differs_from_its_key_is_refused(tmp_path):
     description = {"kind": "test", "values": [1, 2]}
-    arrays = cache.pack_arrays(_arrays())
+    arrays = packed_arrays.pack_arrays(_arrays())
     cache.cached_result(str(tmp_path), description, "bundle", ("table", "blob"),
                         use=pytest.fail, build=lambda: (1, arrays))
     (record,) = [name for name in os.listdir(tmp_path) if name.endswith("description.json")]
@@ -109,10 +111,10 @@ def test_packed_arrays_make_views_on_access_and_pickle_the_blob_by_name(tmp_path
     import pickle
 
     arrays = _arrays()
-    packed = cache.pack_arrays(arrays)
+    packed = packed_arrays.pack_arrays(arrays)
     path = str(tmp_path / "blob.npy")
     np.save(path, packed["blob"])
-    views = cache.PackedArrays(packed["table"], np.load(path, mmap_mode="r"))
+    views = packed_arrays.PackedArrays(packed["table"], np.load(path, mmap_mode="r"))
     assert len(views) == len(arrays)
     assert views.rows.tolist() == [len(array) for array in arrays]
     for original, view in zip(arrays, views, strict=True):

@@ -9,12 +9,12 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from megadata_core.cache import entries as cache
 from megadata_core.cache import scratch
 from megadata_core.cache.spill import spill_arrays
 from megadata_core.indices import document_index, gpt_indices, shuffle_index
+from megadata_core.indices.gpt import GPT_ARRAYS
 
-FILES = {name: f"x-{name}.npy" for name in cache.GPT_ARRAYS}
+FILES = {name: f"x-{name}.npy" for name in GPT_ARRAYS}
 IDS = np.arange(7, 200_007, dtype=np.int64)  # an id array: filling it makes no temporary
 
 

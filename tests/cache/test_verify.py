@@ -17,10 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from megadata_core.cache import entries as cache
+from megadata_core.cache import hashing
 from megadata_core.cache import npy_files as cache_files
 from megadata_core.indices import gpt_indices
+from megadata_core.indices.gpt import GPT_ARRAYS
 
-NAMES = cache.GPT_ARRAYS
+NAMES = GPT_ARRAYS
 
 
 def _description(count: int = 3000, samples: int = 5000) -> dict:
@@ -37,11 +39,11 @@ def _build(description: dict) -> dict[str, np.ndarray]:
 def _entry(directory: str, description: dict) -> str:
     """Build the entry, with its files' mtimes an hour back (an entry built earlier: see
     cache_files.RACY_NS); returns the path prefix of its files."""
-    cache.load_or_build(directory, description, "train", lambda: _build(description))
+    cache.load_or_build(directory, description, "train", lambda: _build(description), names=NAMES)
     for path in glob.glob(os.path.join(directory, "*.npy")):
         then = os.stat(path).st_mtime_ns - 3600 * 10**9
         os.utime(path, ns=(then, then))
-    return os.path.join(directory, f"{cache.description_key(description)}-train")
+    return os.path.join(directory, f"{hashing.description_key(description)}-train")
 
 
 def _flip(path: str, offset: int, mask: int = 0xFF) -> None:
@@ -59,8 +61,10 @@ def _load_in_child(directory: str, description: dict) -> tuple[int, bool, dict]:
     cache_files.stream_crc = lambda stream: hashed.append(1) or real(stream)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        arrays = cache.load_or_build(directory, description, "train", lambda: _build(description))
-    digests = {name: cache.full_digest(np.asarray(array)) for name, array in arrays.items()}
+        arrays = cache.load_or_build(
+            directory, description, "train", lambda: _build(description), names=NAMES
+        )
+    digests = {name: hashing.full_digest(np.asarray(array)) for name, array in arrays.items()}
     return len(hashed), bool(caught), digests
 
 
@@ -72,7 +76,7 @@ def _in_fresh_process(directory: str, description: dict) -> tuple[int, bool, dic
 def test_a_new_process_does_not_read_unchanged_files_again(tmp_path):
     directory, description = str(tmp_path), _description()
     base = _entry(directory, description)
-    expected = {name: cache.full_digest(a) for name, a in _build(description).items()}
+    expected = {name: hashing.full_digest(a) for name, a in _build(description).items()}
     assert _in_fresh_process(directory, description) == (len(NAMES), False, expected)
     record = json.load(open(f"{base}-verified.json"))
     assert sorted(record["files"]) == sorted(NAMES)
@@ -82,7 +86,7 @@ def test_a_new_process_does_not_read_unchanged_files_again(tmp_path):
 def test_damage_after_a_verified_load_is_found_by_a_new_process(tmp_path):
     directory, description = str(tmp_path), _description()
     base = _entry(directory, description)
-    expected = {name: cache.full_digest(a) for name, a in _build(description).items()}
+    expected = {name: hashing.full_digest(a) for name, a in _build(description).items()}
     assert _in_fresh_process(directory, description)[0] == len(NAMES)  # remembered
     path = f"{base}-document_index.npy"
     _flip(path, os.path.getsize(path) // 2)  # in place: same inode, same size
@@ -94,11 +98,15 @@ def test_damage_after_a_verified_load_is_found_by_a_new_process(tmp_path):
 def test_damage_after_a_verified_load_is_found_in_the_same_process(tmp_path):
     directory, description = str(tmp_path), _description()
     base = _entry(directory, description)
-    cache.load_or_build(directory, description, "train", pytest.fail)  # checked, remembered
+    cache.load_or_build(
+        directory, description, "train", pytest.fail, names=NAMES
+    )  # checked, remembered
     path = f"{base}-sample_index.npy"
     _flip(path, os.path.getsize(path) - 3)
     with pytest.warns(UserWarning, match="sample_index.npy: checksum"):
-        arrays = cache.load_or_build(directory, description, "train", lambda: _build(description))
+        arrays = cache.load_or_build(
+            directory, description, "train", lambda: _build(description), names=NAMES
+        )
     np.testing.assert_array_equal(arrays["sample_index"], _build(description)["sample_index"])
 
 
@@ -106,13 +114,13 @@ def test_a_file_changed_just_before_its_check_is_not_remembered(tmp_path):
     """Within RACY_NS of its last change a later write could keep the file's identity
     (same timestamp tick): such a file is checked again at every load."""
     directory, description = str(tmp_path), _description()
-    cache.load_or_build(directory, description, "train", lambda: _build(description))
+    cache.load_or_build(directory, description, "train", lambda: _build(description), names=NAMES)
     hashed = []
     real = cache_files.stream_crc
     try:
         cache_files.stream_crc = lambda stream: hashed.append(1) or real(stream)
         for _ in range(2):
-            cache.load_or_build(directory, description, "train", pytest.fail)
+            cache.load_or_build(directory, description, "train", pytest.fail, names=NAMES)
     finally:
         cache_files.stream_crc = real
     assert len(hashed) == 2 * len(NAMES)
@@ -158,7 +166,9 @@ def test_any_single_byte_change_never_serves_wrong_arrays(file, where, mask, rem
         _flip(path, int(where * os.path.getsize(path)), mask)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            arrays = cache.load_or_build(directory, description, "train", lambda: expected)
+            arrays = cache.load_or_build(
+                directory, description, "train", lambda: expected, names=NAMES
+            )
         if file in NAMES:
             assert any("rebuilding" in str(warning.message) for warning in caught)
         for name in NAMES:

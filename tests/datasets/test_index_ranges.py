@@ -13,6 +13,7 @@ from cache_helpers import DOCUMENTS, SAMPLES, config, dataset, make_corpus
 
 import megadata_core as mdc
 from megadata_core.cache import entries as cache
+from megadata_core.indices.gpt import GPT_ARRAYS
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def _entry_with(corpus, cache_dir, change) -> tuple[mdc.GPTDataset, str]:
     checksums (a bad index written by a bug, not damaged on disk), and the dataset
     loaded from it."""
     built = dataset(corpus, cache_dir)
-    arrays = {name: np.array(getattr(built, name)) for name in cache.GPT_ARRAYS}
+    arrays = {name: np.array(getattr(built, name)) for name in GPT_ARRAYS}
     changed = change(arrays)
     cache.save_cached(cache_dir, built.description(), "train", arrays)
     with warnings.catch_warnings():

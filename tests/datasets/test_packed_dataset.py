@@ -251,8 +251,8 @@ def test_best_fit_build_spills_into_the_cache(tmp_path, monkeypatch, shuffle):
     from megadata_core.cache import spill as cache_spill
     from megadata_core.indices import packed_samples
 
-    def spill_everything(directory, files, spill_above=0):
-        return cache_spill.spill_arrays(directory, files, 0)
+    def spill_everything(directory, files, spill_above=0, working_prefix=None):
+        return cache_spill.spill_arrays(directory, files, 0, working_prefix)
 
     layouts = []
 

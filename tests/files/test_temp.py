@@ -161,15 +161,15 @@ def test_unwritable_directory_is_a_data_error(tmp_path):
     assert os.listdir(locked) == []
 
 
-# Writes argv[1] through the cache's atomic write and dies by SIGKILL half-way.
+# Writes argv[1] through the atomic write the cache uses and dies by SIGKILL half-way.
 _CACHE_WRITER = """
 import os, signal, sys
-from megadata_core.cache import entries as cache
+from megadata_core.files.atomic import write_atomically
 def write(stream):
     stream.write(b"partial")
     stream.flush()
     os.kill(os.getpid(), signal.SIGKILL)
-cache._write_atomically(sys.argv[1], write)
+write_atomically(sys.argv[1], write)
 """
 
 

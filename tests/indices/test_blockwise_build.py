@@ -14,10 +14,12 @@ from hypothesis import strategies as st
 
 from megadata_core import DataError
 from megadata_core.cache import entries as cache
+from megadata_core.cache import hashing
 from megadata_core.cache import npy_files as cache_files
 from megadata_core.cache.spill import spill_arrays
 from megadata_core.indices import document_index, gpt_indices
 from megadata_core.indices.feistel import FeistelDocumentIndex, feistel_document_index
+from megadata_core.indices.gpt import GPT_ARRAYS
 from megadata_core.indices.sample_boundaries import sample_index
 from megadata_core.indices.sample_order import feistel_gpt_indices
 
@@ -98,7 +100,7 @@ def test_spilled_entries_are_the_files_the_cache_writes_from_memory(tmp_path, sh
     def build(empty) -> dict[str, np.ndarray]:
         if shuffle == "megatron":
             arrays = gpt_indices(lengths, ids, 16, 30_000, 5, empty=empty)
-            return dict(zip(cache.GPT_ARRAYS, arrays))
+            return dict(zip(GPT_ARRAYS, arrays))
         return feistel_gpt_indices(lengths, ids, 16, 30_000, 5, tokens, empty=empty)
 
     description = {"kind": "test", "shuffle": shuffle}
@@ -106,7 +108,7 @@ def test_spilled_entries_are_the_files_the_cache_writes_from_memory(tmp_path, sh
     memory = str(tmp_path / "memory")
     spilled = str(tmp_path / "spilled")
     cache.load_or_build(memory, description, "train", lambda: build(_in_memory), names=names)
-    key = cache.description_key(description)
+    key = hashing.description_key(description)
     files = {
         name: os.path.basename(path)
         for name, path in cache.entry_paths(spilled, key, "train", names).items()
@@ -145,17 +147,17 @@ def test_a_spilled_entry_is_checked_whole_once_then_by_identity(tmp_path, monkey
     truncated file is still found."""
     lengths, directory = _lengths(), str(tmp_path)
     description = {"kind": "test-verify"}
-    key = cache.description_key(description)
-    paths = cache.entry_paths(directory, key, "train", cache.GPT_ARRAYS)
-    files = {name: os.path.basename(paths[name]) for name in cache.GPT_ARRAYS}
+    key = hashing.description_key(description)
+    paths = cache.entry_paths(directory, key, "train", GPT_ARRAYS)
+    files = {name: os.path.basename(paths[name]) for name in GPT_ARRAYS}
 
     def build(empty):
         arrays = gpt_indices(lengths, range(4000), 8, None, 1, empty=empty)
-        return dict(zip(cache.GPT_ARRAYS, arrays))
+        return dict(zip(GPT_ARRAYS, arrays))
 
     with spill_arrays(directory, files, spill_above=0) as empty:
-        cache.load_or_build(directory, description, "train", lambda: build(empty))
-    for name in cache.GPT_ARRAYS:  # built an hour ago (see cache_files.RACY_NS)
+        cache.load_or_build(directory, description, "train", lambda: build(empty), names=GPT_ARRAYS)
+    for name in GPT_ARRAYS:  # built an hour ago (see cache_files.RACY_NS)
         then = os.stat(paths[name]).st_mtime_ns - 3600 * 10**9
         os.utime(paths[name], ns=(then, then))
     read_whole = []
@@ -164,7 +166,7 @@ def test_a_spilled_entry_is_checked_whole_once_then_by_identity(tmp_path, monkey
 
     def start():
         cache_files._CHECKED.clear()  # as a new process
-        return cache.load_or_build(directory, description, "train", lambda: 1 / 0)
+        return cache.load_or_build(directory, description, "train", lambda: 1 / 0, names=GPT_ARRAYS)
 
     start()
     assert len(read_whole) == 3  # the first start checks every file once
@@ -172,7 +174,7 @@ def test_a_spilled_entry_is_checked_whole_once_then_by_identity(tmp_path, monkey
     assert len(read_whole) == 3  # the next one only compares identities
     os.truncate(paths["shuffle_index"], os.path.getsize(paths["shuffle_index"]) - 4)
     with pytest.raises(DataError, match="truncated"):
-        cache.load_cached(directory, description, "train", cache.GPT_ARRAYS, verify="full")
+        cache.load_cached(directory, description, "train", GPT_ARRAYS, verify="full")
 
 
 # -- int32 boundaries -------------------------------------------------------------------

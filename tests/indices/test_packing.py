@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from megadata_core import DataError
 from megadata_core.cache.spill import spill_arrays
 from megadata_core.indices import packing
+from megadata_core.indices.allocate import SCRATCH_PREFIX
 from megadata_core.indices.feistel import feistel_document_order
 from megadata_core.indices.gpt import seeded_random_state
 from megadata_core.indices.packed_samples import packed_indices
@@ -225,7 +226,8 @@ def test_spilled_packed_indices_equal_in_memory(tmp_path, shuffle, span):
     with mock.patch.object(packing, "FILL_SCRATCH", 400), mock.patch.object(
         packing, "_BLOCK", 256
     ):
-        with spill_arrays(str(tmp_path), names, spill_above=0) as empty:
+        with spill_arrays(str(tmp_path), names, spill_above=0,
+                          working_prefix=SCRATCH_PREFIX) as empty:
             spilled = packed_indices(corpus, ids, 31, 900, 7, shuffle=shuffle, empty=empty)
             assert isinstance(spilled["piece_document"], np.memmap)
             assert any(".scratch-pack-rows" in name for name in os.listdir(tmp_path))

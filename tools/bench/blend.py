@@ -123,22 +123,18 @@ def suite_blend(bench) -> None:
         )
 
     if bench.wants("balanced-general"):
-        from megadata_core.indices import _blend_tree as trees
+        from megadata_core.indices.blending import blend_threads
 
         progress(f"balanced-general: {label}, weights without a period")
         general = megatron_normalize(GENERAL_WEIGHTS)
         their_general = (
             None if helpers is None else (lambda: megatron_order(helpers, general, size))
         )
-        threads = trees.MAX_THREADS
         for count, name in ((None, "usable cores"), (1, "1 thread")):
-            trees.MAX_THREADS = threads if count is None else count
-            try:
+            with blend_threads(count):
                 ours_s, theirs_s, _, _ = side_by_side(
                     bench, lambda: balanced_blending_indices(GENERAL_WEIGHTS, size), their_general
                 )
-            finally:
-                trees.MAX_THREADS = threads
             bench.row(
                 f"balanced order, weights without a period ({name}), vs Megatron, {label}",
                 "s",
@@ -149,9 +145,8 @@ def suite_blend(bench) -> None:
             )
         bench.note(
             "balanced-general: weights sqrt(0.4), sqrt(0.3), sqrt(0.2), sqrt(0.1) (no period): "
-            f"a split tree (bound {balanced_bound(GENERAL_WEIGHTS):.4f}), written in chunks of "
-            f"{trees.CHUNK} steps on up to min({threads}, cores) threads (here "
-            f"{min(threads, trees._usable_cores())}); Megatron's C++ is one thread."
+            f"a split tree (bound {balanced_bound(GENERAL_WEIGHTS):.4f}), written in chunks "
+            "on up to 4 threads (the usable cores); Megatron's C++ is one thread."
         )
 
     if bench.wants("megatron"):

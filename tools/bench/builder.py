@@ -57,6 +57,7 @@ import numpy as np
 from absl import flags
 
 from bench.cache_states import STATES, time_states
+from bench.harness import measure
 from bench.peers import quiet_import
 
 DOCUMENTS = 200
@@ -198,13 +199,6 @@ def out_of_files(error: BaseException) -> str | None:
     return None
 
 
-def _timed(function):
-    gc.collect()
-    start = time.perf_counter()
-    result = function()
-    return time.perf_counter() - start, result
-
-
 def _same(ours, theirs) -> tuple[bool, str]:
     """Lengths of every split and member, and the blend indices, equal."""
     for name, mine, reference in zip(("train", "valid", "test"), ours, theirs):
@@ -336,7 +330,7 @@ def suite_builder(bench) -> None:
                 continue
             try:
                 with _blend_timer(side) as blending:
-                    seconds, last[side] = _timed(lambda s=side, c=cache: sides[s](c))
+                    seconds, last[side] = measure(lambda s=side, c=cache: sides[s](c))
             except Exception as error:  # a peer out of descriptors is a finding, not a crash
                 failed[side] = out_of_files(error)
                 if failed[side] is None or side != "megatron":
@@ -356,7 +350,7 @@ def suite_builder(bench) -> None:
                 last.pop(side, None)
                 progress(f"builder: {side} warm build {repeat + 1}/{bench.repeats}")
                 try:
-                    seconds, last[side] = _timed(lambda s=side, c=cache: sides[s](c))
+                    seconds, last[side] = measure(lambda s=side, c=cache: sides[s](c))
                 except Exception as error:  # megatron-core's warm start maps every index
                     why = out_of_files(error)
                     if why is None or side != "megatron":

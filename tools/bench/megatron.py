@@ -33,11 +33,11 @@ import numpy as np
 
 from bench.builder import (
     SEQUENCE,
-    _timed,
     many_prefix_blend,
     median,
     progress,
 )
+from bench.harness import measure
 
 GOALS = {"cold": 0.5, "warm": 0.1, "getitem": 1.0}  # time ratios ours / megatron-core
 READS = 2000
@@ -91,19 +91,19 @@ def suite_megatron(bench) -> None:
         for side in order:
             cache = tempfile.mkdtemp(prefix=f"cache_{side}_", dir=bench.workdir)
             progress(f"megatron: {side} cold / warm build {repeat + 1}/{bench.repeats}")
-            seconds, _ = _timed(lambda s=side, c=cache: sides[s](c))
+            seconds, _ = measure(lambda s=side, c=cache: sides[s](c))
             times["cold"][side].append(seconds)
             # megatron-core's datasets hold 3 file descriptors a prefix until their
             # reference cycles are collected: free them, outside the timings, so that
             # repeats do not run out of descriptors
             last.pop(side, None)
             gc.collect()
-            seconds, last[side] = _timed(lambda s=side, c=cache: sides[s](c))
+            seconds, last[side] = measure(lambda s=side, c=cache: sides[s](c))
             times["warm"][side].append(seconds)
             if bench.wants("getitem"):
                 member = last[side][0].datasets[0]
                 indices = np.random.default_rng(repeat).integers(0, len(member), READS)
-                seconds, _ = _timed(lambda d=member, i=indices: _read_all(d, i))
+                seconds, _ = measure(lambda d=member, i=indices: _read_all(d, i))
                 times["getitem"][side].append(seconds)
             shutil.rmtree(cache, ignore_errors=True)
     label = f"{count:,} prefixes"

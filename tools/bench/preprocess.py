@@ -29,15 +29,15 @@ from __future__ import annotations
 
 import filecmp
 import functools
-import gc
 import json
 import multiprocessing
 import os
 import shutil
 import statistics
-import time
 
 import numpy as np
+
+from bench.harness import measure
 
 _PEER = None  # (tokenizer, eod) in each peer worker
 
@@ -182,13 +182,6 @@ def ours_preprocess(kind, options, jsonl, prefix, workers):
     return summary.tokens
 
 
-def _timed(function):
-    gc.collect()
-    start = time.perf_counter()
-    result = function()
-    return time.perf_counter() - start, result
-
-
 PEERS = {
     "megatron": "Megatron-LM's method and encoder",
     "rust": "Megatron-LM's method, tokenizers' Rust encoder",
@@ -223,10 +216,10 @@ def bench_tokenizer(bench, megatron, kind, options, jsonl, documents, nbytes, re
         prefixes = {side: bench.path(kind, side) for side in sides}
         for side in sides:
             if side == "ours":
-                elapsed, tokens = _timed(functools.partial(
+                elapsed, tokens = measure(functools.partial(
                     ours_preprocess, kind, options, jsonl, prefixes["ours"], bench.workers))
             else:
-                elapsed, count = _timed(functools.partial(
+                elapsed, count = measure(functools.partial(
                     peer_preprocess, megatron, kind, options, side, jsonl, prefixes[side],
                     bench.workers, dtype))
                 if count != documents:
@@ -269,7 +262,7 @@ def bench_sentences(bench, jsonl: str, repeats: int) -> None:
             bench.note(f"sentences: {engine} n/a ({error})")
             continue
         seconds = statistics.median(
-            _timed(lambda s=splitter: [s.split(t) for t in texts])[0] for _ in range(repeats)
+            measure(lambda s=splitter: [s.split(t) for t in texts])[0] for _ in range(repeats)
         )
         bench.row(f"split sentences, {splitter.name}, {len(texts):,} docs", "MB/s", "higher",
                   nbytes / 1e6 / seconds, None, repeats)

@@ -1,0 +1,210 @@
+"""Many GPT datasets that share one's config, split and token dtype, made cheaply.
+
+A blend of 10,000 corpora has 30,000 members (one per prefix and split) whose checks
+depend mostly on what they share: the config, the split, the corpus dtype, the names of
+the index arrays. :class:`GPTSiblings` (a base of :class:`GPTDataset`) makes them from a
+first, fully checked dataset: :meth:`~GPTSiblings.siblings` all at once (their spans
+range-checked in one pass), :meth:`~GPTSiblings.lazy_siblings` each at its first read
+(a warm start reads few of them before training starts), from arrays packed in one cache
+entry (:class:`megadata_core.cache.packed.PackedArrays`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from megadata_core.cache.keys import document_ids
+from megadata_core.datasets.lazy_members import LazyMembers
+from megadata_core.errors import DataError
+from megadata_core.indices.gpt import GPT_ARRAYS
+
+
+class GPTSiblings:
+    """The sibling-making half of :class:`~megadata_core.datasets.gpt_dataset.GPTDataset`
+    (its attributes are that class's)."""
+
+    def _sibling(
+        self,
+        indexed,
+        indices: range,
+        num_samples: int | None,
+        arrays: Mapping[str, np.ndarray],
+    ) -> GPTSiblings:
+        """A dataset with this one's config, split and token dtype over ``indexed`` (a
+        corpus of the same dtype), from precomputed ``arrays``: the checks that depend
+        only on what the two share are not repeated (the builder makes 1,000s of them).
+        """
+        if indexed.dtype != self.indexed.dtype or arrays.keys() != self._arrays.keys():
+            return type(self)(
+                indexed, indices, num_samples, self.config, self.split,
+                token_dtype=self.token_dtype, arrays=arrays,
+            )
+        other = object.__new__(type(self))
+        state = other.__dict__
+        state.update(self.__dict__)
+        state["indexed"] = indexed
+        state["indices"], state["_ids_description"] = document_ids(indexed, indices)
+        state["num_samples"] = None if num_samples is None else int(num_samples)
+        state["_pool"] = None
+        state["_constants"] = {}
+        state.pop("_released", None)
+        other._set_arrays(dict(arrays))
+        return other
+
+    def siblings(
+        self,
+        corpora: list,
+        spans: list[range],
+        num_samples: list[int | None],
+        arrays: list[dict[str, np.ndarray]],
+        origin: str | None = None,
+    ) -> list:
+        """Datasets with this one's config, split and token dtype over ``corpora`` (of
+        the same dtype), documents ``spans``, ``num_samples`` and precomputed index
+        ``arrays`` (named as this one's): the checks that depend only on what they share
+        are not repeated. Megatron-shuffled concat arrays are made together: the spans
+        are range-checked in one pass and each dataset is one dict of its own fields over
+        this one's (a warm start of 10,000 prefixes makes 30,000). ``origin`` names where
+        the arrays came from in read-time errors (e.g. the build bundle)."""
+        made = self._siblings(corpora, spans, num_samples, arrays)
+        if origin is not None:
+            for dataset in made:
+                dataset._entry = origin
+        return made
+
+    def _siblings(
+        self,
+        corpora: list,
+        spans: list[range],
+        num_samples: list[int | None],
+        arrays: list[dict[str, np.ndarray]],
+    ) -> list:
+        names = GPT_ARRAYS
+        if self._packed is not None or sorted(self._arrays) != sorted(names):
+            return [self._sibling(*item) for item in zip(corpora, spans, num_samples, arrays)]
+        counts = np.array([len(corpus) for corpus in corpora], dtype=np.int64)
+        lows = np.array([span.start for span in spans], dtype=np.int64)
+        highs = np.array([span.stop for span in spans], dtype=np.int64)
+        steps = np.array([span.step for span in spans], dtype=np.int64)
+        bad = (lows < 0) | (highs > counts) | (steps != 1) | (highs <= lows)
+        if bad.any():  # the one-by-one path says what is wrong
+            return [self._sibling(*item) for item in zip(corpora, spans, num_samples, arrays)]
+        dtype = self.indexed.dtype
+        result = []
+        for indexed, span, wanted, given in zip(corpora, spans, num_samples, arrays):
+            if indexed.dtype != dtype or given.keys() != self._arrays.keys():
+                result.append(self._sibling(indexed, span, wanted, given))
+                continue
+            total = len(given["sample_index"]) - 1
+            if len(given["shuffle_index"]) != total:
+                raise DataError(
+                    f"shuffle_index: {len(given['shuffle_index'])} entries for {total} samples"
+                )
+            result.append(self._checked_sibling(indexed, span, wanted, given))
+        return result
+
+    def _checked_sibling(
+        self, indexed, span: range, wanted: int | None, given: Mapping[str, np.ndarray]
+    ) -> GPTSiblings:
+        """One member of :meth:`_siblings` whose checks were done (the span inside the
+        corpus, the corpus dtype this one's, Megatron concat arrays of these names with
+        ``len(shuffle_index) == len(sample_index) - 1``): one dict of its own fields."""
+        other = object.__new__(type(self))
+        state = other.__dict__
+        state.update(self.__dict__)
+        state.pop("_released", None)
+        state.pop("_mapped_files", None)  # given arrays: no cache files of its own
+        samples = np.asarray(given["sample_index"])
+        state.update(
+            indexed=indexed, indices=span, num_samples=None if wanted is None else int(wanted),
+            _ids_description={"count": len(span), "range": [span.start, span.stop]},
+            _pool=None, _constants={}, _arrays=dict(given), sample_index=samples,
+            document_index=np.asarray(given["document_index"]),
+            shuffle_index=np.asarray(given["shuffle_index"]), _total=len(samples) - 1,
+        )
+        return other
+
+    def lazy_siblings(
+        self,
+        corpora,
+        corpus_numbers: np.ndarray,
+        firsts: np.ndarray,
+        ends: np.ndarray,
+        wanted: Sequence[int | None],
+        arrays,
+        rows: np.ndarray,
+        origin: str | None = None,
+    ) -> LazyMembers | None:
+        """This dataset and its siblings as a :class:`LazyMembers` whose member j is made
+        at its first read: corpus ``corpus_numbers[j]`` of ``corpora`` (which has
+        ``dtype_codes`` and ``sequences``, int64 [P], and ``at(number)``), documents
+        ``[firsts[j], ends[j])``, ``wanted[j]`` samples and the three concat arrays at
+        ``arrays[rows[j] : rows[j] + 3]`` (``arrays`` has ``rows``, the first dimension of
+        each, as :class:`~megadata_core.cache.packed.PackedArrays`). Member 0 is this
+        dataset (made from ``rows[0]``). Every member is checked here at once; None when
+        one does not pass (the caller then makes them one by one, which names what is
+        wrong)."""
+        corpus_numbers = np.asarray(corpus_numbers, dtype=np.int64)
+        rows = np.asarray(rows, dtype=np.int64)
+        firsts, ends = np.asarray(firsts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+        codes, counts = corpora.dtype_codes[corpus_numbers], corpora.sequences[corpus_numbers]
+        own_code = corpora.dtype_codes[corpus_numbers[0]]
+        lengths = arrays.rows[rows + 1] - 1  # sample_index rows - 1
+        shuffles = arrays.rows[rows + 2]
+        if (
+            self._packed is not None
+            or sorted(self._arrays) != sorted(GPT_ARRAYS)
+            or (codes != own_code).any()
+            or (firsts < 0).any()
+            or (ends > counts).any()
+            or (ends <= firsts).any()
+            or (shuffles != lengths).any()
+            or (lengths < 0).any()
+        ):
+            return None
+        if origin is not None:
+            self._entry = origin
+        wanted = np.array([-1 if value is None else value for value in wanted], dtype=np.int64)
+        make = SiblingMaker(self, corpora, corpus_numbers, firsts, ends, wanted, arrays, rows)
+        return LazyMembers(make, lengths, self.split)
+
+
+class SiblingMaker:
+    """Makes member j of :meth:`GPTSiblings.lazy_siblings`: ``template``'s sibling over
+    corpus ``corpus_numbers[j]`` of ``corpora`` (``corpora.at(number)``), documents
+    ``[firsts[j], ends[j])``, ``wanted[j]`` samples (-1: None) and the arrays at
+    ``arrays[rows[j] : rows[j] + 3]`` (named as :data:`~megadata_core.indices.gpt.GPT_ARRAYS`).
+    Picklable: a worker gets the corpora unopened and the packed blob as its file name."""
+
+    def __init__(
+        self,
+        template,
+        corpora,
+        corpus_numbers: np.ndarray,
+        firsts: np.ndarray,
+        ends: np.ndarray,
+        wanted: np.ndarray,
+        arrays,
+        rows: np.ndarray,
+    ) -> None:
+        self.template = template
+        self.corpora = corpora
+        self.corpus_numbers = corpus_numbers
+        self.firsts, self.ends, self.wanted = firsts, ends, wanted
+        self.arrays = arrays
+        self.rows = rows
+
+    def __call__(self, number: int):
+        if number == 0:
+            return self.template
+        row = int(self.rows[number])
+        given = dict(zip(GPT_ARRAYS, self.arrays[row : row + len(GPT_ARRAYS)]))
+        wanted = int(self.wanted[number])
+        return self.template._checked_sibling(
+            self.corpora.at(int(self.corpus_numbers[number])),
+            range(int(self.firsts[number]), int(self.ends[number])),
+            None if wanted < 0 else wanted,
+            given,
+        )
