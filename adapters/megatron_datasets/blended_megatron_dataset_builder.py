@@ -19,7 +19,6 @@ is False gets None for every split. Every rank must call ``build()``.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -39,7 +38,11 @@ from adapters.megatron_datasets.gpt_dataset import (
 from adapters.megatron_datasets.indexed_dataset import IndexedDataset, check_counts
 from adapters.megatron_datasets.megatron_dataset import MegatronDataset
 from adapters.megatron_datasets.object_storage_utils import is_object_storage_path
-from adapters.megatron_datasets.utils import Split, log_single_rank, normalize
+from adapters.megatron_datasets.utils import Split, log_single_rank
+from megadata_core.build import check_sizes, plan_build
+from megadata_core.build.assemble import blend_inputs
+from megadata_core.build.plan import distinct_jobs
+from megadata_core.indices.splits import document_ranges
 
 logger = logging.getLogger(__name__)
 
@@ -188,78 +191,50 @@ class BlendedMegatronDatasetBuilder:
     # -- any MegatronDataset: Megatron's recipe -----------------------------------------
 
     def _build_generic(self) -> list:
+        """Megatron's recipe through the core's plan (the same jobs and sizes as a GPT
+        build: :func:`megadata_core.build.plan_build`), each job a ``cls`` dataset."""
         config = self.config
         if config.mock:
             return self._mid_level(None, config.split_matrix, self.sizes)
-        if config.blend:
-            prefixes, weights = config.blend
-            if weights is not None:
-                weights = normalize(weights)
-            if len(prefixes) == 1 and weights is None:
-                return self._mid_level(prefixes[0], config.split_matrix, self.sizes)
-            return self._blends(
-                prefixes, weights, config.split_matrix, self.sizes, range(len(Split))
-            )
-        datasets = [None] * len(Split)
-        for i in range(len(Split)):
-            blend = config.blend_per_split[i]
-            if blend is None:
-                continue
-            prefixes, weights = blend
-            if weights is not None:
-                weights = normalize(weights)
-            matrix = [None] * len(Split)
-            matrix[i] = (0.0, 1.0)
-            sizes = [0] * len(Split)
-            sizes[i] = self.sizes[i]
-            if len(prefixes) == 1:
-                datasets[i] = self._mid_level(prefixes[0], matrix, sizes)[i]
-            elif config.multiple_validation_sets and i == Split.valid.value:
-                if config.full_validation:
-                    require(
-                        sizes[i] is None,
-                        f"sizes: full_validation needs a None valid size, got {sizes[i]}",
-                    )
-                datasets[i] = [self._mid_level(prefix, matrix, sizes)[i] for prefix in prefixes]
-            else:
-                datasets[i] = self._blends(prefixes, weights, matrix, sizes, [i])[i]
-        return datasets
-
-    def _blends(self, prefixes, weights, matrix, sizes, splits) -> list:
-        """A BlendedDataset per split in ``splits`` over one mid-level dataset per prefix."""
-        if weights is None:
-            per_dataset = [[None] * len(Split) for _ in prefixes]
-        else:
-            target = _get_size_per_split_per_dataset(weights, sizes)
-            per_dataset = _get_size_per_split_per_dataset(
-                weights, sizes, surplus=self.config.mid_level_dataset_surplus
-            )
-        members = self._mid_levels_parallel(prefixes, matrix, per_dataset)
-        blends = [None] * len(Split)
-        for i in splits:
-            if matrix[i] is None:
-                continue
-            split_weights = weights
-            if weights is not None and sizes[i] is not None:
-                size = sum(row[i] for row in target)
-            elif weights is None:
-                split_weights = [len(member) for member in members[i]]
-                size = None if sizes[i] is None else min(sizes[i], sum(split_weights))
-            else:
-                raise mdc.DataError(f"sizes: the {Split(i).name} blend has weights but no size")
-            blends[i] = BlendedDataset(members[i], split_weights, size, self.config)
-        return blends
-
-    def _mid_levels_parallel(self, prefixes, matrix, per_dataset) -> list[list]:
-        """``[split][prefix]`` mid-level datasets, built in the config's thread count."""
-        threads = max(1, int(self.config.num_dataset_builder_threads))
-        jobs = list(zip(prefixes, per_dataset))
-        if threads == 1 or len(jobs) <= 1:
-            rows = [self._mid_level(prefix, matrix, sizes) for prefix, sizes in jobs]
+        recipes = plan_build(config, check_sizes(self.sizes))
+        jobs, fields = distinct_jobs(recipes)
+        by_prefix: dict[str, list] = {prefix: [] for prefix in fields}
+        for job in jobs:
+            by_prefix[job.prefix].append(job)
+        threads = max(1, int(config.num_dataset_builder_threads))
+        items = list(by_prefix.items())
+        if threads == 1 or len(items) <= 1:
+            rows = [self._jobs_of_prefix(*item) for item in items]
         else:
             with ThreadPoolExecutor(max_workers=threads) as pool:
-                rows = list(pool.map(lambda job: self._mid_level(*job[:1], matrix, job[1]), jobs))
-        return [list(column) for column in zip(*rows)] if rows else [[] for _ in Split]
+                rows = list(pool.map(lambda item: self._jobs_of_prefix(*item), items))
+        made = {job: dataset for row in rows for job, dataset in row}
+        return [self._split(recipe, made) for recipe in recipes]
+
+    def _jobs_of_prefix(self, prefix: str, jobs: list) -> list:
+        """``(job, cls dataset)`` for every job of one low-level dataset."""
+        low_level = self.cls.build_low_level_dataset(prefix, self.config)
+        count = self.cls.numel_low_level_dataset(low_level)
+        ranges = document_ranges([job.bookend for job in jobs], count)
+        return [
+            (job, self.cls(
+                low_level, prefix, numpy.arange(span.start, span.stop, dtype=numpy.int32),
+                job.num_samples, Split[job.split], self.config,
+            ))
+            for job, span in zip(jobs, ranges)
+        ]
+
+    def _split(self, recipe, made: dict):
+        """One split from its recipe: a dataset, a list of them, or a BlendedDataset."""
+        if recipe is None:
+            return None
+        members = [made[job] for job in recipe.jobs]
+        if recipe.kind == "single":
+            return members[0]
+        if recipe.kind == "list":
+            return members
+        weights, size = blend_inputs(recipe, members)
+        return BlendedDataset(members, weights, size, self.config)
 
     def _mid_level(self, dataset_path, matrix, sizes) -> list:
         """The ``cls`` dataset of each split of one low-level dataset (None where the
@@ -298,20 +273,6 @@ class BlendedMegatronDatasetBuilder:
 def _prefixes(config) -> list[str]:
     blends = [config.blend] if config.blend else list(config.blend_per_split or [])
     return [prefix for blend in blends if blend for prefix in blend[0]]
-
-
-def _get_size_per_split_per_dataset(
-    normalized_weights: list[float], target_size_per_split: list[int | None], surplus: float = 0.0
-) -> list[list[int]]:
-    """``[dataset][split]`` samples to build: ``ceil(ceil(size * w) * (1 + surplus))``."""
-    require(
-        numpy.isclose(sum(normalized_weights), 1.0),
-        f"weights: {normalized_weights!r} are not normalized",
-    )
-    return [
-        [int(math.ceil(math.ceil(size * weight) * (1 + surplus))) for size in target_size_per_split]
-        for weight in normalized_weights
-    ]
 
 
 __all__ = ["BlendedMegatronDatasetBuilder", "log_single_rank"]

@@ -29,7 +29,6 @@ need nothing: cache hits are memory-mapped and cheap anyway.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy
@@ -48,7 +47,6 @@ from adapters.megatron_datasets.object_storage_utils import (
 )
 from adapters.megatron_datasets.utils import Split
 from megadata_core.datasets import mock as core_mock
-from megadata_core.errors import DataError
 
 logger = logging.getLogger(__name__)
 
@@ -255,10 +253,10 @@ class GPTDataset(MegatronDataset):
         if torch.is_tensor(idx):
             idx = int(idx)
         if idx is not None and self._plain_samples():
-            text = self._unpadded_text(idx)
-            if text is not None:
+            text = self.core.sample_text(idx)  # the core's one-sample read
+            if not text.padded:
                 ones, positions = self._constants()
-                tensor = torch.from_numpy(text)
+                tensor = torch.from_numpy(text.tokens)
                 return {
                     "tokens": tensor[:-1],
                     "labels": tensor[1:],
@@ -270,16 +268,11 @@ class GPTDataset(MegatronDataset):
             sample.pop("segment_ids")
         return _tensors(sample)
 
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state.pop("_reader", None)  # a closure over the open corpus: remade at first read
-        return state
-
     def _plain_samples(self) -> bool:
         """Whether samples need no mask work: no resets, no EOD loss mask, no attention
         mask, an extra token, a pad id the corpus cannot hold. One sample is then just
-        its text: Megatron's per-sample loop reads it directly instead of through the
-        core's batched path (built for whole batches, slower for one sample)."""
+        its text: the core's one-sample read (``sample_text``) instead of its batched
+        path (built for whole batches, slower for one sample)."""
         plain = self.__dict__.get("_plain")
         if plain is None:
             config, core = self.config, self.core
@@ -305,101 +298,16 @@ class GPTDataset(MegatronDataset):
             self.__dict__["_constant_tensors"] = cached
         return cached
 
-    def _unpadded_text(self, idx: int) -> numpy.ndarray | None:
-        """int64 [S + 1] text of sample ``idx``, or None when it is padded (partial)."""
-        read = self.__dict__.get("_reader")
-        if read is None:
-            read = self.__dict__["_reader"] = self._text_reader()
-        text = read(idx)
-        if len(text) != self.config.sequence_length + 1:
-            return None
-        return text.astype(numpy.int64)
-
-    def _text_reader(self) -> Callable[[int], numpy.ndarray]:
-        """``read(idx)``: the tokens of sample ``idx`` (corpus dtype). A memory-mapped
-        corpus is sliced from its flat token view (``check_files``: two stats a sample, not
-        per document); others are read through ``corpus.get``. The index arrays and the
-        token view are asked for at every sample, never kept: the corpus's
-        ``max_open_files`` bound may release their maps between samples."""
-        core, corpus = self.core, self.dataset.corpus
-
-        def locate(idx: int) -> tuple[numpy.ndarray, int, int, int, int]:
-            row = int(core.shuffle_index[idx])
-            samples = core.sample_index
-            first, first_offset = (int(v) for v in samples[row])
-            last, last_offset = (int(v) for v in samples[row + 1])
-            return row, first, first_offset, last, last_offset
-
-        if corpus.token_view() is None or corpus.multimodal:
-
-            def read(idx: int) -> numpy.ndarray:
-                _, first, first_offset, last, last_offset = locate(idx)
-                documents = core.document_index
-                if first == last:
-                    return corpus.get(
-                        int(documents[first]), first_offset, last_offset - first_offset + 1
-                    )
-                parts = [corpus.get(int(documents[first]), first_offset)]
-                parts += [corpus.get(int(d)) for d in documents[first + 1 : last]]
-                parts.append(corpus.get(int(documents[last]), 0, last_offset + 1))
-                return numpy.concatenate(parts)
-
-            return read
-        itemsize = corpus.dtype.itemsize
-
-        def read(idx: int) -> numpy.ndarray:
-            row, first, first_offset, last, last_offset = locate(idx)
-            corpus.check_files()  # the .idx and the .bin: changed under us?
-            ids = core.document_index[first : last + 1]
-            # sequence i is tokens[pointers[i] // itemsize :][: lengths[i]] (pointers are
-            # whole tokens: checked when the corpus was opened)
-            begin = corpus.sequence_pointers[ids] // itemsize
-            end = begin + corpus.sequence_lengths[ids]
-            stop = int(begin[-1]) + last_offset + 1
-            begin[0] += first_offset
-            if begin[0] > end[0] or not begin[-1] <= stop <= end[-1]:
-                raise DataError(
-                    f"{corpus.path_prefix}: sample {idx} (sample_index row {row}) points "
-                    f"outside its documents {ids.tolist()}"
-                )
-            end[-1] = stop
-            tokens = corpus.token_view()
-            if len(ids) == 1:
-                return tokens[begin[0] : end[0]]
-            return numpy.concatenate(
-                [tokens[b:e] for b, e in zip(begin.tolist(), end.tolist())]
-            )
-
-        return read
-
     def _query_document_sample_shuffle_indices(
         self, idx: int
     ) -> tuple[numpy.ndarray, numpy.ndarray]:
         """The raw text (int64 [S + extra], pads = the pad id) and the document ids of
-        sample ``idx``, as megatron-core returns them (for subclasses that reuse it)."""
-        extra = int(self.config.add_extra_token_to_sequence)
-        row = int(self.shuffle_index[idx])
-        (first, first_offset), (last, last_offset) = (
-            self.sample_index[row],
-            self.sample_index[row + 1],
-        )
-        documents = numpy.asarray(self.document_index[int(first) : int(last) + 1], numpy.int64)
-        parts = []
-        for i, document in enumerate(documents.tolist()):
-            offset = int(first_offset) if i == 0 else 0
-            end = int(last_offset) + extra if i == len(documents) - 1 else None
-            length = None if end is None else end - offset
-            part = self.dataset.get(document, offset=offset, length=length)
-            parts.append(part[0] if isinstance(part, tuple) else part)
-        text = (
-            numpy.concatenate(parts).astype(numpy.int64) if parts else numpy.empty(0, numpy.int64)
-        )
-        width = self.config.sequence_length + extra
-        if len(text) < width:
-            text = numpy.concatenate(
-                [text, numpy.full(width - len(text), self._pad_token_id, numpy.int64)]
-            )
-        return text, documents
+        sample ``idx``, as megatron-core returns them (for subclasses that reuse it): the
+        core's one-sample read (:meth:`megadata_core.GPTDataset.sample_text`)."""
+        text = self.core.sample_text(int(idx))
+        tokens = text.tokens.astype(numpy.int64)
+        tokens[int(text.lengths.sum()) :] = self._pad_token_id
+        return tokens, text.documents
 
 
 class MockGPTLowLevelDataset(core_mock.MockGPTLowLevelDataset):

@@ -20,6 +20,7 @@ import copy
 import threading
 import warnings
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from megadata_core.datasets import gpt_arrays, masks, origins, reading
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
 from megadata_core.datasets.document_masks import document_masks, segment_attention_mask
 from megadata_core.datasets.gpt_siblings import GPTSiblings
-from megadata_core.datasets.positions import sample_positions
+from megadata_core.datasets.positions import sample_position, sample_positions
 from megadata_core.errors import DataError
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.indices.sample_order import FeistelOrder, feistel_orders
@@ -39,6 +40,15 @@ TOKEN_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 #: :meth:`GPTDataset.release_open_files`, made again at the next access.
 _MAPPED = ("_arrays", "sample_index", "document_index", "shuffle_index", "_packed")
 _REOPEN = threading.Lock()  # one dataset's cache files re-mapped at a time
+
+
+class SampleText(NamedTuple):
+    """One sample's raw text and its pieces (see :meth:`GPTDataset.sample_text`)."""
+
+    tokens: np.ndarray
+    documents: np.ndarray
+    lengths: np.ndarray
+    padded: bool
 
 
 def _split_name(split: object) -> str:
@@ -383,6 +393,46 @@ class GPTDataset(GPTSiblings):
             return text, padded, pieces
         except DataError as error:
             raise origins.with_origin(error, self._arrays, self._entry) from None
+
+    def sample_text(self, index: int) -> SampleText:
+        """Sample ``index``'s raw text and where it came from: Megatron's
+        ``_query_document_sample_shuffle_indices``, the one-sample read a per-sample
+        ``__getitem__`` (the Megatron drop-in's) calls.
+
+        Returns:
+            :class:`SampleText`: ``tokens`` [S + extra] of ``token_dtype`` (a partial
+            sample padded with ``pad_id``, not yet 0), ``documents`` int64 [P] the
+            document of each piece in order and ``lengths`` int64 [P] the tokens taken
+            from it, ``padded``. From a memory-mapped concat corpus in scalar steps
+            (:func:`reading.one_sample`), else through the batched read.
+        """
+        position = sample_position(index, self._total, self.split)
+        width = self.config.sequence_length + self._extra
+        flat = None
+        if self._packed is None and not getattr(self.indexed, "multimodal", True):
+            if "_mapped_files" in self.__dict__:
+                self.indexed._open_files.used(self)
+            check = getattr(self.indexed, "check_files", None)
+            if check is not None:  # before the .idx arrays are read
+                check()
+                flat = reading.flat_tokens(self.indexed)
+        if flat is None:
+            text, padded, pieces = self._text(np.array([position]))
+            return SampleText(text[0], pieces.document.astype(np.int64), pieces.length, padded)
+        try:
+            tokens, documents, lengths = reading.one_sample(
+                flat, self.indexed.sequence_pointers, self.sample_index, self.document_index,
+                self.indexed.sequence_lengths, int(self.shuffle_index[position]), self._extra,
+            )
+        except DataError as error:
+            raise origins.with_origin(error, self._arrays, self._entry) from None
+        text = self._buffers.empty((width,), self.token_dtype)
+        count = len(tokens)
+        if count > width:
+            raise DataError(f"sample_index: a sample spans {count} > {width}")
+        text[:count] = tokens
+        text[count:] = self.pad_id
+        return SampleText(text, documents, lengths, count < width)
 
     def __getitems__(self, indices) -> dict[str, np.ndarray]:
         """The samples at ``indices`` (a list or int array of B positions), stacked:

@@ -25,3 +25,16 @@ def sample_positions(indices: object, size: int, split: str) -> np.ndarray:
         if low < 0 or high >= size:
             raise IndexError(f"sample index out of range [0, {size}) ({split})")
     return positions
+
+
+def sample_position(index: object, size: int, split: str) -> int:
+    """One sample position (an int) in ``[0, size)``, by the rules of
+    :func:`sample_positions` (negative counts from the end), in scalar steps."""
+    if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+        raise TypeError(f"sample index must be an int, got {type(index).__name__}")
+    position = int(index)
+    if position < 0:
+        position += size
+    if not 0 <= position < size:
+        raise IndexError(f"sample index out of range [0, {size}) ({split})")
+    return position

@@ -204,6 +204,65 @@ def _outside(name: str, what: str, values: np.ndarray, high: int) -> DataError:
                         high)
 
 
+def one_sample(
+    flat: np.ndarray,
+    pointers: np.ndarray,
+    sample_index: np.ndarray,
+    document_index,
+    sequence_lengths: np.ndarray,
+    row: int,
+    extra: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The concat sample at ``row`` of the sample index, read from ``flat``
+    (:func:`flat_tokens`): :func:`locate_pieces` and :func:`gather_tokens` for one
+    sample, in scalar steps over its few pieces (a per-sample ``__getitem__`` pays a few
+    microseconds instead of a batch's fixed cost of numpy calls). Same checks, same
+    errors.
+
+    Args:
+        flat: every token of the .bin (its dtype).
+        pointers: int64 [N] byte pointers of the sequences (whole tokens apart).
+        sample_index, document_index, sequence_lengths, extra: as :func:`locate_pieces`.
+        row: the sample's row (a shuffle index value).
+
+    Returns:
+        ``(tokens, documents, lengths)``: the sample's tokens (``flat``'s dtype, not
+        padded: shorter than S + extra for a partial sample), int64 [P] the document of
+        each piece and int64 [P] the tokens taken from it.
+    """
+    total = len(sample_index) - 1
+    if not 0 <= row < total:
+        raise _outside("shuffle_index", "sample row", np.array([row]), total)
+    (first, offset), (last, end) = sample_index[row : row + 2].tolist()
+    if last < first:
+        raise DataError("sample_index: rows are not increasing (corrupt index)")
+    if first < 0 or last >= len(document_index):
+        raise _outside("sample_index", "document_index position", np.array([first, last]),
+                       len(document_index))
+    if isinstance(document_index, np.ndarray):
+        ids = document_index[first : last + 1]
+    else:  # a computed (Feistel) document index
+        ids = np.asarray(document_index[np.arange(first, last + 1)])
+    documents = ids.tolist()
+    count = len(sequence_lengths)
+    if min(documents) < 0 or max(documents) >= count:
+        raise _outside("document_index", "document id", ids, count)
+    lengths = sequence_lengths[ids].tolist()
+    if end + extra > lengths[-1]:
+        raise DataError("sample_index: an offset lies past the end of its document")
+    starts = (pointers[ids] // flat.itemsize).tolist()
+    lengths[-1] = end + extra
+    lengths[0] -= offset
+    starts[0] += offset
+    if min(lengths) < 0:
+        raise DataError("sample_index: an offset lies past the end of its document")
+    if len(documents) == 1:
+        tokens = flat[starts[0] : starts[0] + lengths[0]]
+    else:  # a handful of pieces: slices of the map, one copy
+        tokens = np.concatenate([flat[b : b + n] for b, n in zip(starts, lengths)])
+    return tokens, np.array(documents, dtype=np.int64), np.array(lengths, dtype=np.int64)
+
+
 def flat_tokens(indexed) -> np.ndarray | None:
     """A flat view of every token of a memory-mapped .bin, or None (not memory-mapped)."""
     return indexed.token_view()
