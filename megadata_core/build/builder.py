@@ -131,7 +131,7 @@ def build_datasets(
     ):
         return BundledBuild(config, recipes, jobs, corpora, members).splits()
     corpora.open(validate=True)
-    built = members.build(jobs, members.in_memory(jobs))
+    built, _ = members.build(jobs, members.in_memory(jobs))
     return [assemble(recipe, built, config) for recipe in recipes]
 
 

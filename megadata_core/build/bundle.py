@@ -32,7 +32,11 @@ from megadata_core.build.corpora import Corpora
 from megadata_core.build.members import Members
 from megadata_core.build.plan import Job, Recipe
 from megadata_core.cache import blend_record
-from megadata_core.cache.descriptions import blend_record_description, bundle_description
+from megadata_core.cache.descriptions import (
+    blend_record_description,
+    bundle_description,
+    with_corpora,
+)
 from megadata_core.cache.entries import cached_result
 from megadata_core.cache.hashing import array_digest, description_key
 from megadata_core.cache.keys import corpus_identity
@@ -78,7 +82,7 @@ class BundledBuild:
             if not exact:  # a sampled identity does not vouch for the arrays
                 self.corpora.validate(prefix)
             identities.append(identity)
-        description = self.description(identities)
+        description = with_corpora(base, identities)
         # A hit returns the unpacked arrays (a bundle that does not fit is damaged:
         # warned, rebuilt); the datasets are made outside, so that their own errors
         # (e.g. an eod_id outside the corpus dtype, not part of the key) are raised as
@@ -125,14 +129,12 @@ class BundledBuild:
         the bundle's arrays."""
         for prefix in self.corpora.prefixes:
             self.corpora.validate(prefix)
-        small = self.members.in_memory(self.jobs)
-        built = self.members.build(self.jobs, small)
+        built, small = self.members.build(self.jobs, self.members.in_memory(self.jobs))
         arrays, rows = [], np.full(len(self.jobs), -1, dtype=np.int64)
         for number, job in enumerate(self.jobs):
             if job in small:
                 rows[number] = len(arrays)
-                held = built[job].index_arrays
-                arrays.extend(held[name] for name in self.names)
+                arrays.extend(small[job][name] for name in self.names)
         result, blends = [], np.full(len(self.recipes), -1, dtype=np.int64)
         for number, recipe in enumerate(self.recipes):
             bundled = (
@@ -148,8 +150,8 @@ class BundledBuild:
 
     def _from_record(self, files: np.ndarray, record: dict, base: dict) -> list | None:
         """The splits from the blend's one-file record and its bundle (whose description
-        is ``base`` but for the corpora), no .idx opened; None to take the full path (no record, a file changed, or a damaged record or
-        bundle: warned)."""
+        is ``base`` but for the corpora), no .idx opened; None to take the full path (no
+        record, a file changed, or a damaged record or bundle: warned)."""
         directory = self.config.path_to_cache
         try:
             found = blend_record.load_record(

@@ -69,13 +69,16 @@ class Members:
             return set(jobs)
         return in_memory_jobs(self.corpora.opened, jobs, self.config, self.in_memory_below)
 
-    def build(self, jobs: list[Job], small: set[Job]) -> dict[Job, GPTDataset]:
-        """Every job's member: the ``small`` ones from arrays built in memory, the others
-        through the cache."""
-        built = self.datasets(*self._small_arrays([job for job in jobs if job in small]))
+    def build(
+        self, jobs: list[Job], small: set[Job]
+    ) -> tuple[dict[Job, GPTDataset], dict[Job, Arrays]]:
+        """Every job's member, and the index arrays of the ``small`` ones (built in
+        memory; the others' go through the cache)."""
+        arrays = self._small_arrays([job for job in jobs if job in small])
+        built = self.datasets(list(arrays), arrays)
         large = [job for job in jobs if job not in small]
         built.update(zip(large, self.through_cache(large)))
-        return {job: built[job] for job in jobs}
+        return {job: built[job] for job in jobs}, arrays
 
     def through_cache(self, jobs: list[Job]) -> list[GPTDataset]:
         """The members of ``jobs``, their indices loaded from (or built into) the cache,
@@ -99,13 +102,13 @@ class Members:
         except DataError as error:
             raise self._error(job, documents, error) from error
 
-    def _small_arrays(self, jobs: list[Job]) -> tuple[list[Job], dict[Job, Arrays]]:
-        """``(jobs, arrays)`` built in memory: Megatron-shuffled concat indices of all of
-        them at once; one at a time for the other orders and packings, or to name a job
-        that cannot be built."""
+    def _small_arrays(self, jobs: list[Job]) -> dict[Job, Arrays]:
+        """The arrays of ``jobs`` built in memory: Megatron-shuffled concat indices of all
+        of them at once; one at a time for the other orders and packings, or to name a
+        job that cannot be built."""
         config = self.memory_config
         if len(jobs) < 2 or config.shuffle != "megatron" or config.packing != "concat":
-            return jobs, {job: self._arrays(job) for job in jobs}
+            return {job: self._arrays(job) for job in jobs}
         corpora = [self.corpora.opened[job.prefix] for job in jobs]
         firsts, ends = splits.document_bounds(
             [job.bookend for job in jobs], [len(corpus) for corpus in corpora]
@@ -121,8 +124,8 @@ class Members:
                 drop_last_partial_sequence=[drops_last(config, job.split) for job in jobs],
             )
         except DataError:  # the job-by-job build names the prefix and split
-            return jobs, {job: self._arrays(job) for job in jobs}
-        return jobs, {job: dict(zip(GPT_ARRAYS, trio)) for job, trio in zip(jobs, indices)}
+            return {job: self._arrays(job) for job in jobs}
+        return {job: dict(zip(GPT_ARRAYS, trio)) for job, trio in zip(jobs, indices)}
 
     # -- datasets -------------------------------------------------------------------
 
@@ -130,29 +133,25 @@ class Members:
         self, jobs: list[Job], arrays: dict[Job, Arrays], origin: str | None = None
     ) -> dict[Job, GPTDataset]:
         """The members of ``jobs`` from their index ``arrays`` (in memory, or views of a
-        bundle's blob; ``origin``: where they came from): per split, siblings of the
-        first (:meth:`GPTDataset.siblings`: their shared checks made once)."""
-        built: dict[Job, GPTDataset] = {}
-        groups: dict[str, list[Job]] = {}
-        for job in jobs:
-            groups.setdefault(job.split, []).append(job)
+        bundle's blob; ``origin``: where they came from): siblings of the first
+        (:meth:`GPTDataset.siblings`: their shared checks made once, whatever their split)."""
+        if not jobs:
+            return {}
+        first, rest = jobs[0], jobs[1:]
+        template = self.dataset(first, self.memory_config, arrays[first], origin)
         opened = self.corpora.opened
-        for group in groups.values():
-            first, rest = group[0], group[1:]
-            template = self.dataset(first, self.memory_config, arrays[first], origin)
-            spans = splits.document_bounds(
-                [job.bookend for job in rest], [len(opened[job.prefix]) for job in rest]
-            )
-            made = template.siblings(
-                [opened[job.prefix] for job in rest],
-                [range(lo, hi) for lo, hi in zip(*(bound.tolist() for bound in spans))],
-                [job.num_samples for job in rest], [arrays[job] for job in rest], origin,
-            )
-            built[first] = template
-            built.update(zip(rest, made))
+        lows, highs = splits.document_bounds(
+            [job.bookend for job in rest], [len(opened[job.prefix]) for job in rest]
+        )
+        made = template.siblings(
+            [opened[job.prefix] for job in rest],
+            [range(low, high) for low, high in zip(lows.tolist(), highs.tolist())],
+            [job.num_samples for job in rest], [arrays[job] for job in rest], origin,
+            [job.split for job in rest],
+        )
         for _ in jobs:
             self.progress(1)
-        return {job: built[job] for job in jobs}
+        return dict(zip(jobs, [template, *made]))
 
     def dataset(
         self, job: Job, config, arrays: Arrays | None = None, origin: str | None = None

@@ -2,8 +2,9 @@
 of them, from the config and the sizes alone (no file is read here).
 
 :func:`plan_build` (with :func:`plan_blend` for ``config.blend`` + ``config.split`` and
-:func:`plan_blend_per_split`) returns one :class:`Recipe` (or None) per split, as megatron-core 0.16.1's
-``BlendedMegatronDatasetBuilder._build_blended_dataset_splits`` decides: a single prefix
+:func:`plan_blend_per_split`) returns one :class:`Recipe` (or None) per split, as
+megatron-core 0.16.1's ``BlendedMegatronDatasetBuilder._build_blended_dataset_splits``
+decides: a single prefix
 without weights is the GPTDataset itself; a weighted blend asks dataset j for
 ``ceil(ceil(size * w_j) * (1 + surplus))`` samples and holds ``sum_j ceil(size * w_j)``;
 an unweighted blend builds one epoch of every dataset.

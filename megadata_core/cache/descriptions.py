@@ -130,6 +130,11 @@ def bundle_description(
     return description
 
 
+def with_corpora(bundle: dict, corpora: list) -> dict:
+    """A bundle's description (made with ``corpora=None``) with every corpus's identity."""
+    return {**bundle, "corpora": json_digest(corpora)}
+
+
 def blend_record_description(bundle: dict, prefixes: list[str]) -> dict:
     """A blend record: the bundle's description without the corpora's identities, plus
     the prefixes as given (the record maps paths to identities)."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from megadata_core.datasets.reading import Pieces
+from megadata_core.datasets.pieces import Pieces
 from megadata_core.errors import DataError
 
 
@@ -48,7 +48,7 @@ def document_masks(
     of a batch (see the module docstring).
 
     Args:
-        pieces: the batch's pieces (:func:`~megadata_core.datasets.reading.locate_pieces`
+        pieces: the batch's pieces (:func:`~megadata_core.datasets.pieces.locate_pieces`
             or ``locate_packed_pieces``), every sample with >= 1 piece.
         sequence_length: S.
         extra: 1 with ``add_extra_token_to_sequence``, else 0.

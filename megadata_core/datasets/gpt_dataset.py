@@ -17,29 +17,25 @@ not Megatron-compatible.
 from __future__ import annotations
 
 import copy
-import threading
 import warnings
 from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
 
-from megadata_core.cache import npy_files
 from megadata_core.cache.keys import document_ids
 from megadata_core.datasets import gpt_arrays, masks, origins, reading
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
 from megadata_core.datasets.document_masks import document_masks, segment_attention_mask
+from megadata_core.datasets.gpt_maps import MappedIndices
 from megadata_core.datasets.gpt_siblings import GPTSiblings
+from megadata_core.datasets.pieces import Pieces, locate_packed_pieces, locate_pieces, one_sample
 from megadata_core.datasets.positions import sample_position, sample_positions
 from megadata_core.errors import DataError
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.indices.sample_order import FeistelOrder, feistel_orders
 
 TOKEN_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
-#: What holds the index arrays (and with them the cache files' memory maps): dropped by
-#: :meth:`GPTDataset.release_open_files`, made again at the next access.
-_MAPPED = ("_arrays", "sample_index", "document_index", "shuffle_index", "_packed")
-_REOPEN = threading.Lock()  # one dataset's cache files re-mapped at a time
 
 
 class SampleText(NamedTuple):
@@ -68,7 +64,7 @@ def _check_token_id(field: str, value: int, dtype: np.dtype) -> None:
             )
 
 
-class GPTDataset(GPTSiblings):
+class GPTDataset(GPTSiblings, MappedIndices):
     """GPT samples of one split: ``len``, ``ds[i]`` and ``ds.__getitems__(indices)``.
 
     Args:
@@ -229,64 +225,6 @@ class GPTDataset(GPTSiblings):
         span = self._ids_description.get("range")
         return range(*span) if span is not None else self.indices
 
-    def _set_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        self._set_views(arrays)
-        self._hold_maps(arrays)
-
-    def _hold_maps(self, arrays: dict[str, np.ndarray]) -> None:
-        """Count the cache files ``arrays`` maps in the corpus's OpenFiles, keeping how to
-        map them again (each file's identity now, when it was just checked)."""
-        state = self.__dict__
-        state.pop("_released", None)
-        state.pop("_mapped_files", None)
-        files = sum(npy_files.is_file_map(array) for array in arrays.values())
-        open_files = getattr(self.indexed, "_open_files", None)
-        if files and open_files is not None:
-            state["_mapped_files"] = {
-                name: npy_files.pickled_map(array) for name, array in arrays.items()
-            }
-            open_files.opened(self, files)
-
-    def release_open_files(self) -> None:
-        """Drop the index arrays and with them the cache files' maps (the corpus's
-        OpenFiles asks, least recently used first); a batch in flight keeps the arrays
-        it holds. The next access maps the files again (:meth:`_reopen_maps`)."""
-        state = self.__dict__
-        with _REOPEN:
-            if "_mapped_files" in state and "_released" not in state:
-                state["_released"] = state["_mapped_files"]  # first: readers re-map
-                for name in _MAPPED:
-                    state.pop(name, None)
-        open_files = getattr(self.indexed, "_open_files", None)
-        if open_files is not None:
-            open_files.closed(self)  # counted no more (a no-op when it asked)
-
-    def __getattr__(self, name: str):
-        # Only called for attributes not set: the index arrays of released cache maps.
-        state = self.__dict__
-        if name in _MAPPED and "_released" in state:
-            return self._reopen_maps(name)
-        raise AttributeError(name)
-
-    def _reopen_maps(self, name: str):
-        """Map the released cache files again, each only if it is still the file that
-        was checked (:func:`npy_files.reopened_map`: DataError naming it otherwise),
-        and return the attribute ``name`` (taken under the lock: another thread may
-        release the maps again at once)."""
-        state = self.__dict__
-        with _REOPEN:
-            released = state.get("_released")
-            if released is None:
-                return state[name]  # another thread re-mapped them
-            arrays = {key: npy_files.reopened_map(value) for key, value in released.items()}
-            self._set_views(arrays)
-            del state["_released"]
-            value = state[name]
-        open_files = getattr(self.indexed, "_open_files", None)
-        if open_files is not None:
-            open_files.opened(self, sum(map(npy_files.is_file_map, arrays.values())))
-        return value
-
     def _set_views(self, arrays: dict[str, np.ndarray]) -> None:
         self._arrays = arrays  # memory maps stay here (pickled as file names)
         if "piece_document" in arrays:
@@ -349,15 +287,15 @@ class GPTDataset(GPTSiblings):
             return int(self._packed["packed_shape"][0])
         return len(self.document_index) // max(1, len(self.indices))
 
-    def _pieces(self, rows: np.ndarray) -> reading.Pieces:
+    def _pieces(self, rows: np.ndarray) -> Pieces:
         """The pieces of the samples at sample-index ``rows`` (shuffle index values),
         either packing."""
         try:  # index values out of range: DataErrors naming the array and its source
             if self._packed is not None:
-                return reading.locate_packed_pieces(
+                return locate_packed_pieces(
                     self._packed, self.indexed.sequence_lengths, rows
                 )
-            return reading.locate_pieces(
+            return locate_pieces(
                 self.sample_index,
                 self.document_index,
                 self.indexed.sequence_lengths,
@@ -367,7 +305,7 @@ class GPTDataset(GPTSiblings):
         except DataError as error:
             raise origins.with_origin(error, self._arrays, self._entry) from None
 
-    def _text(self, positions: np.ndarray) -> tuple[np.ndarray, bool, reading.Pieces]:
+    def _text(self, positions: np.ndarray) -> tuple[np.ndarray, bool, Pieces]:
         """[B, S + extra] tokens of the samples at ``positions`` (corpus dtype, or
         token_dtype padded with pad_id), whether any sample was padded, and the pieces."""
         if "_mapped_files" in self.__dict__:  # most recently used of the OpenFiles
@@ -404,7 +342,7 @@ class GPTDataset(GPTSiblings):
             sample padded with ``pad_id``, not yet 0), ``documents`` int64 [P] the
             document of each piece in order and ``lengths`` int64 [P] the tokens taken
             from it, ``padded``. From a memory-mapped concat corpus in scalar steps
-            (:func:`reading.one_sample`), else through the batched read.
+            (:func:`~megadata_core.datasets.pieces.one_sample`), else through the batched read.
         """
         position = sample_position(index, self._total, self.split)
         width = self.config.sequence_length + self._extra
@@ -420,7 +358,7 @@ class GPTDataset(GPTSiblings):
             text, padded, pieces = self._text(np.array([position]))
             return SampleText(text[0], pieces.document.astype(np.int64), pieces.length, padded)
         try:
-            tokens, documents, lengths = reading.one_sample(
+            tokens, documents, lengths = one_sample(
                 flat, self.indexed.sequence_pointers, self.sample_index, self.document_index,
                 self.indexed.sequence_lengths, int(self.shuffle_index[position]), self._extra,
             )
@@ -534,41 +472,6 @@ class GPTDataset(GPTSiblings):
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
             raise TypeError(f"sample index must be an int, got {type(index).__name__}")
         return {key: value[0].copy() for key, value in self.__getitems__([index]).items()}
-
-    # -- pickling (workers): memory-mapped indices travel as file names -------------
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_pool"] = None
-        state["_constants"] = {}
-        # the identities taken when the files were checked; nothing re-mapped to pickle
-        packed = state.pop("_released", None) or state.pop("_mapped_files", None)
-        state.pop("_mapped_files", None)
-        if packed is None:
-            packed = {
-                name: npy_files.pickled_map(array) for name, array in self._arrays.items()
-            }
-        state["_arrays"] = packed
-        for name in ("document_index", "sample_index", "shuffle_index", "_packed"):
-            state.pop(name, None)
-        if "range" in self._ids_description and isinstance(self.indices, np.ndarray):
-            # Megatron's splits: no need to ship the ids (a range pickles as itself)
-            state["indices"] = ("range", self.indices.dtype.str, *self._ids_description["range"])
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        arrays = {
-            name: npy_files.reopened_map(value) for name, value in state.pop("_arrays").items()
-        }
-        if isinstance(state["indices"], tuple):
-            _, dtype, low, high = state["indices"]
-            state["indices"] = np.arange(low, high, dtype=dtype)
-        state.pop("_buffers", None)  # pickled by an older version
-        state.pop("_flat", None)
-        state.setdefault("_pool", None)
-        state.setdefault("_entry", None)
-        self.__dict__.update(state)
-        self._set_arrays(arrays)
 
     def __repr__(self) -> str:
         return (

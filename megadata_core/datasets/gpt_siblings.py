@@ -21,6 +21,11 @@ from megadata_core.errors import DataError
 from megadata_core.indices.gpt import GPT_ARRAYS
 
 
+def _split_name(split: object) -> str:
+    """A split's name (Megatron's ``Split`` enum too)."""
+    return getattr(split, "name", split)
+
+
 class GPTSiblings:
     """The sibling-making half of :class:`~megadata_core.datasets.gpt_dataset.GPTDataset`
     (its attributes are that class's)."""
@@ -31,19 +36,21 @@ class GPTSiblings:
         indices: range,
         num_samples: int | None,
         arrays: Mapping[str, np.ndarray],
+        split: str,
     ) -> GPTSiblings:
-        """A dataset with this one's config, split and token dtype over ``indexed`` (a
-        corpus of the same dtype), from precomputed ``arrays``: the checks that depend
+        """A dataset of ``split`` with this one's config and token dtype over ``indexed``
+        (a corpus of the same dtype), from precomputed ``arrays``: the checks that depend
         only on what the two share are not repeated (the builder makes 1,000s of them).
         """
         if indexed.dtype != self.indexed.dtype or arrays.keys() != self._arrays.keys():
             return type(self)(
-                indexed, indices, num_samples, self.config, self.split,
+                indexed, indices, num_samples, self.config, split,
                 token_dtype=self.token_dtype, arrays=arrays,
             )
         other = object.__new__(type(self))
         state = other.__dict__
         state.update(self.__dict__)
+        state["split"] = split
         state["indexed"] = indexed
         state["indices"], state["_ids_description"] = document_ids(indexed, indices)
         state["num_samples"] = None if num_samples is None else int(num_samples)
@@ -60,15 +67,20 @@ class GPTSiblings:
         num_samples: list[int | None],
         arrays: list[dict[str, np.ndarray]],
         origin: str | None = None,
+        splits: list[str] | None = None,
     ) -> list:
-        """Datasets with this one's config, split and token dtype over ``corpora`` (of
-        the same dtype), documents ``spans``, ``num_samples`` and precomputed index
-        ``arrays`` (named as this one's): the checks that depend only on what they share
-        are not repeated. Megatron-shuffled concat arrays are made together: the spans
-        are range-checked in one pass and each dataset is one dict of its own fields over
-        this one's (a warm start of 10,000 prefixes makes 30,000). ``origin`` names where
-        the arrays came from in read-time errors (e.g. the build bundle)."""
-        made = self._siblings(corpora, spans, num_samples, arrays)
+        """Datasets with this one's config and token dtype over ``corpora`` (of the same
+        dtype), documents ``spans``, ``num_samples``, precomputed index ``arrays`` (named
+        as this one's) and ``splits`` (default: this one's): the checks that depend only
+        on what they share are not repeated. Megatron-shuffled concat arrays are made
+        together: the spans are range-checked in one pass and each dataset is one dict
+        of its own fields over this one's (a warm start of 10,000 prefixes makes 30,000).
+        ``origin`` names where the arrays came from in read-time errors (e.g. the build
+        bundle)."""
+        if splits is None:
+            splits = [self.split] * len(corpora)
+        splits = [_split_name(split) for split in splits]
+        made = self._siblings(corpora, spans, num_samples, arrays, splits)
         if origin is not None:
             for dataset in made:
                 dataset._entry = origin
@@ -80,33 +92,39 @@ class GPTSiblings:
         spans: list[range],
         num_samples: list[int | None],
         arrays: list[dict[str, np.ndarray]],
+        splits: list[str],
     ) -> list:
-        names = GPT_ARRAYS
-        if self._packed is not None or sorted(self._arrays) != sorted(names):
-            return [self._sibling(*item) for item in zip(corpora, spans, num_samples, arrays)]
+        items = list(zip(corpora, spans, num_samples, arrays, splits))
+        if self._packed is not None or sorted(self._arrays) != sorted(GPT_ARRAYS):
+            return [self._sibling(*item) for item in items]
         counts = np.array([len(corpus) for corpus in corpora], dtype=np.int64)
         lows = np.array([span.start for span in spans], dtype=np.int64)
         highs = np.array([span.stop for span in spans], dtype=np.int64)
         steps = np.array([span.step for span in spans], dtype=np.int64)
         bad = (lows < 0) | (highs > counts) | (steps != 1) | (highs <= lows)
         if bad.any():  # the one-by-one path says what is wrong
-            return [self._sibling(*item) for item in zip(corpora, spans, num_samples, arrays)]
+            return [self._sibling(*item) for item in items]
         dtype = self.indexed.dtype
         result = []
-        for indexed, span, wanted, given in zip(corpora, spans, num_samples, arrays):
+        for indexed, span, wanted, given, split in items:
             if indexed.dtype != dtype or given.keys() != self._arrays.keys():
-                result.append(self._sibling(indexed, span, wanted, given))
+                result.append(self._sibling(indexed, span, wanted, given, split))
                 continue
             total = len(given["sample_index"]) - 1
             if len(given["shuffle_index"]) != total:
                 raise DataError(
                     f"shuffle_index: {len(given['shuffle_index'])} entries for {total} samples"
                 )
-            result.append(self._checked_sibling(indexed, span, wanted, given))
+            result.append(self._checked_sibling(indexed, span, wanted, given, split))
         return result
 
     def _checked_sibling(
-        self, indexed, span: range, wanted: int | None, given: Mapping[str, np.ndarray]
+        self,
+        indexed,
+        span: range,
+        wanted: int | None,
+        given: Mapping[str, np.ndarray],
+        split: str | None = None,
     ) -> GPTSiblings:
         """One member of :meth:`_siblings` whose checks were done (the span inside the
         corpus, the corpus dtype this one's, Megatron concat arrays of these names with
@@ -118,6 +136,7 @@ class GPTSiblings:
         state.pop("_mapped_files", None)  # given arrays: no cache files of its own
         samples = np.asarray(given["sample_index"])
         state.update(
+            split=self.split if split is None else split,
             indexed=indexed, indices=span, num_samples=None if wanted is None else int(wanted),
             _ids_description={"count": len(span), "range": [span.start, span.stop]},
             _pool=None, _constants={}, _arrays=dict(given), sample_index=samples,

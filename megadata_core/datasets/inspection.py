@@ -193,7 +193,7 @@ def sample_sources(dataset, indices, *, tokens: bool = False) -> SampleSources:
 
 def _token_documents(pieces, count: int, width: int) -> np.ndarray:
     """int64 [B, width]: the sequence of each text token of B = ``count`` samples made
-    of ``pieces`` (:class:`~megadata_core.datasets.reading.Pieces`), -1 past a padded
+    of ``pieces`` (:class:`~megadata_core.datasets.pieces.Pieces`), -1 past a padded
     (packed) sample's end."""
     per_sample = np.diff(np.append(pieces.first, len(pieces.length)))
     owner = np.repeat(np.arange(count), per_sample)  # sample of each piece

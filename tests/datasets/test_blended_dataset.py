@@ -17,6 +17,7 @@ from gpt_oracle import OracleTokenizer, megatron_sample, ours_dataset, write_cor
 import megadata_core as mdc
 from megadata_core import DataError
 from megadata_core.datasets.blended_dataset import BlendedDataset
+from megadata_core.errors import OversampledError
 from megadata_core.indices.blending import prefix_deviation
 
 PLAIN = dict(reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False)
@@ -355,6 +356,17 @@ def test_bad_members_and_config():
         BlendedDataset([Stub(10, 0)], [1], 5, object())
     with pytest.raises(DataError, match="asks"):  # exhaustive beyond a member's length
         BlendedDataset([Stub(10, 0), Stub(10, 1)], [11, 3], None, config("balanced"))
+
+
+def test_an_oversampled_blend_is_told_by_its_type():
+    """Callers (the Megatron drop-in maps it to IndexError) tell it by type, never by
+    the message's words."""
+    with pytest.raises(OversampledError, match="raise mid_level_dataset_surplus") as error:
+        BlendedDataset([Stub(300, 0), Stub(300, 1)], [1000, 10], 500, config())
+    assert isinstance(error.value, DataError)
+    with pytest.raises(DataError) as other:
+        BlendedDataset([Stub(300, 0), Stub(300, 1)], [1.0, -1.0], 10, config())
+    assert not isinstance(other.value, OversampledError)
 
 
 # -- more datasets than int16 holds (Megatron's dataset_index dtype) -----------------------

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import megadata_core as mdc
 from megadata_core.datasets import gpt_arrays, reading
+from megadata_core.datasets.pieces import locate_pieces
 from megadata_core.indices import sample_index
 
 FLAGS = dict(reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True)
@@ -204,7 +205,7 @@ def test_unaligned_pointers_read_piece_by_piece():
     document_index = np.array([2, 0, 3, 1], dtype=np.int32)
     samples = sample_index(corpus.sequence_lengths, document_index, 4, 1, 16)
     np.testing.assert_array_equal(samples, [[0, 0], [0, 4], [1, 1], [2, 0]])
-    pieces = reading.locate_pieces(
+    pieces = locate_pieces(
         samples, document_index, corpus.sequence_lengths, np.array([2, 0, 1]), 1
     )
     text, padded = reading.gather_tokens(corpus, pieces, 5, -1, np.int32)

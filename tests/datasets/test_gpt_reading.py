@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from megadata_core.datasets import reading
+from megadata_core.datasets.pieces import locate_pieces
 
 SPILL = reading.SPILL
 LENGTHS = [0, 1, 2, 31, 32, 33, SPILL - 1, SPILL, SPILL + 1, 2 * SPILL + 3, 700]
@@ -110,7 +111,7 @@ def test_pieces_start():
     sample_index = np.array([[0, 2], [1, 3], [1, 9]], dtype=np.int32)
     document_index = np.array([1, 0], dtype=np.int32)
     lengths = np.array([10, 6], dtype=np.int32)
-    pieces = reading.locate_pieces(sample_index, document_index, lengths, np.array([1, 0]), 1)
+    pieces = locate_pieces(sample_index, document_index, lengths, np.array([1, 0]), 1)
     np.testing.assert_array_equal(pieces.document, [0, 1, 0])
     np.testing.assert_array_equal(pieces.start, [3, 2, 0])
     np.testing.assert_array_equal(pieces.length, [7, 4, 4])

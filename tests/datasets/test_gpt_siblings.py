@@ -1,5 +1,6 @@
-"""GPTDataset._siblings: many members made at once hold exactly what a full GPTDataset
-over the same corpus and arrays holds; bad spans and arrays still raise DataError."""
+"""GPTDataset.siblings: many members made at once (of any split) hold exactly what a full
+GPTDataset over the same corpus, split and arrays holds; bad spans and arrays still raise
+DataError."""
 
 from __future__ import annotations
 
@@ -38,13 +39,18 @@ def _state(dataset):
     return {name: value for name, value in vars(dataset).items() if name != "indexed"}
 
 
-def test_siblings_equal_full_datasets(workdir):
+SPLITS = ["valid", "train", "test", "valid"]
+
+
+@pytest.mark.parametrize("splits", [None, SPLITS], ids=["one split", "every split"])
+def test_siblings_equal_full_datasets(workdir, splits):
     config, corpora, spans, wanted, arrays = _members(workdir)
     template = mdc.GPTDataset(corpora[0], spans[0], wanted[0], config, arrays=arrays[0])
-    made = template._siblings(corpora[1:], spans[1:], wanted[1:], arrays[1:])
-    for dataset, corpus, span, samples, given in zip(made, corpora[1:], spans[1:], wanted[1:],
-                                                     arrays[1:]):  # fmt: skip
-        full = mdc.GPTDataset(corpus, span, samples, config, arrays=given)
+    made = template.siblings(corpora[1:], spans[1:], wanted[1:], arrays[1:], splits=splits)
+    for dataset, corpus, span, samples, given, split in zip(
+        made, corpora[1:], spans[1:], wanted[1:], arrays[1:], splits or ["train"] * 4
+    ):
+        full = mdc.GPTDataset(corpus, span, samples, config, split, arrays=given)
         assert dataset.indexed is corpus
         mine, theirs = _state(dataset), _state(full)
         assert mine.keys() == theirs.keys()
@@ -60,8 +66,23 @@ def test_siblings_keep_the_checks(workdir):
     config, corpora, spans, wanted, arrays = _members(workdir, 3)
     template = mdc.GPTDataset(corpora[0], spans[0], wanted[0], config, arrays=arrays[0])
     with pytest.raises(mdc.DataError, match="out of range"):
-        template._siblings(corpora[1:], [spans[1], range(0, len(corpora[2]) + 1)],
+        template.siblings(corpora[1:], [spans[1], range(0, len(corpora[2]) + 1)],
                            wanted[1:], arrays[1:])  # fmt: skip
     short = dict(arrays[2], shuffle_index=arrays[2]["shuffle_index"][:-1])
     with pytest.raises(mdc.DataError, match="shuffle_index"):
-        template._siblings(corpora[1:], spans[1:], wanted[1:], [arrays[1], short])
+        template.siblings(corpora[1:], spans[1:], wanted[1:], [arrays[1], short])
+
+
+def test_siblings_of_other_arrays_are_made_one_by_one(workdir):
+    """Arrays the fast path does not take (here Feistel's) give full datasets of the
+    asked split, named origin included."""
+    config, corpora, spans, wanted, _ = _members(workdir, 3)
+    config = ours_config(sequence_length=16, random_seed=5, shuffle="feistel")
+    full = [mdc.GPTDataset(c, s, n, config, split) for c, s, n, split in
+            zip(corpora, spans, wanted, ["train", "valid", "test"])]
+    made = full[0].siblings(corpora[1:], spans[1:], wanted[1:],
+                            [d.index_arrays for d in full[1:]], "bundle X", ["valid", "test"])
+    for dataset, reference in zip(made, full[1:]):
+        assert dataset.split == reference.split and len(dataset) == len(reference)
+        assert dataset._entry == "bundle X"
+        np.testing.assert_array_equal(dataset[1]["tokens"], reference[1]["tokens"])

@@ -122,10 +122,10 @@ def _dataset(prefix: str, cache: str):
 
 def _pieces(dataset, indices: np.ndarray) -> list[list[tuple[int, int, int]]]:
     """Per sample, its (sequence, first token, tokens) pieces (the bytes every reader gets)."""
-    from megadata_core.datasets import reading
+    from megadata_core.datasets.pieces import locate_pieces
 
     rows = np.asarray(dataset.shuffle_index[np.asarray(indices)], dtype=np.int64)
-    pieces = reading.locate_pieces(
+    pieces = locate_pieces(
         dataset.sample_index, dataset.document_index, dataset.indexed.sequence_lengths, rows, 1
     )
     bounds = list(pieces.first) + [len(pieces.document)]

@@ -243,7 +243,7 @@ def _read_rates(dataset) -> dict:
     allocates zeroed page-cache pages, which the kernel drops first under memory
     pressure (with a 20 GB .idx in 23 GiB of RAM they are gone by the next pass), so
     the full figure at large sizes times page allocation, not the index."""
-    from megadata_core.datasets import reading
+    from megadata_core.datasets.pieces import locate_packed_pieces, locate_pieces
 
     rng = np.random.default_rng(0)
     batches = rng.integers(0, len(dataset), size=(BATCHES, BATCH))
@@ -252,9 +252,9 @@ def _read_rates(dataset) -> dict:
     def lookups(batch) -> None:
         rows = dataset.shuffle_index[batch]
         if dataset._packed is not None:
-            reading.locate_packed_pieces(dataset._packed, lengths, rows)
+            locate_packed_pieces(dataset._packed, lengths, rows)
         else:
-            reading.locate_pieces(dataset.sample_index, dataset.document_index, lengths, rows,
+            locate_pieces(dataset.sample_index, dataset.document_index, lengths, rows,
                                   extra)
 
     def timed(work, count: int) -> tuple[float, tuple[int, ...]]:
