@@ -15,6 +15,16 @@ import numpy as np
 from megadata_core.errors import DataError
 
 
+def position_in(index: int, size: int, where: str) -> int:
+    """``index`` in ``[0, size)``, a negative one counted from the end (as for
+    sequences); an IndexError saying ``where`` otherwise."""
+    if index < 0:
+        index += size
+    if not 0 <= index < size:
+        raise IndexError(f"{where} out of range [0, {size})")
+    return index
+
+
 def check_int(field: str, value: object, minimum: int | None = None) -> int:
     """``value`` as a Python int (bools and floats refused), at least ``minimum``."""
     if isinstance(value, (bool, np.bool_, float, np.floating)):

@@ -103,32 +103,28 @@ class DescribedCorpus(IndexedDataset):
         elif record.idx_sha256 is not None and self.idx_sha256() != record.idx_sha256:
             problem = f"{self.idx_path}: contents differ from the recorded sha256"
         if problem is not None:
-            for name in _ARRAYS:
-                self.__dict__.pop(name, None)
-            self._loaded = False
-            if self._open_files is not None:
-                self._open_files.closed(self)
-            raise DataError(
-                f"{problem} in {self._where}: the corpus changed since the blend was built; "
-                "build the datasets again"
-            )
+            self._refuse(f"{problem} in {self._where}")
         if record.idx_sha256 is not None:
             return  # the exact bytes a build validated (``validated`` stays False)
         info = os.stat(self.idx_path) if os.path.exists(self.idx_path) else None
         if info is None or which_file(info) != tuple(record.idx_identity):
-            for name in _ARRAYS:
-                self.__dict__.pop(name, None)
-            self._loaded = False
-            if self._open_files is not None:
-                self._open_files.closed(self)
-            raise DataError(
-                f"{self.idx_path}: not the .idx recorded in {self._where}: the corpus "
-                "changed since the blend was built; build the datasets again"
-            )
+            self._refuse(f"{self.idx_path}: not the .idx recorded in {self._where}")
         if self._validator is None:
             self.validate()
         else:
             self._validator(self)
+
+    def _refuse(self, problem: str) -> None:
+        """Drop what was loaded and raise: the corpus is not the one recorded."""
+        for name in _ARRAYS:
+            self.__dict__.pop(name, None)
+        self._loaded = False
+        if self._open_files is not None:
+            self._open_files.closed(self)
+        raise DataError(
+            f"{problem}: the corpus changed since the blend was built; build the datasets "
+            "again"
+        )
 
     def __len__(self) -> int:
         return self._record.sequences

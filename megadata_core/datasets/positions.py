@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from megadata_core.checks import position_in
+
 
 def sample_positions(indices: object, size: int, split: str) -> np.ndarray:
     """``indices`` (ints, a list or an int array) as int64 [B] positions in ``[0, size)``.
@@ -32,9 +34,4 @@ def sample_position(index: object, size: int, split: str) -> int:
     :func:`sample_positions` (negative counts from the end), in scalar steps."""
     if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
         raise TypeError(f"sample index must be an int, got {type(index).__name__}")
-    position = int(index)
-    if position < 0:
-        position += size
-    if not 0 <= position < size:
-        raise IndexError(f"sample index out of range [0, {size}) ({split})")
-    return position
+    return position_in(int(index), size, f"sample index ({split})")

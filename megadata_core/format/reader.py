@@ -9,6 +9,7 @@ import threading
 
 import numpy as np
 
+from megadata_core.checks import position_in
 from megadata_core.errors import DataError
 from megadata_core.files.identity import contents_stamp, identity, which_file
 from megadata_core.format import idx_layout
@@ -419,12 +420,7 @@ class IndexedDataset:
         return np.frombuffer(self._pread_source().read(byte_offset, nbytes), dtype=self.dtype)
 
     def _check_index(self, index: int) -> int:
-        count = len(self)
-        if index < 0:
-            index += count
-        if not 0 <= index < count:
-            raise IndexError(f"{self.path_prefix}: sequence {index} out of range [0, {count})")
-        return index
+        return position_in(index, len(self), f"{self.path_prefix}: sequence {index}")
 
     def __len__(self) -> int:
         lengths = self.__dict__.get("sequence_lengths")
