@@ -185,3 +185,19 @@ def test_bench_scale_smoke(tmp_path):
         assert row in out, f"missing row {row!r}:\n{out}"
     assert ": NO" not in out
     assert os.listdir(tmp_path) == [], "the scratch directory was not cleaned up"
+
+
+def test_bench_walk_counts_the_build(tmp_path):
+    """The walk suite follows a real cold build: the config's path enters the builder's
+    module and gpt_dataset.py, and every frame walks many more stops than the config's."""
+    out = _run_suite("walk", tmp_path)
+    counts = {}
+    for line in out.splitlines():
+        if line.startswith("walk, ") and "(count)" in line:
+            name, rest = line.split(" (count)")
+            counts[name] = float(rest.split()[0])
+    calls = "walk, config's path, calls"
+    assert counts[f"{calls}: builder.py entries"] >= 1
+    assert counts[f"{calls}: gpt_dataset entries"] >= 1
+    assert counts["walk, every frame, calls and returns: stops"] > counts[f"{calls}: stops"]
+    assert "config's path, calls, first stops: build/builder.py > build/plan.py" in out

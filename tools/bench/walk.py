@@ -3,10 +3,11 @@
 One cold, cached, 3-split build of a 3-prefix weighted blend (``build_datasets`` into an
 empty ``path_to_cache``) runs under ``sys.setprofile``. Every call and return event whose
 frame is code of ``megadata_core`` gives the module it runs in; consecutive events in
-the same module are one *stop*. Two walks: *every frame*, and *config's path*: only the
-frames that hold the config (a local, or the ``.config`` of one), the path a reader
-takes following ``config`` through ``build_datasets``. Counted: the stops, the stops at
-the builder modules and at ``gpt_dataset.py`` (how often the walk enters them), and the
+the same module are one *stop*. Three walks: *config's path* (only the frames that hold
+the config, a local or the ``.config`` of one: the path a reader takes following
+``config`` through ``build_datasets``) by calls alone, and by calls and returns; and
+*every frame*, calls and returns. Counted: the stops, the stops at the builder's module,
+at its room and at ``gpt_dataset.py`` (how often the walk enters them), and the
 *returns*: stops at a module the walk had already left. A reader following ``config``
 through the build makes about these steps; fewer returns is a straighter path. No peer:
 the numbers are structural, compared between commits (check out, run again).
@@ -23,8 +24,10 @@ import numpy as np
 
 from bench.harness import Bench
 
-#: Modules that make up "the builder" (before and after it got a room of its own).
-BUILDER = ("datasets/builder.py", "build/")
+#: The builder's module (before and after it got a room of its own), and its room.
+BUILDER = ("datasets/builder.py", "build/builder.py")
+BUILD_ROOM = ("datasets/builder.py", "datasets/build_plan.py", "datasets/bundle_members.py",
+              "build/")
 GPT_DATASET = "datasets/gpt_dataset.py"
 WINDOW = 78  # the first stops a reader walks through, as the issue counted them
 
@@ -52,16 +55,19 @@ def _holds(frame, kind: type) -> bool:
     )
 
 
-def walk_stops(run, following: type | None = None) -> list[str]:
+def walk_stops(
+    run, following: type | None = None, events: tuple[str, ...] = ("call", "return")
+) -> list[str]:
     """The modules (paths relative to megadata_core/) of the stops of ``run()``; with
-    ``following``, only frames that hold an instance of it (see :func:`_holds`)."""
+    ``following``, only frames that hold an instance of it (see :func:`_holds`); only
+    ``events`` (calls alone: a return to the caller is no step of its own)."""
     import megadata_core
 
     root = os.path.dirname(os.path.abspath(megadata_core.__file__)) + os.sep
     stops: list[str] = []
 
     def profile(frame, event, arg) -> None:
-        if event not in ("call", "return"):
+        if event not in events:
             return
         filename = frame.f_code.co_filename
         if not filename.startswith(root):
@@ -93,7 +99,8 @@ def walk_counts(stops: list[str]) -> dict[str, int]:
     return {
         "stops": len(stops),
         "modules": len(seen),
-        "builder entries": sum(module.startswith(BUILDER) for module in stops),
+        "builder.py entries": sum(module in BUILDER for module in stops),
+        "build room entries": sum(module.startswith(BUILD_ROOM) for module in stops),
         "gpt_dataset entries": sum(module == GPT_DATASET for module in stops),
         "returns": returns,
         f"returns in the first {WINDOW} stops": window_returns,
@@ -112,10 +119,14 @@ def suite_walk(bench: Bench) -> None:
         )
         mdc.build_datasets(config, [1, 1, 1])  # imports and first-call set-up, elsewhere
         walks = {}
-        for name, following in (("every frame", None), ("config's path", mdc.GPTDataConfig)):
+        for name, following, events in (
+            ("config's path, calls", mdc.GPTDataConfig, ("call",)),
+            ("config's path, calls and returns", mdc.GPTDataConfig, ("call", "return")),
+            ("every frame, calls and returns", None, ("call", "return")),
+        ):
             cold = dataclasses.replace(config, path_to_cache=f"{cache}-{len(walks)}")
             walks[name] = walk_stops(lambda c=cold: mdc.build_datasets(c, [1000, 100, 10]),
-                                     following)
+                                     following, events)
     for walk, stops in walks.items():
         for name, value in walk_counts(stops).items():
             bench.row(f"walk, {walk}: {name}", "count", "lower", float(value),
