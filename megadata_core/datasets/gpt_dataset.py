@@ -364,7 +364,7 @@ class GPTDataset(GPTSiblings, MappedIndices):
             )
         except DataError as error:
             raise origins.with_origin(error, self._arrays, self._entry) from None
-        text = self._buffers.empty((width,), self.token_dtype)
+        text = np.empty(width, self.token_dtype)  # one sample: no pool (it costs more)
         count = len(tokens)
         if count > width:
             raise DataError(f"sample_index: a sample spans {count} > {width}")

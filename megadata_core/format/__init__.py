@@ -1,8 +1,8 @@
 """Floor 1: the .bin/.idx pair and the byte sources it is read from.
 
 Reader, writer and merge, the ``.idx`` layout, token dtypes, byte sources (local mmap or
-pread; a URL-scheme registry the adapters fill). May import floor 0 (errors, checks,
-temp_files) only.
+pread; a URL-scheme registry the adapters fill). May import the ground (errors, checks,
+files, handover) only.
 """
 
 from megadata_core.format.dtypes import optimal_dtype

@@ -4,9 +4,10 @@ Memory stays bounded however large the corpus: per-sequence lengths, modes and
 document boundaries are buffered in small arrays and spilled to temporary files
 next to the output; ``finalize`` streams them into the .idx, computing the byte
 pointers chunk by chunk in int64. Both files are written under temporary names
-(``temp_files``: they name their writer's pid and host) and ``os.replace``d into
-place at the end, so a crash never leaves a half corpus under the final name; a new
-writer of the same prefix removes the temporaries that dead writers left behind.
+(:mod:`megadata_core.files.temporary`: they name their writer's pid and host) and
+``os.replace``d into place at the end, so a crash never leaves a half corpus under the
+final name; a new writer of the same prefix removes the temporaries that dead writers
+left behind.
 Files get the usual ``0o666 & ~umask`` mode.
 """
 

@@ -1,7 +1,10 @@
 """Floor 2: pure functions over numpy arrays that order documents and samples.
 
-May import floor 0 (errors, checks, temp_files) and nothing from format, datasets or
-above: the indices see arrays, never files (except the on-disk cache, :mod:`.cache`).
+May import ``errors`` and ``checks``, nothing else from the core: the indices see
+arrays, never files (no ``open``, memory map, lock or rename: tests/test_layering.py
+checks it). Where a large result lives is the caller's choice, through the allocation
+protocol of :mod:`.allocate` (the cache passes one that spills to files,
+:mod:`megadata_core.cache.spill`).
 
 Megatron-exact (megatron-core 0.16.1, bit-identical values): :func:`tokens_per_epoch`,
 :func:`num_epochs`, :func:`separate_final_epoch`, :func:`document_index`,

@@ -1,6 +1,6 @@
 """Floor 2, beside indices: JSON-lines text to ``.bin/.idx`` corpora (Megatron's
-``tools/preprocess_data.py``). May import format and floor 0 (errors, checks,
-temp_files); never indices, datasets, samplers or a framework.
+``tools/preprocess_data.py``). May import format and the ground (errors, checks,
+files); never indices, cache, datasets, build, samplers or a framework.
 
 Modules, in the order the data flows: ``reading`` (opening inputs, cutting them into
 chunks of lines), ``records`` (one JSON line to its texts), ``encoding`` (a chunk to
