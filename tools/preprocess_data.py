@@ -95,7 +95,8 @@ flags.DEFINE_bool(
     "wheel, offline)."
 )
 flags.DEFINE_bool("keep_newlines", False,
-                  "With --split_sentences: each sentence keeps the newlines after it.")
+                  "With --split_sentences: each sentence keeps the newlines after it "
+                  "(without it: accepted and ignored, as Megatron does).")
 flags.DEFINE_string("lang", "english", "Language of the sentence splitter (NLTK name).")
 flags.DEFINE_enum("sentence_splitter", "auto", list(ENGINES), "auto, nltk (punkt) or sentencex.")
 flags.DEFINE_integer("workers", 1, "Tokenizer processes.", lower_bound=1)
@@ -387,8 +388,9 @@ def tokenizer_factory():
 def splitter_factory():
     """A picklable splitter factory for --split_sentences, or None."""
     if not FLAGS.split_sentences:
-        if FLAGS.keep_newlines:
-            raise DataError("--keep_newlines: only applies with --split_sentences")
+        if FLAGS.keep_newlines:  # Megatron accepts it and ignores it
+            print("note: --keep_newlines has no effect without --split_sentences",
+                  file=sys.stderr)
         return None
     factory = functools.partial(
         load_splitter, FLAGS.lang, FLAGS.keep_newlines, FLAGS.sentence_splitter
@@ -432,8 +434,10 @@ def output_command() -> dict:
            for name in ("tokenizer_file", "vocab_file", "merge_file", "tokenizer_model")},
         **{name: FLAGS[name].value
            for name in ("vocab_size", "tiktoken_pattern", "tiktoken_num_special_tokens",
-                        "legacy_tokenizer", "eod_token", "split_sentences", "keep_newlines",
-                        "lang", "sentence_splitter")},
+                        "legacy_tokenizer", "eod_token", "split_sentences", "lang",
+                        "sentence_splitter")},
+        # changes nothing without sentence splitting (Megatron ignores it then)
+        "keep_newlines": FLAGS.keep_newlines and FLAGS.split_sentences,
     }
 
 

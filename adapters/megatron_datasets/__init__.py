@@ -80,14 +80,33 @@ def install() -> types.ModuleType:
     return package
 
 
+class MegatronImportError(ImportError):
+    """megatron-core is installed but ``megatron.core`` cannot be imported."""
+
+
 def _parent() -> types.ModuleType:
     """``megatron.core``, imported (it may import datasets modules: ours are in place),
     or, without megatron-core installed, an empty package so ``import
-    megatron.core.datasets`` resolves."""
+    megatron.core.datasets`` resolves.
+
+    Raises:
+        MegatronImportError: megatron-core is installed but its import fails (a missing
+            dependency such as triton on a CPU machine): that error, named, never an
+            empty ``megatron.core`` that would fail later without saying why.
+    """
+    try:
+        installed_spec = importlib.util.find_spec("megatron.core")
+    except (ImportError, ValueError):
+        installed_spec = None
     try:
         return importlib.import_module("megatron.core")
-    except ImportError:
-        pass
+    except ImportError as error:
+        if installed_spec is not None:
+            where = ", ".join(installed_spec.submodule_search_locations or []) or "?"
+            raise MegatronImportError(
+                f"megatron.core (installed at {where}) cannot be imported: "
+                f"{type(error).__name__}: {error}"
+            ) from error
     megatron = sys.modules.get("megatron")
     if megatron is None:
         megatron = sys.modules["megatron"] = types.ModuleType("megatron")

@@ -8,7 +8,7 @@ import os
 import runpy
 import sys
 
-from adapters.megatron_datasets import install
+from adapters.megatron_datasets import MegatronImportError, install
 
 USAGE = "usage: python -m adapters.megatron_datasets (SCRIPT | -m MODULE) [ARGS...]"
 
@@ -17,7 +17,11 @@ def main(argv: list[str]) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, file=sys.stderr if not argv else sys.stdout)
         raise SystemExit(0 if argv else 2)
-    install()
+    try:
+        install()
+    except MegatronImportError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
     if argv[0] == "-m":
         if len(argv) < 2:
             print(USAGE, file=sys.stderr)

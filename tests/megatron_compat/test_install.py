@@ -61,3 +61,26 @@ def test_without_install_megatron_core_is_untouched(tmp_path):
     lines = _run(["probe.py"], tmp_path)
     assert lines[0] == "megatron.core.datasets.gpt_dataset megatron.core.datasets.gpt_dataset"
     assert lines[-1] == "False []"
+
+
+def test_an_unimportable_megatron_core_is_reported_as_it_is(tmp_path):
+    """megatron-core installed but failing at import (a CPU box without triton): the
+    launcher says so in one line with the original error, instead of serving an empty
+    ``megatron.core`` that fails later naming nothing."""
+    site = tmp_path / "site"
+    (site / "megatron" / "core").mkdir(parents=True)
+    (site / "megatron" / "__init__.py").write_text("")
+    (site / "megatron" / "core" / "__init__.py").write_text("import triton_is_not_here\n")
+    (tmp_path / "probe.py").write_text("from megatron.core import mpu\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), ROOT]))
+    done = subprocess.run(
+        [sys.executable, "-m", "adapters.megatron_datasets", "probe.py"], cwd=tmp_path,
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: megatron.core (installed at ")
+    assert "cannot be imported: ModuleNotFoundError: No module named 'triton_is_not_here'" in (
+        lines[0]
+    )

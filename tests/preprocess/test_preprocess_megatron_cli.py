@@ -100,7 +100,6 @@ def test_split_sentences_offline_in_one_run(tmp_path, corpus):
         (["--vocab-file", "{vocab}"], "--vocab_file: not used by --tokenizer_type bytes"),
         (["--split-sentences", "--sentence-splitter", "nltk"],
          "--split-sentences: NLTK punkt unavailable for --lang english"),
-        (["--keep-newlines"], "--keep_newlines: only applies with --split_sentences"),
     ],
 )
 def test_bad_input_names_the_flag_and_file_and_leaves_nothing(tmp_path, gpt2, corpus, args,
@@ -112,6 +111,21 @@ def test_bad_input_names_the_flag_and_file_and_leaves_nothing(tmp_path, gpt2, co
     assert result.returncode != 0
     assert re.search(message, result.stderr), result.stderr[-1500:]
     assert os.listdir(out) == []
+
+
+def test_keep_newlines_without_split_sentences_is_ignored_as_megatron_does(tmp_path, gpt2,
+                                                                         corpus):
+    written = {}
+    for flags in ([], ["--keep-newlines"]):
+        out = tmp_path / f"out{len(flags)}"
+        out.mkdir()
+        result = run("--input", corpus, "--output-prefix", out / "c", "--tokenizer-type",
+                     "GPT2BPETokenizer", "--vocab-file", gpt2[0], "--merge-file", gpt2[1],
+                     "--append-eod", "--noprogress", *flags)
+        assert result.returncode == 0, result.stderr[-1500:]
+        assert ("--keep_newlines has no effect" in result.stderr) == bool(flags)
+        written[len(flags)] = {name: (out / name).read_bytes() for name in os.listdir(out)}
+    assert written[0] == written[1]  # the same bytes
 
 
 def test_split_sentences_without_any_splitter(tmp_path, corpus):
