@@ -11,14 +11,23 @@ serves and zeroes pad positions of later samples in that cached tensor, so its v
 depend on the order samples are read. Here every sample's values depend on the sample
 alone (megatron-core's values when each sample is read first).
 
-``inter_document_masking`` (Megatron-LM main's option; megatron-core 0.16.1 has none) is
-megadata's ``document_masking`` of Megatron's concat samples: a sample is Megatron-LM
-main's dict, ``tokens``, ``labels``, ``loss_mask``, ``position_ids`` (restarting at 0 per
-document), ``cu_seqlens`` int32 [S + 1] (padded with S) and ``max_seqlen`` (int32
-scalar), with no attention mask. One more difference, on purpose: the loss mask also
-zeroes a label that crosses into the next document. megadata's ``best_fit`` packing is
-not exposed here (Megatron-LM main has no such option for pretraining): use
-``megadata_core.GPTDataConfig(packing="best_fit")``.
+``inter_document_masking`` (megatron-core 0.19's option; served with 0.16.1 too) is
+megadata's ``document_masking`` of Megatron's concat samples: a sample is 0.19's dict,
+``tokens``, ``labels``, ``loss_mask``, ``position_ids`` (restarting at 0 per document),
+``cu_seqlens`` int32 [S + 1] (padded with S) and ``max_seqlen`` (int32 scalar), with no
+attention mask; ``reset_position_ids`` and ``reset_attention_mask`` are accepted beside
+it and change nothing, as in 0.19. The loss mask is Megatron's (a label that crosses into
+the next document is trained on); ``mask_cross_document_labels=True`` (not a Megatron
+field) zeroes it. megadata's ``best_fit`` packing is not exposed here (Megatron has no
+such option for pretraining): use ``megadata_core.GPTDataConfig(packing="best_fit")``.
+
+``__getitem__`` goes through ``_query_document_sample_shuffle_indices``, as Megatron's
+does: a subclass that overrides it (Megatron's ``GPTFIMDataset``) gets its text turned
+into the sample by Megatron's rules; the class's own hook is the core's one-sample read,
+and then the sample is made by the core directly (the same values, faster). The hook
+returns ``(text, document_ids, document_lengths)`` with megatron-core 0.19 installed (or
+none), ``(text, document_ids)`` with 0.16.1 - 0.18. A tokenizer without a pad token
+(``tokenizer.pad`` None, 0.19's GPT2BPETokenizer) pads with -1 internally.
 
 The index cache is megadata's (``path_to_cache``, content-addressed, written atomically);
 with ``path_to_cache=None`` the indices are built in memory (megatron-core writes them
@@ -36,6 +45,7 @@ import torch
 
 import megadata_core as mdc
 from adapters.megatron_datasets._errors import require
+from adapters.megatron_datasets._version import query_returns_lengths
 from adapters.megatron_datasets.blended_megatron_dataset_config import (
     BlendedMegatronDatasetConfig,
 )
@@ -71,7 +81,8 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
     sequences_per_dataset: dict[str, tuple[int, int]] | None = None
     token_dtype_code: int | None = field(init=False, default=None)
     context_parallel_size: int | None = None
-    inter_document_masking: bool = False  # Megatron-LM main's name (see the module doc)
+    inter_document_masking: bool = False  # megatron-core 0.19's name (see the module doc)
+    mask_cross_document_labels: bool = False  # megadata's opt-in (see the module doc)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -102,6 +113,7 @@ def core_config(config: BlendedMegatronDatasetConfig, **changes) -> mdc.GPTDataC
         config.blend_per_split if config.blend_per_split and any(config.blend_per_split) else None
     )
     masking = bool(getattr(config, "inter_document_masking", False))
+    pad = pad_token_id(config)
     fields = dict(
         random_seed=config.random_seed,
         sequence_length=config.sequence_length,
@@ -111,13 +123,19 @@ def core_config(config: BlendedMegatronDatasetConfig, **changes) -> mdc.GPTDataC
         path_to_cache=config.path_to_cache,
         mmap_bin_files=bool(config.mmap_bin_files),
         mid_level_dataset_surplus=config.mid_level_dataset_surplus,
-        reset_position_ids=bool(getattr(config, "reset_position_ids", False)),
-        reset_attention_mask=bool(getattr(config, "reset_attention_mask", False)),
+        # under inter_document_masking 0.19 overwrites the position ids per document and
+        # drops the attention mask: the reset flags change nothing there
+        reset_position_ids=bool(getattr(config, "reset_position_ids", False)) and not masking,
+        reset_attention_mask=(
+            bool(getattr(config, "reset_attention_mask", False)) and not masking
+        ),
         eod_mask_loss=bool(getattr(config, "eod_mask_loss", False)),
         # Megatron-LM main returns no attention mask with inter_document_masking
         create_attention_mask=bool(getattr(config, "create_attention_mask", True))
         and not masking,
         document_masking=masking,
+        mask_cross_document_labels=masking
+        and bool(getattr(config, "mask_cross_document_labels", False)),
         drop_last_partial_validation_sequence=bool(
             getattr(config, "drop_last_partial_validation_sequence", True)
         ),
@@ -125,7 +143,7 @@ def core_config(config: BlendedMegatronDatasetConfig, **changes) -> mdc.GPTDataC
         multiple_validation_sets=bool(config.multiple_validation_sets),
         full_validation=bool(config.full_validation),
         eod_id=_eod(config),
-        pad_id=pad_token_id(config),
+        pad_id=-1 if pad is None else pad,  # a tokenizer without a pad token
         shuffle="megatron",
         blend_order="megatron",
     )
@@ -252,6 +270,8 @@ class GPTDataset(MegatronDataset):
         """Sample ``idx`` (None: the padding sample) as Megatron's dict of tensors."""
         if torch.is_tensor(idx):
             idx = int(idx)
+        if type(self)._query_document_sample_shuffle_indices is not _OWN_QUERY:
+            return self._from_query(idx)  # a subclass's text (Megatron's FIM dataset)
         if idx is not None and self._plain_samples():
             text = self.core.sample_text(idx)  # the core's one-sample read
             if not text.padded:
@@ -264,7 +284,20 @@ class GPTDataset(MegatronDataset):
                     "position_ids": positions,  # shared, as megatron-core's cached one
                 }
         sample = self.core[idx]
-        if self.core.config.document_masking:  # Megatron-LM main's keys
+        if self.core.config.document_masking:  # megatron-core 0.19's keys
+            sample.pop("segment_ids")
+        return _tensors(sample)
+
+    def _from_query(self, idx: int | None) -> dict[str, torch.Tensor]:
+        """Megatron's ``__getitem__`` over the text a subclass's hook returns: masks,
+        position ids (and document masks from its lengths) by Megatron's rules."""
+        answer = self._query_document_sample_shuffle_indices(0 if idx is None else idx)
+        text, lengths = answer[0], (list(answer[2]) if len(answer) > 2 else None)
+        sample = {key: value[0] for key, value in
+                  self.core.samples_from_text(numpy.asarray(text), lengths).items()}
+        if idx is None:  # Megatron's batch-padding sample
+            sample["loss_mask"] = numpy.zeros_like(sample["loss_mask"])
+        if self.core.config.document_masking:
             sample.pop("segment_ids")
         return _tensors(sample)
 
@@ -298,16 +331,21 @@ class GPTDataset(MegatronDataset):
             self.__dict__["_constant_tensors"] = cached
         return cached
 
-    def _query_document_sample_shuffle_indices(
-        self, idx: int
-    ) -> tuple[numpy.ndarray, numpy.ndarray]:
-        """The raw text (int64 [S + extra], pads = the pad id) and the document ids of
-        sample ``idx``, as megatron-core returns them (for subclasses that reuse it): the
-        core's one-sample read (:meth:`megadata_core.GPTDataset.sample_text`)."""
+    def _query_document_sample_shuffle_indices(self, idx: int) -> tuple:
+        """The raw text (int64 [S + extra], pads = the pad id), the document ids and
+        (megatron-core 0.19) the tokens of each document piece before padding, of sample
+        ``idx``, as megatron-core returns them: the core's one-sample read
+        (:meth:`megadata_core.GPTDataset.sample_text`)."""
         text = self.core.sample_text(int(idx))
         tokens = text.tokens.astype(numpy.int64)
-        tokens[int(text.lengths.sum()) :] = self._pad_token_id
+        pad = self._pad_token_id if self._pad_token_id is not None else self.core.pad_id
+        tokens[int(text.lengths.sum()) :] = pad
+        if query_returns_lengths():
+            return tokens, text.documents, text.lengths.tolist()
         return tokens, text.documents
+
+
+_OWN_QUERY = GPTDataset._query_document_sample_shuffle_indices
 
 
 class MockGPTLowLevelDataset(core_mock.MockGPTLowLevelDataset):

@@ -40,6 +40,7 @@ _BOOL_FIELDS = (
     "multiple_validation_sets",
     "full_validation",
     "document_masking",
+    "mask_cross_document_labels",
 )
 
 
@@ -118,11 +119,15 @@ class GPTDataConfig:
             samples by best fit decreasing, padded at the end; a document is cut only
             when longer than a sample; :mod:`megadata_core.indices.packed_samples`).
         document_masking: samples also carry ``segment_ids``, ``cu_seqlens`` and
-            ``max_seqlen``, position ids restart per document and the label that
-            crosses a document boundary is not trained on
-            (:mod:`megadata_core.datasets.document_masks`). Not with
+            ``max_seqlen``, and position ids restart per document
+            (:mod:`megadata_core.datasets.document_masks`; megatron-core 0.19's
+            ``inter_document_masking``, value for value). Not with
             ``reset_position_ids`` / ``reset_attention_mask``, which find documents by
             EOD tokens instead.
+        mask_cross_document_labels: with ``document_masking``, also no loss on the label
+            that crosses into the next document piece (a document's last position,
+            whose label is the next document's first token). Off by default, as in
+            Megatron, whose loss mask trains on it.
     """
 
     random_seed: int
@@ -147,6 +152,7 @@ class GPTDataConfig:
     blend_order: str = "balanced"
     packing: str = "concat"
     document_masking: bool = False
+    mask_cross_document_labels: bool = False
     max_open_files: int = DEFAULT_MAX_OPEN_FILES
 
     def __post_init__(self) -> None:
@@ -187,6 +193,11 @@ class GPTDataConfig:
             raise DataError(f"blend_order: {self.blend_order!r} is not one of {BLEND_ORDERS}")
         if self.packing not in PACKING_MODES:
             raise DataError(f"packing: {self.packing!r} is not one of {PACKING_MODES}")
+        if self.mask_cross_document_labels and not self.document_masking:
+            raise DataError(
+                "mask_cross_document_labels: True needs document_masking=True (the "
+                "document boundaries of a sample come with its document masks)"
+            )
         if self.document_masking:
             for name in ("reset_position_ids", "reset_attention_mask"):
                 if getattr(self, name):

@@ -23,10 +23,9 @@ Given the pieces of every sample (text coordinates: S + extra tokens per sample)
   padding (positions past the sample's real tokens).
 * ``position_ids`` [B, S]: restart at 0 at every segment start.
 * ``boundary``: flat indices into [B, S] of the labels that cross into another document
-  piece (the last position of a piece whose next token starts the next piece); the
-  dataset sets their loss mask to 0. megatron-core 0.16.1's loss mask does not do this
-  (nor does Megatron-LM main); with ``document_masking`` ours is 0.16.1's with these
-  labels also zeroed, because training on them would predict one document from another.
+  piece (the last position of a piece whose next token starts the next piece); with
+  ``mask_cross_document_labels`` the dataset sets their loss mask to 0. Megatron's loss
+  mask (0.19's ``inter_document_masking``) trains on them, and so does ours by default.
 """
 
 from __future__ import annotations

@@ -384,8 +384,52 @@ class GPTDataset(GPTSiblings, MappedIndices):
         cached position-ids tensor every time). Copy an array to modify it; ``ds[i]``
         returns writable copies.
         """
-        config, pad, eod, dtype = self.config, self.pad_id, self.eod_id, self.token_dtype
         text, padded, pieces = self._text(self._positions(indices))
+        return self._samples(text, padded, pieces, self._packed is not None)
+
+    def samples_from_text(
+        self, text: np.ndarray, lengths: list | None = None
+    ) -> dict[str, np.ndarray]:
+        """Samples (the keys of :meth:`__getitems__`) from given text instead of this
+        dataset's own: what Megatron's ``__getitem__`` does with the text a subclass's
+        ``_query_document_sample_shuffle_indices`` returns (Megatron's FIM dataset).
+
+        Args:
+            text: int [S + extra] or [B, S + extra] token ids; ``pad_id`` marks padding.
+            lengths: the tokens of each document piece of each sample, in text
+                coordinates (Megatron 0.19's ``document_lengths``: a list, or one list per
+                sample); needed with ``document_masking``, read as concat pieces.
+        """
+        width = self.config.sequence_length + self._extra
+        text = np.array(text, dtype=self.token_dtype, ndmin=2)  # a writable copy
+        if text.ndim != 2 or text.shape[1] != width:
+            raise DataError(f"text: shape {text.shape}, expected [B, {width}] (S + extra)")
+        pieces = None
+        if self.config.document_masking:
+            if lengths is None:
+                raise DataError(
+                    "lengths: document_masking needs each sample's document lengths "
+                    "(megatron-core 0.19's third value of _query_document_sample_shuffle_"
+                    "indices)"
+                )
+            per_sample = [lengths] if len(text) == 1 and np.ndim(lengths[0]) == 0 else lengths
+            if len(per_sample) != len(text):
+                raise DataError(f"lengths: {len(per_sample)} samples for {len(text)} texts")
+            counts = [len(parts) for parts in per_sample]
+            if min(counts, default=1) < 1:
+                raise DataError("lengths: a sample without any document piece")
+            length = np.concatenate([np.asarray(parts, np.int64) for parts in per_sample])
+            first = np.concatenate([[0], np.cumsum(counts[:-1])]).astype(np.int64)
+            pieces = Pieces(np.zeros(len(length), np.int64), length, first,
+                            np.zeros(len(text), np.int64))
+        return self._samples(text, True, pieces, False)
+
+    def _samples(
+        self, text: np.ndarray, padded: bool, pieces: Pieces | None, packed: bool
+    ) -> dict[str, np.ndarray]:
+        """The sample keys of a batch's ``text`` [B, S + extra] (token_dtype, pads =
+        pad_id; turned to 0 in place), whether it may hold pads, and its pieces."""
+        config, pad, eod, dtype = self.config, self.pad_id, self.eod_id, self.token_dtype
         batch, length = len(text), config.sequence_length
         empty = self._buffers.empty
         if self._extra:
@@ -399,10 +443,8 @@ class GPTDataset(GPTSiblings, MappedIndices):
         may_hold_pad = padded or self._pad_maybe_in_corpus or not self._extra
         documents = None
         if config.document_masking:
-            documents = document_masks(
-                pieces, length, self._extra, self._packed is not None, dtype
-            )
-        if may_hold_pad or config.eod_mask_loss or documents is not None:
+            documents = document_masks(pieces, length, self._extra, packed, dtype)
+        if may_hold_pad or config.eod_mask_loss or config.mask_cross_document_labels:
             loss_mask = masks.loss_mask(
                 tokens,
                 labels if may_hold_pad else None,
@@ -414,7 +456,8 @@ class GPTDataset(GPTSiblings, MappedIndices):
         else:  # all ones whatever the tokens: one shared read-only array per batch size
             loss_mask = self._constant("loss_mask", batch)
         if documents is not None:
-            loss_mask.reshape(-1)[documents["boundary"]] = 0.0
+            if config.mask_cross_document_labels:
+                loss_mask.reshape(-1)[documents["boundary"]] = 0.0
             position_ids = documents["position_ids"]
         elif config.reset_position_ids:
             position_ids = masks.position_ids(

@@ -4,6 +4,7 @@ context parallelism, determinism across processes, bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import subprocess
@@ -63,6 +64,7 @@ def test_best_fit_properties(lengths, length, extra, epochs, seed, shuffle):
         config = mdc.GPTDataConfig(
             random_seed=seed, sequence_length=length, packing="best_fit",
             document_masking=True, add_extra_token_to_sequence=extra, shuffle=shuffle,
+            mask_cross_document_labels=True,
         )
         one = mdc.GPTDataset(indexed, np.arange(len(lengths)), None, config)
         bins = len(one)
@@ -199,9 +201,13 @@ def test_concat_matches_megatron_main_definition(lengths, length, extra, drop, s
             assert batch["cu_seqlens"][b].tolist() == cu
             assert int(batch["max_seqlen"][b]) == widest
             assert batch["position_ids"][b].tolist() == position
-        # tokens/labels as concat; loss mask = 0.16.1's with boundary labels also zeroed
-        assert np.array_equal(batch["tokens"], reference["tokens"])
-        assert np.array_equal(batch["labels"], reference["labels"])
+        # tokens, labels and the loss mask as concat (Megatron 0.19 trains across a
+        # boundary); with mask_cross_document_labels, boundary labels are also zeroed
+        for key in ("tokens", "labels", "loss_mask"):
+            assert np.array_equal(batch[key], reference[key]), key
+        masking = dataclasses.replace(config, mask_cross_document_labels=True)
+        masked = mdc.GPTDataset(indexed, np.arange(len(lengths)), None, masking, "valid")
+        batch = masked.__getitems__(positions)
         zeroed = (reference["loss_mask"] > 0) & (batch["loss_mask"] == 0)
         assert ((batch["loss_mask"] > 0) <= (reference["loss_mask"] > 0)).all()
         doc = owner(lengths)

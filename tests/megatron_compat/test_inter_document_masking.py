@@ -1,6 +1,8 @@
-"""``GPTDatasetConfig(inter_document_masking=True)`` of the drop-in: Megatron-LM main's
-sample keys and dtypes, tokens and labels as megatron-core's, document masks as megadata's
-document_masking (checked against Megatron-LM main's definition in the core's tests)."""
+"""``GPTDatasetConfig(inter_document_masking=True)`` of the drop-in: megatron-core 0.19's
+sample keys and dtypes, tokens, labels and loss mask as megatron-core's, document masks as
+megadata's document_masking (checked against 0.19's definition in the core's tests);
+``mask_cross_document_labels`` zeroes exactly the labels that cross a boundary, and the
+reset flags change nothing beside it, as in 0.19."""
 
 from __future__ import annotations
 
@@ -17,7 +19,12 @@ def test_keys_dtypes_and_values(corpora):
               split="90,10,0", create_attention_mask=True)
     them = build(theirs, "GPTDataset", [60, 8, 0], **kw)[0]
     us = build(ours, "GPTDataset", [60, 8, 0], inter_document_masking=True, **kw)[0]
+    masking = build(ours, "GPTDataset", [60, 8, 0], inter_document_masking=True,
+                    mask_cross_document_labels=True, **kw)[0]
+    resets = build(ours, "GPTDataset", [60, 8, 0], inter_document_masking=True,
+                   **{**kw, "reset_position_ids": True, "reset_attention_mask": True})[0]
     assert len(us) == len(them)
+    zeroed = 0
     for index in range(len(us)):
         sample, reference = us[index], fresh_sample(them, index)
         assert list(sample) == ["dataset_id", *MAIN_KEYS]  # a blend adds dataset_id
@@ -34,11 +41,16 @@ def test_keys_dtypes_and_values(corpora):
         cu = sample["cu_seqlens"].tolist()
         positions = np.concatenate([np.arange(b - a) for a, b in zip(cu[:-1], cu[1:])])
         assert sample["position_ids"].tolist() == positions.tolist()
-        # the loss mask is megatron-core's but for labels that cross a document boundary
-        dropped = (reference["loss_mask"] > 0) & (sample["loss_mask"] == 0)
-        assert (sample["loss_mask"] <= reference["loss_mask"]).all()
+        assert torch.equal(sample["loss_mask"], reference["loss_mask"])  # Megatron's
+        masked = masking[index]
+        dropped = (reference["loss_mask"] > 0) & (masked["loss_mask"] == 0)
+        assert (masked["loss_mask"] <= reference["loss_mask"]).all()
         ends = [end - 1 for end in cu[1:] if end > 0]  # 23: the extra token's document
         assert set(torch.nonzero(dropped).flatten().tolist()) <= set(ends)
+        zeroed += int(dropped.sum())
+        for key in MAIN_KEYS:
+            assert torch.equal(resets[index][key], sample[key]), key
+    assert zeroed > 0  # the opt-in did zero some
     assert list(us.datasets[0][0]) == MAIN_KEYS
     batch = torch.utils.data.default_collate([us[0], us[1]])
     assert batch["cu_seqlens"].shape == (2, 25) and batch["max_seqlen"].shape == (2,)
