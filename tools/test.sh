@@ -43,7 +43,16 @@ run_pytest() {
     return "$status"
 }
 
+# The Megatron drop-in is also tested against the newest megatron-core it serves (0.19.2;
+# it declares Python >= 3.12 but runs on 3.11): installed beside the venv, put ahead of
+# its megatron-core 0.16.1 on PYTHONPATH, with the CPU import shim of cpu_site/.
+MEGATRON_NEXT=${MEGADATA_MEGATRON_NEXT:-.megatron-core-0.19.2}
+[ -d "$MEGATRON_NEXT/megatron" ] || "${PIP[@]}" --target "$MEGATRON_NEXT" --no-deps \
+    --ignore-requires-python megatron-core==0.19.2
+
 status=0
 run_pytest --ignore=tests/adapters "$@" || status=1
 run_pytest tests/adapters "$@" || status=1
+PYTHONPATH="$MEGATRON_NEXT:tests/megatron_compat/cpu_site" run_pytest tests/megatron_compat \
+    "$@" || status=1
 exit "$status"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from compat_helpers import build, fresh_sample, ours, theirs
+from compat_helpers import assert_same_sample, build, fresh_sample, ours, theirs
 
 MAIN_KEYS = ["tokens", "labels", "loss_mask", "position_ids", "cu_seqlens", "max_seqlen"]
 
@@ -56,3 +56,28 @@ def test_keys_dtypes_and_values(corpora):
     assert batch["cu_seqlens"].shape == (2, 25) and batch["max_seqlen"].shape == (2,)
     plain = build(ours, "GPTDataset", [60, 8, 0], **kw)[0]
     assert "cu_seqlens" not in plain[0] and "attention_mask" in plain[0]
+
+
+def test_equals_megatron_core_0_19s_own(corpora, tmp_path):
+    """With a megatron-core that has inter_document_masking (0.19), every key of every
+    sample equals its own, the padded last validation samples included."""
+    import dataclasses
+
+    reference = theirs("gpt_dataset").GPTDatasetConfig
+    if "inter_document_masking" not in {f.name for f in dataclasses.fields(reference)}:
+        import pytest
+
+        pytest.skip("the installed megatron-core has no inter_document_masking (0.16.1)")
+    prefixes = corpora(2, seed=6)
+    for extra in (True, False):
+        # caches of their own: megatron-core's cache key misses add_extra_token_to_sequence
+        kw = dict(path_to_cache=str(tmp_path / f"cache-{extra}"), random_seed=9,
+                  sequence_length=20, blend=(prefixes, [0.3, 0.7]), split="80,20,0", create_attention_mask=False, inter_document_masking=True,
+                  drop_last_partial_validation_sequence=False,
+                  add_extra_token_to_sequence=extra, eod_mask_loss=True)
+        them = build(theirs, "GPTDataset", [40, 20, 0], **kw)
+        us = build(ours, "GPTDataset", [40, 20, 0], **kw)
+        for left, right in zip(them[:2], us[:2]):
+            assert len(left) == len(right)
+            for index in range(len(left)):
+                assert_same_sample(fresh_sample(left, index), right[index])
