@@ -72,7 +72,8 @@ def test_equals_megatron_core_0_19s_own(corpora, tmp_path):
     for extra in (True, False):
         # caches of their own: megatron-core's cache key misses add_extra_token_to_sequence
         kw = dict(path_to_cache=str(tmp_path / f"cache-{extra}"), random_seed=9,
-                  sequence_length=20, blend=(prefixes, [0.3, 0.7]), split="80,20,0", create_attention_mask=False, inter_document_masking=True,
+                  sequence_length=20, blend=(prefixes, [0.3, 0.7]), split="80,20,0",
+                  create_attention_mask=False, inter_document_masking=True,
                   drop_last_partial_validation_sequence=False,
                   add_extra_token_to_sequence=extra, eod_mask_loss=True)
         them = build(theirs, "GPTDataset", [40, 20, 0], **kw)
