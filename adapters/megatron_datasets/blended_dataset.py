@@ -18,12 +18,14 @@ import numpy
 import torch
 
 import megadata_core as mdc
+from adapters.megatron_datasets import megatron_cache
 from adapters.megatron_datasets._errors import require
 from adapters.megatron_datasets.utils import log_single_rank, normalize
 from megadata_core.cache.descriptions import megatron_blend_description
 from megadata_core.cache.entries import load_or_build
 from megadata_core.errors import OversampledError
 from megadata_core.indices.blending import (
+    blend_counts,
     megatron_blending_indices,
     megatron_exhaustive_blending_indices,
 )
@@ -85,22 +87,54 @@ class BlendedDataset(torch.utils.data.Dataset):
         self.size = size
         self.config = config
         self.core = None
-        if all(hasattr(d, "core") and isinstance(d.core, mdc.GPTDataset) for d in datasets):
-            from adapters.megatron_datasets.gpt_dataset import core_config
+        self._given = given
+        self.dataset_index = self.dataset_sample_index = None
+        from adapters.megatron_datasets.gpt_dataset import GPTDataset
 
-            try:
-                self.core = mdc.BlendedDataset(
-                    [d.core for d in datasets],
-                    given,  # megadata normalizes them as megatron-core does here
-                    size,
-                    core_config(config, blend=None, blend_per_split=None, split=None),
-                )
-            except OversampledError as error:
-                raise _OversampledError(str(error)) from error
-            self.dataset_index = self.core.dataset_index
-            self.dataset_sample_index = self.core.dataset_sample_index
+        if all(isinstance(d, GPTDataset) for d in datasets):
+            if not (getattr(config, "defer_npy_index_mmap", False) and config.path_to_cache):
+                self._load_core()  # else at the first sample, as megatron-core defers it
         else:
             self._build_generic()
+
+    def _load_core(self) -> None:
+        """The blend of the members' megadata datasets: its indices from Megatron's cache
+        files when they are there and verified (:mod:`.megatron_cache`), else built and
+        written there in Megatron's layout."""
+        from adapters.megatron_datasets.gpt_dataset import core_config
+
+        config = core_config(self.config, blend=None, blend_per_split=None, split=None)
+        cores = [d.core for d in self.datasets]
+
+        def blend(arrays=None, cache=True):
+            try:
+                return mdc.BlendedDataset(
+                    cores, self._given, self.size, config, arrays=arrays, use_cache=cache,
+                )  # megadata normalizes the weights as megatron-core does here
+            except OversampledError as error:
+                raise _OversampledError(str(error)) from error
+
+        arrays, base = None, None
+        if self.config.path_to_cache:
+            base = megatron_cache.base_path(
+                self.config.path_to_cache, self.unique_description, type(self).__name__,
+                self.split.name,
+            )
+            arrays = megatron_cache.load(
+                base, self.unique_description, megatron_cache.BLEND_FILES,
+                lambda: blend(cache=False).index_arrays,
+            )
+        if arrays is not None:
+            counts = blend_counts(numpy.asarray(arrays["dataset_index"]), len(cores))
+            self.core = blend({**arrays, "dataset_counts": counts})
+        else:
+            self.core = blend()
+            if base is not None:
+                held = self.core.index_arrays
+                megatron_cache.write(base, self.unique_description,
+                                     {name: held[name] for name in megatron_cache.BLEND_FILES})
+        self.dataset_index = self.core.dataset_index
+        self.dataset_sample_index = self.core.dataset_sample_index
 
     @classmethod
     def _wrap(cls, core: mdc.BlendedDataset, datasets: list, config) -> BlendedDataset:
@@ -112,6 +146,7 @@ class BlendedDataset(torch.utils.data.Dataset):
         self.size = core.size
         self.config = config
         self.core = core
+        self._given = list(core.weights)
         self.dataset_index = core.dataset_index
         self.dataset_sample_index = core.dataset_sample_index
         return self
@@ -165,10 +200,14 @@ class BlendedDataset(torch.utils.data.Dataset):
             )
 
     def __len__(self) -> int:
+        if self.dataset_index is None:  # deferred: megatron-core's count
+            return self.size if self.size is not None else int(sum(self.weights))
         return len(self.dataset_index)
 
     def __getitem__(self, idx: int) -> dict:
         """``{"dataset_id": j, **datasets[j][k]}``."""
+        if self.dataset_index is None:
+            self._load_core()
         dataset_id = self.dataset_index[idx]
         sample_id = int(self.dataset_sample_index[idx])
         return {"dataset_id": dataset_id, **self.datasets[int(dataset_id)][sample_id]}

@@ -19,6 +19,7 @@ is False gets None for every split. Every rank must call ``build()``.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -26,6 +27,7 @@ import numpy
 import torch
 
 import megadata_core as mdc
+from adapters.megatron_datasets import megatron_cache
 from adapters.megatron_datasets._errors import require
 from adapters.megatron_datasets.blended_dataset import BlendedDataset
 from adapters.megatron_datasets.gpt_dataset import (
@@ -58,8 +60,11 @@ _GPT_HOOKS = (
 
 def _served_by_core(cls: type, config) -> bool:
     """Whether ``cls`` builds exactly as GPTDataset / MockGPTDataset (megadata's builder
-    can then build every split at once)."""
+    can then build every split at once). Not with ``defer_npy_index_mmap``: each dataset
+    is made then, its arrays waiting for its first sample."""
     if not isinstance(config, GPTDatasetConfig):
+        return False
+    if getattr(config, "defer_npy_index_mmap", False) and config.path_to_cache:
         return False
     base = MockGPTDataset if config.mock else GPTDataset
     if not issubclass(cls, base):
@@ -186,7 +191,13 @@ class BlendedMegatronDatasetBuilder:
                 return BlendedDataset._wrap(dataset, members, config)
             return self.cls._wrap(dataset, low_level(dataset.indexed), config)
 
-        return [wrap(dataset) for dataset in built]
+        splits = [wrap(dataset) for dataset in built]
+        if config.path_to_cache and not config.mock:
+            marker = megatron_cache.build_marker(config, self.cls.__name__, self.sizes)
+            if not os.path.exists(marker):  # once per build of this config
+                share_megatron_cache(splits)
+                megatron_cache.mark(marker)
+        return splits
 
     # -- any MegatronDataset: Megatron's recipe -----------------------------------------
 
@@ -268,6 +279,33 @@ class BlendedMegatronDatasetBuilder:
         if rank != 0 and is_built_on_rank():
             dataset = cls(*args)
         return dataset
+
+
+def share_megatron_cache(splits: list) -> None:
+    """Write Megatron's cache files of every dataset of ``splits`` that lacks them (its
+    members' too), so that a stock megatron-core job on the same ``path_to_cache`` starts
+    warm, and verify the ones a stock job wrote against megadata's arrays (recorded, or a
+    warning: :mod:`.megatron_cache`)."""
+    for dataset in splits:
+        for item in dataset if isinstance(dataset, list) else [dataset]:
+            if item is None:
+                continue
+            if isinstance(item, BlendedDataset):
+                share_megatron_cache(item.datasets)
+                names = megatron_cache.BLEND_FILES
+            else:
+                names = megatron_cache.GPT_FILES
+            core = getattr(item, "core", None)
+            if core is None:
+                continue
+            base = megatron_cache.base_path(
+                item.config.path_to_cache, item.unique_description, type(item).__name__,
+                item.index_split.name if hasattr(item, "index_split") else item.split.name,
+            )
+            held = core.index_arrays
+            arrays = {name: held[name] for name in names}
+            if not megatron_cache.write(base, item.unique_description, arrays):
+                megatron_cache.load(base, item.unique_description, names, lambda a=arrays: a)
 
 
 def _prefixes(config) -> list[str]:

@@ -37,6 +37,8 @@ need nothing: cache hits are memory-mapped and cheap anyway.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 from dataclasses import dataclass, field
 
@@ -44,6 +46,7 @@ import numpy
 import torch
 
 import megadata_core as mdc
+from adapters.megatron_datasets import megatron_cache
 from adapters.megatron_datasets._errors import require
 from adapters.megatron_datasets._version import query_returns_lengths
 from adapters.megatron_datasets.blended_megatron_dataset_config import (
@@ -57,6 +60,7 @@ from adapters.megatron_datasets.object_storage_utils import (
 )
 from adapters.megatron_datasets.utils import Split
 from megadata_core.datasets import mock as core_mock
+from megadata_core.indices import num_epochs, samples_in_epochs, tokens_per_epoch
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +157,21 @@ def core_config(config: BlendedMegatronDatasetConfig, **changes) -> mdc.GPTDataC
     return mdc.GPTDataConfig(**fields)
 
 
+def deferred_length(dataset) -> int:
+    """Samples of a GPT dataset whose index arrays are not made yet, from its corpus
+    lengths: what megatron-core's deferred ``__len__`` computes (its build_sample_idx
+    count), in exact integer steps (:mod:`megadata_core.indices.epochs`)."""
+    config = dataset.config
+    lengths = numpy.asarray(_low_level_corpus(dataset.dataset).sequence_lengths)
+    tokens = tokens_per_epoch(lengths, numpy.asarray(dataset.indices))
+    extra = int(config.add_extra_token_to_sequence)
+    epochs = num_epochs(tokens, config.sequence_length, dataset.num_samples, extra)
+    drop_last = True
+    if dataset.index_split == Split.valid:
+        drop_last = bool(config.drop_last_partial_validation_sequence)
+    return samples_in_epochs(epochs, tokens, config.sequence_length, extra, drop_last)
+
+
 def _low_level_corpus(dataset):
     """The megadata corpus behind a low-level dataset (ours or megadata's)."""
     if isinstance(dataset, IndexedDataset):
@@ -193,14 +212,55 @@ class GPTDataset(MegatronDataset):
             indexed_indices is not None,
             "indexed_indices: megadata needs the split's document indices (got None)",
         )
-        self.core = mdc.GPTDataset(
-            _low_level_corpus(indexed_dataset),
-            indexed_indices,
-            num_samples,
-            core_config(config, blend=None, blend_per_split=None, split=None),
-            split=index_split.name,
-            token_dtype=TOKEN_DTYPE,
+        self._core = None
+        if not self._deferred():
+            self._core = self._made_core()
+
+    def _deferred(self) -> bool:
+        """Whether the index arrays wait for the first sample (Megatron's
+        ``defer_npy_index_mmap``: ``document_index`` and friends are None until then)."""
+        return bool(getattr(self.config, "defer_npy_index_mmap", False)) and bool(
+            self.config.path_to_cache
         )
+
+    @property
+    def core(self) -> mdc.GPTDataset:
+        """The megadata GPTDataset behind this one (made now when deferred)."""
+        if self._core is None:
+            self._core = self._made_core()
+        return self._core
+
+    @core.setter
+    def core(self, value: mdc.GPTDataset) -> None:
+        self._core = value
+
+    def _made_core(self) -> mdc.GPTDataset:
+        """The megadata dataset: from Megatron's cache files in ``path_to_cache`` when
+        they are there and verified (:mod:`.megatron_cache`), else built (through
+        megadata's own cache) and written there in Megatron's layout for stock jobs."""
+        corpus = _low_level_corpus(self.dataset)
+        config = core_config(self.config, blend=None, blend_per_split=None, split=None)
+        make = functools.partial(
+            mdc.GPTDataset, corpus, self.indices, self.num_samples, config,
+            split=self.index_split.name, token_dtype=TOKEN_DTYPE,
+        )
+        if not self.config.path_to_cache or self.config.mock:
+            return make()
+        base = megatron_cache.base_path(
+            self.config.path_to_cache, self.unique_description, type(self).__name__,
+            self.index_split.name,
+        )
+        in_memory = dataclasses.replace(config, path_to_cache=None)
+        arrays = megatron_cache.load(
+            base, self.unique_description, megatron_cache.GPT_FILES,
+            lambda: mdc.GPTDataset(corpus, self.indices, self.num_samples, in_memory,
+                                   split=self.index_split.name).index_arrays,
+        )
+        if arrays is not None:
+            return make(arrays=arrays, origin=f"Megatron cache {base}-*")
+        core = make()
+        megatron_cache.write(base, self.unique_description, core.index_arrays)
+        return core
 
     @classmethod
     def _wrap(cls, core: mdc.GPTDataset, low_level, config) -> GPTDataset:
@@ -215,7 +275,7 @@ class GPTDataset(MegatronDataset):
             Split[core.split],
             config,
         )
-        self.core = core
+        self._core = core
         return self
 
     @staticmethod
@@ -252,19 +312,21 @@ class GPTDataset(MegatronDataset):
         )
 
     @property
-    def document_index(self) -> numpy.ndarray:
-        return self.core.document_index
+    def document_index(self) -> numpy.ndarray | None:
+        return None if self._core is None else self._core.document_index
 
     @property
-    def sample_index(self) -> numpy.ndarray:
-        return self.core.sample_index
+    def sample_index(self) -> numpy.ndarray | None:
+        return None if self._core is None else self._core.sample_index
 
     @property
-    def shuffle_index(self) -> numpy.ndarray:
-        return self.core.shuffle_index
+    def shuffle_index(self) -> numpy.ndarray | None:
+        return None if self._core is None else self._core.shuffle_index
 
     def __len__(self) -> int:
-        return len(self.core)
+        if self._core is None:  # deferred: Megatron's count, from the corpus lengths
+            return deferred_length(self)
+        return len(self._core)
 
     def __getitem__(self, idx: int | None) -> dict[str, torch.Tensor]:
         """Sample ``idx`` (None: the padding sample) as Megatron's dict of tensors."""
