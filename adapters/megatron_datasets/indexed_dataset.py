@@ -5,7 +5,8 @@ the same constructor, ``index`` (an :class:`_IndexReader`), ``bin_reader`` (one 
 reader classes below, chosen as Megatron chooses), ``[i]``, ``[i:j]``, ``get`` and the
 array properties, with megadata's validation at open (a damaged corpus is a DataError
 naming the file and field, where megatron-core reads garbage or crashes). ``s3://``
-prefixes read through megadata's byte sources (TensorStore); ``msc://`` is not served.
+prefixes read through megadata's byte sources (TensorStore), ``msc://`` ones through the
+Multi-Storage Client (:mod:`adapters.msc_bins`).
 :class:`IndexedDatasetBuilder` writes through :class:`megadata_core.IndexedDatasetWriter`
 (byte-identical files, written under temporary names and renamed at ``finalize``).
 """
@@ -234,14 +235,12 @@ class _S3BinReader(_SourceBinReader):
         super().__init__(bin_path)
 
 
-class _MultiStorageClientBinReader(_BinReader):
-    """``msc://`` corpora are not served by megadata's compat layer."""
+class _MultiStorageClientBinReader(_SourceBinReader):
+    """An ``msc://`` .bin read through megadata's byte source for the Multi-Storage Client
+    (:mod:`adapters.msc_bins`): the same checked, coalesced reads as ``s3://``."""
 
     def __init__(self, bin_path: str, object_storage_config: ObjectStorageConfig) -> None:
-        raise DataError(f"{bin_path}: msc:// corpora are not supported by megadata")
-
-    def _bytes(self, offset: int, nbytes: int):  # pragma: no cover - never constructed
-        raise NotImplementedError
+        super().__init__(bin_path)
 
 
 OBJECT_STORAGE_BIN_READERS = {"s3": _S3BinReader, "msc": _MultiStorageClientBinReader}
@@ -299,8 +298,6 @@ class IndexedDataset:
                 object_storage_config is not None,
                 f"{path_prefix}: object-storage corpora need an object_storage_config",
             )
-            if get_object_storage_access(path_prefix) == "msc":
-                raise DataError(f"{path_prefix}: msc:// corpora are not supported by megadata")
         self.path_prefix = path_prefix
         self.multimodal = bool(multimodal)
         self.mmap = bool(mmap)

@@ -2,7 +2,7 @@
 
 ``s3://`` objects are read through megadata's byte sources (the ``tensorstore`` extra
 registers ``s3://``; endpoints and credentials come from the usual AWS variables), not
-boto3. ``msc://`` paths go to the ``multistorageclient`` package, as in megatron-core.
+boto3; ``msc://`` paths through its Multi-Storage Client source (adapters.msc_bins).
 """
 
 from __future__ import annotations
@@ -81,16 +81,6 @@ def parse_s3_path(path: str) -> tuple[str, str]:
     return bucket, key
 
 
-def _msc():
-    try:
-        import multistorageclient
-    except ModuleNotFoundError:
-        raise DataError(
-            "msc:// paths need the multistorageclient package (pip install multi-storage-client)"
-        ) from None
-    return multistorageclient
-
-
 def _exists(url: str) -> bool:
     try:
         source = open_source(url)
@@ -104,12 +94,10 @@ def _exists(url: str) -> bool:
 
 
 def dataset_exists(path_prefix: str, idx_path: str, bin_path: str) -> bool:
-    """Whether both objects exist."""
-    if _is_s3_path(path_prefix):
-        return _exists(idx_path) and _exists(bin_path)
-    if _is_msc_path(path_prefix):
-        return bool(_msc().exists(idx_path) and _msc().exists(bin_path))
-    raise DataError(f"path_prefix: {path_prefix!r} is not an s3:// or msc:// path")
+    """Whether both objects exist (through megadata's byte source for the scheme)."""
+    if not is_object_storage_path(path_prefix):
+        raise DataError(f"path_prefix: {path_prefix!r} is not an s3:// or msc:// path")
+    return _exists(idx_path) and _exists(bin_path)
 
 
 def _download(url: str, local_path: str) -> None:
@@ -119,15 +107,11 @@ def _download(url: str, local_path: str) -> None:
     handle, temp = tempfile.mkstemp(prefix=".download.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(handle, "wb") as out:
-            if _is_msc_path(url):
-                out.close()
-                _msc().download_file(url, temp)
-            else:
-                source = open_source(url)
-                try:
-                    out.write(bytes(source.read(0, source.size())))
-                finally:
-                    getattr(source, "close", lambda: None)()
+            source = open_source(url)
+            try:
+                out.write(bytes(source.read(0, source.size())))
+            finally:
+                getattr(source, "close", lambda: None)()
         os.replace(temp, local_path)
     except BaseException:
         if os.path.exists(temp):

@@ -36,6 +36,7 @@ _EXTRA_FOR_SCHEME = {
     "gcs": "tensorstore",
     "http": "tensorstore",
     "https": "tensorstore",
+    "msc": "msc",
 }
 
 
