@@ -192,11 +192,18 @@ class BlendedMegatronDatasetBuilder:
             return self.cls._wrap(dataset, low_level(dataset.indexed), config)
 
         splits = [wrap(dataset) for dataset in built]
-        if config.path_to_cache and not config.mock:
+        if config.path_to_cache and not config.mock and _writes_shared_files():
             marker = megatron_cache.build_marker(config, self.cls.__name__, self.sizes)
             if not os.path.exists(marker):  # once per build of this config
-                share_megatron_cache(splits)
-                megatron_cache.mark(marker)
+
+                def share() -> None:
+                    share_megatron_cache(splits)
+                    megatron_cache.mark(marker)
+
+                if _member_count(splits) < megatron_cache.SYNC_BELOW:
+                    share()  # a few files: written before build() returns
+                else:
+                    megatron_cache.share_later(share)
         return splits
 
     # -- any MegatronDataset: Megatron's recipe -----------------------------------------
@@ -281,31 +288,51 @@ class BlendedMegatronDatasetBuilder:
         return dataset
 
 
+def _member_count(splits: list) -> int:
+    """The datasets of ``splits`` (blends and their members)."""
+    count = 0
+    for split in splits:
+        for item in split if isinstance(split, list) else [split]:
+            count += 0 if item is None else 1 + len(getattr(item, "datasets", ()))
+    return count
+
+
+def _writes_shared_files() -> bool:
+    """Rank 0 writes the shared files (every process without torch.distributed)."""
+    return not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
+
+
 def share_megatron_cache(splits: list) -> None:
     """Write Megatron's cache files of every dataset of ``splits`` that lacks them (its
     members' too), so that a stock megatron-core job on the same ``path_to_cache`` starts
     warm, and verify the ones a stock job wrote against megadata's arrays (recorded, or a
     warning: :mod:`.megatron_cache`)."""
-    for dataset in splits:
-        for item in dataset if isinstance(dataset, list) else [dataset]:
-            if item is None:
+    datasets = []
+    for split in splits:
+        for item in split if isinstance(split, list) else [split]:
+            if item is None or getattr(item, "core", None) is None:
                 continue
+            datasets.append(item)
             if isinstance(item, BlendedDataset):
-                share_megatron_cache(item.datasets)
-                names = megatron_cache.BLEND_FILES
-            else:
-                names = megatron_cache.GPT_FILES
-            core = getattr(item, "core", None)
-            if core is None:
-                continue
-            base = megatron_cache.base_path(
-                item.config.path_to_cache, item.unique_description, type(item).__name__,
-                item.index_split.name if hasattr(item, "index_split") else item.split.name,
-            )
-            held = core.index_arrays
-            arrays = {name: held[name] for name in names}
-            if not megatron_cache.write(base, item.unique_description, arrays):
-                megatron_cache.load(base, item.unique_description, names, lambda a=arrays: a)
+                datasets.extend(item.datasets)
+    sets = []
+    for item in dict.fromkeys(datasets):  # a member of two blends is one set
+        blend = isinstance(item, BlendedDataset)
+        names = megatron_cache.BLEND_FILES if blend else megatron_cache.GPT_FILES
+        split = item.split if blend else item.index_split
+        base = megatron_cache.base_path(
+            item.config.path_to_cache, item.unique_description, type(item).__name__, split.name
+        )
+        held = item.core.index_arrays
+        sets.append((base, item.unique_description, {name: held[name] for name in names}))
+    if not sets:
+        return
+    directory = os.path.dirname(sets[0][0])
+    megatron_cache.sweep(directory, [name for base, _, arrays in sets
+                                     for name in megatron_cache.file_names(base, tuple(arrays))])
+    for base, description, arrays in sets:
+        if not megatron_cache.write(base, description, arrays, clean=False):
+            megatron_cache.load(base, description, tuple(arrays), lambda a=arrays: a)
 
 
 def _prefixes(config) -> list[str]:

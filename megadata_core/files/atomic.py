@@ -11,7 +11,8 @@ from megadata_core.files import temporary
 
 
 def write_atomically(
-    path: str, write: Callable[[BinaryIO], object], *, durable: bool = False
+    path: str, write: Callable[[BinaryIO], object], *, durable: bool = False,
+    clean: bool = True,
 ) -> None:
     """``write(stream)`` into a temporary file next to ``path``, renamed onto it.
 
@@ -21,11 +22,14 @@ def write_atomically(
     reader (the index cache checks a CRC of every file). Temporaries of ``path`` that
     dead writers on this host left behind are removed first
     (:func:`megadata_core.files.temporary.remove_stale`); this call's own is removed
-    when ``write`` raises.
+    when ``write`` raises. A writer of many files in one directory passes ``clean=False``
+    and removes the stale temporaries of all of them once (one scan of the directory
+    instead of one per file).
     """
     directory, name = os.path.split(path)
     directory = directory or "."
-    temporary.remove_stale(directory, [name])
+    if clean:
+        temporary.remove_stale(directory, [name])
     handle, temporary_path = temporary.create_file(directory, name)
     try:
         with os.fdopen(handle, "wb") as stream:

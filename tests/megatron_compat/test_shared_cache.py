@@ -52,11 +52,15 @@ def _config(side, prefixes, cache, **changes):
 
 
 def _build(side, config, sizes=(40, 12, 0), cls="GPTDataset"):
+    """A build on ``side``; the drop-in's Megatron-layout files are written (its background
+    writer flushed) before it returns."""
     builder = side("blended_megatron_dataset_builder").BlendedMegatronDatasetBuilder
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return builder(getattr(side("gpt_dataset"), cls), list(sizes), lambda: True,
-                       config).build()
+        built = builder(getattr(side("gpt_dataset"), cls), list(sizes), lambda: True,
+                        config).build()
+        ours("megatron_cache").flush()
+    return built
 
 
 def _files(cache) -> dict[str, tuple]:
@@ -173,3 +177,26 @@ def test_damaged_stock_files_are_not_served(corpora, tmp_path):
     assert not valid.core._entry
     for index in range(len(valid)):
         assert_same_sample(fresh_sample(stock[1], index), valid[index])
+
+
+def test_the_shared_files_are_written_in_the_background_once(corpora, tmp_path, monkeypatch):
+    """A large build (here: any, SYNC_BELOW 0) returns before its Megatron-layout files
+    are written; flush() waits for them; a second build of the same config shares
+    nothing again (its marker)."""
+    prefixes = corpora(2, seed=25)
+    cache = tmp_path / "cache"
+    builder = ours("blended_megatron_dataset_builder").BlendedMegatronDatasetBuilder
+    gpt = ours("gpt_dataset")
+    cache_module = ours("megatron_cache")
+    monkeypatch.setattr(cache_module, "SYNC_BELOW", 0)
+    builder(gpt.GPTDataset, [40, 12, 0], lambda: True, _config(ours, prefixes, cache)).build()
+    cache_module.flush()
+    written = _files(cache)
+    assert len([name for name in written if name.endswith(".npy")]) == 4 * 3 + 2 * 2
+    markers = glob.glob(os.path.join(str(cache), "megadata-megatron-shared-*.json"))
+    assert len(markers) == 1
+    for path in glob.glob(os.path.join(str(cache), "*-GPTDataset-*.npy")):
+        os.unlink(path)  # a second build of the config does not look again
+    builder(gpt.GPTDataset, [40, 12, 0], lambda: True, _config(ours, prefixes, cache)).build()
+    cache_module.flush()
+    assert not glob.glob(os.path.join(str(cache), "*-GPTDataset-*.npy"))

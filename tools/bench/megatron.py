@@ -39,7 +39,7 @@ from bench.builder import (
 )
 from bench.harness import measure
 
-GOALS = {"cold": 0.5, "warm": 0.1, "getitem": 1.0}  # time ratios ours / megatron-core
+GOALS = {"cold": 0.3, "warm": 0.1, "getitem": 0.67}  # time ratios ours / megatron-core
 READS = 2000
 
 
@@ -60,6 +60,13 @@ def _megatron_build(megatron, blend, sizes, cache: str):
     from bench.builder import megatron_build
 
     return megatron_build(megatron, blend, sizes, cache)
+
+
+def _flush_shared() -> None:
+    """Wait for the drop-in's background writer of Megatron's cache files."""
+    from adapters.megatron_datasets import megatron_cache
+
+    megatron_cache.flush()
 
 
 def _read_all(dataset, indices) -> list:
@@ -85,6 +92,7 @@ def suite_megatron(bench) -> None:
         )
         shutil.rmtree(cache, ignore_errors=True)
     times = {kind: {side: [] for side in sides} for kind in GOALS}
+    shared: list[float] = []  # the drop-in's Megatron-layout files, written in the background
     last: dict[str, list] = {}
     for repeat in range(bench.repeats):
         order = list(sides) if repeat % 2 == 0 else list(reversed(sides))
@@ -93,6 +101,8 @@ def suite_megatron(bench) -> None:
             progress(f"megatron: {side} cold / warm build {repeat + 1}/{bench.repeats}")
             seconds, _ = measure(lambda s=side, c=cache: sides[s](c))
             times["cold"][side].append(seconds)
+            if side == "ours":  # outside the start: the writer thread goes on after it
+                shared.append(measure(_flush_shared)[0])
             # megatron-core's datasets hold 3 file descriptors a prefix until their
             # reference cycles are collected: free them, outside the timings, so that
             # repeats do not run out of descriptors
@@ -116,6 +126,8 @@ def suite_megatron(bench) -> None:
         if times[kind]["ours"]:
             bench.row(metric, "s", "lower", median(times[kind]["ours"]),
                       median(times[kind]["megatron"]), bench.repeats)
+    bench.row(f"compat: Megatron-layout cache files written after the cold start, {label}",
+              "s", "lower", median(shared), "n/a (stock writes them in its build)", bench.repeats)
     ours, theirs = last["ours"], last["megatron"]
     same = all(
         (a is None) == (b is None) and (a is None or len(a) == len(b)) for a, b in zip(ours, theirs)
