@@ -17,7 +17,13 @@ below; tests/test_layering.py checks it):
 from megadata_core import samplers
 from megadata_core.build import build_datasets
 from megadata_core.cache import open_corpus
-from megadata_core.datasets import BlendedDataset, GPTDataConfig, GPTDataset
+from megadata_core.datasets import (
+    BlendedDataset,
+    EpochChain,
+    GPTDataConfig,
+    GPTDataset,
+    ScheduledBlendedDataset,
+)
 from megadata_core.datasets.context_parallel import context_parallel_slice
 from megadata_core.errors import DataError
 from megadata_core.format import (
@@ -40,6 +46,8 @@ __all__ = [
     "GPTDataConfig",
     "GPTDataset",
     "BlendedDataset",
+    "ScheduledBlendedDataset",
+    "EpochChain",
     "context_parallel_slice",
     "samplers",
     "build_datasets",

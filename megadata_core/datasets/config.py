@@ -20,6 +20,7 @@ import numpy as np
 
 from megadata_core.checks import check_int
 from megadata_core.datasets import blend_args
+from megadata_core.datasets.blend_schedule import check_blend_schedule
 from megadata_core.errors import DataError
 from megadata_core.format.open_files import DEFAULT_MAX_OPEN_FILES, check_limit
 from megadata_core.indices import splits
@@ -95,6 +96,15 @@ class GPTDataConfig:
             (a 0 weight: the dataset is never read; Megatron asserts > 0); not with
             ``blend_per_split``.
         blend_per_split: one blend (or None) per split: train, valid, test.
+        blend_schedule: blends that change during training: ``[(start, blend), ...]``,
+            stages in order, the first at 0; ``start`` in samples (int) or tokens (a
+            string with Megatron's K/M/B/T suffixes, ``"50B"``), ``blend`` a weighted
+            ``(prefixes, weights)`` or ``--data-path`` string; or the text form
+            ``"0: 0.8 /a 0.2 /b; 50B: 0.5 /a 0.5 /c"``
+            (:mod:`megadata_core.datasets.blend_schedule`). Each dataset is read on one
+            cursor across all stages (no sample twice); applies to every split (the
+            stages' starts in that split's samples), as ``blend`` does. Not with
+            ``blend`` or ``blend_per_split``; needs ``split``.
         split: Megatron's split string, e.g. ``"969,30,1"`` (required with ``blend``).
         path_to_cache: directory of the index cache; None builds in memory.
         mmap_bin_files: read .bin files through mmap (else pread).
@@ -135,6 +145,7 @@ class GPTDataConfig:
     blend: tuple | None = None
     blend_per_split: tuple | None = None
     split: str | None = None
+    blend_schedule: tuple | None = None
     path_to_cache: str | None = None
     mmap_bin_files: bool = True
     mid_level_dataset_surplus: float = 0.005
@@ -225,6 +236,15 @@ class GPTDataConfig:
             if not any(per_split):
                 per_split = None
             put("blend_per_split", per_split)
+        if self.blend_schedule is not None:
+            put("blend_schedule", check_blend_schedule(self.blend_schedule,
+                                                       self.sequence_length))
+            if self.blend is not None or per_split is not None:
+                other = "blend" if self.blend is not None else "blend_per_split"
+                raise DataError(f"blend_schedule: {other} and blend_schedule are "
+                                "incompatible (a schedule's stages are its blends)")
+            if self.split is None:
+                raise DataError("split: must be given with blend_schedule (e.g. '969,30,1')")
         if self.split is not None:
             if not isinstance(self.split, str):
                 raise DataError(f"split: {self.split!r} is not a string")
