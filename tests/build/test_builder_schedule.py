@@ -228,3 +228,42 @@ def test_sizes_and_errors(corpora):
     # size 0 and a stage past the end
     train, _, _ = build([(0, f"1 {web}"), (10**9, f"1 {corpora['math']}")], size=0)
     assert len(train) == 0 and train.weights == [1.0, 0.0]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                    HealthCheck.function_scoped_fixture])
+@given(step=st.integers(0, 40), micro=st.sampled_from([1, 2, 4]), ranks=st.integers(1, 4),
+       edit=st.booleans())
+@example(step=0, micro=1, ranks=1, edit=False)
+def test_resume_at_any_step_with_other_dp_sizes(corpora, step, micro, ranks, edit):
+    """The global sequence a PretrainingSampler resumed at any step hands out (any DP size
+    and micro-batch size, the schedule edited there or not) is the uninterrupted run's."""
+    from megadata_core.samplers import PretrainingSampler
+
+    web, code, books = corpora["web"], corpora["code"], corpora["books"]
+    stages = [(0, f"2 {web} 1 {code}"), (100, f"1 {web} 1 {books}")]
+    first, _, _ = build(stages, size=400)
+    consumed = step * 8  # 8 samples a step before the restart
+    later = stages
+    if edit and consumed > 0:
+        later = [stage for stage in stages if stage[0] < consumed] + [
+            (consumed, f"1 {code} 3 {books}")
+        ]
+    second, _, _ = build(later, size=400)
+    state = {"consumed_samples": consumed, **resume_fields(first)}
+    assert fingerprint(first) == fingerprint(second) or continues_schedule(
+        state, second, consumed, sequential=True
+    )
+    samplers = [PretrainingSampler(len(second), consumed, micro, rank, ranks)
+                for rank in range(ranks)]
+    streams = [iter(sampler) for sampler in samplers]
+    handed = []
+    for _ in range(5):
+        for stream in streams:
+            handed.extend(next(stream, []))
+    width = micro * ranks
+    expected = list(range(consumed, consumed + 5 * width))
+    expected = [i for i in expected if i < len(second) - (len(second) - consumed) % width]
+    assert handed == expected
+    reference = read(first if not edit else second, 0, consumed)
+    assert same(read(first, 0, consumed), reference)
