@@ -26,32 +26,42 @@ from megadata_core.handover.buffers import BufferPool
 
 
 class EpochChain:
-    """The epochs of one member, read in order.
+    """The passes over one member, read in order.
 
     Args:
-        epochs: the member's passes (e.g. one-epoch :class:`GPTDataset`\\ s of one corpus
+        passes: the member's passes (e.g. one-epoch :class:`GPTDataset`\\ s of one corpus
             and split, each with its own seed), in order; a :class:`LazyMembers` makes
             each at its first read.
 
     Attributes:
-        offsets: int64 [E + 1], the chain's first sample of every epoch (and its length).
-        split: the epochs' split.
+        offsets: int64 [P + 1], the chain's first sample of every pass (and its length).
+        split: the passes' split.
     """
 
-    def __init__(self, epochs: Sequence) -> None:
-        if not len(epochs):
-            raise DataError("epochs: a chain needs at least one epoch")
-        self.epochs = epochs
-        lengths = member_lengths(epochs)
+    def __init__(self, passes: Sequence) -> None:
+        if not len(passes):
+            raise DataError("passes: a chain needs at least one pass")
+        self.passes = passes
+        lengths = member_lengths(passes)
         self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        first = epochs[0]
+        first = passes[0]
         self.split = getattr(first, "split", "train")
         self._buffers = BufferPool()
 
     @property
     def first(self):
-        """Epoch 0 (its config, corpus and identity are the member's)."""
-        return self.epochs[0]
+        """Pass 0 (its config, corpus and identity are the member's)."""
+        return self.passes[0]
+
+    @property
+    def indices(self):
+        """The member's documents (every pass reads the same ones)."""
+        return self.first.indices
+
+    @property
+    def epochs(self) -> int:
+        """Epochs over the member's documents, all passes together."""
+        return sum(int(getattr(one, "epochs", 1)) for one in self.passes)
 
     @property
     def indexed(self):
@@ -63,7 +73,7 @@ class EpochChain:
         return self.first.config
 
     def description(self) -> dict | None:
-        """The member's identity: epoch 0's description (the later epochs follow from it
+        """The member's identity: pass 0's description (the later passes follow from it
         and their number)."""
         describe = getattr(self.first, "description", None)
         return None if describe is None else describe()
@@ -72,27 +82,27 @@ class EpochChain:
         return int(self.offsets[-1])
 
     def _locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        epochs = np.searchsorted(self.offsets, positions, side="right") - 1
-        return epochs, positions - self.offsets[epochs]
+        passes = np.searchsorted(self.offsets, positions, side="right") - 1
+        return passes, positions - self.offsets[passes]
 
     def __getitem__(self, index: int) -> dict:
         position = sample_position(index, len(self), self.split)
-        epochs, samples = self._locate(np.array([position], dtype=np.int64))
-        return self.epochs[int(epochs[0])][int(samples[0])]
+        passes, samples = self._locate(np.array([position], dtype=np.int64))
+        return self.passes[int(passes[0])][int(samples[0])]
 
     def __getitems__(self, indices) -> dict[str, np.ndarray]:
-        """The samples at ``indices`` (B positions), stacked; one read per epoch."""
-        epochs, samples = self._locate(sample_positions(indices, len(self), self.split))
-        return read_members(self.epochs, epochs, samples, self._buffers)
+        """The samples at ``indices`` (B positions), stacked; one read per pass."""
+        passes, samples = self._locate(sample_positions(indices, len(self), self.split))
+        return read_members(self.passes, passes, samples, self._buffers)
 
     def sample_text(self, index: int):
         """The member's :meth:`GPTDataset.sample_text` of chain sample ``index``."""
         position = sample_position(index, len(self), self.split)
-        epochs, samples = self._locate(np.array([position], dtype=np.int64))
-        return self.epochs[int(epochs[0])].sample_text(int(samples[0]))
+        passes, samples = self._locate(np.array([position], dtype=np.int64))
+        return self.passes[int(passes[0])].sample_text(int(samples[0]))
 
     def __repr__(self) -> str:
         return (
-            f"EpochChain(epochs={len(self.epochs)}, samples={len(self)}, "
+            f"EpochChain(passes={len(self.passes)}, samples={len(self)}, "
             f"first={self.first!r})"
         )

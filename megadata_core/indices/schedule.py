@@ -41,6 +41,7 @@ __all__ = [
     "same_before",
     "schedule_blending_indices",
     "schedule_counts",
+    "stage_counts",
     "stage_lengths",
 ]
 
@@ -126,6 +127,20 @@ def schedule_blending_indices(
         sample[lo:hi] = counts + offsets[ids]
         offsets += np.bincount(ids, minlength=datasets)
     return index, sample
+
+
+def stage_counts(
+    starts: object, weights: object, size: int, order: str = "balanced"
+) -> np.ndarray:
+    """int64 [K, n]: samples each stage reads of each dataset in a blend of ``size``
+    (each stage's order built and counted in turn: memory of one stage, not the blend)."""
+    begin, rows = check_schedule(starts, weights)
+    counts = np.zeros(rows.shape, dtype=np.int64)
+    for k, length in enumerate(stage_lengths(begin, int(size)).tolist()):
+        if length:
+            ids, _ = _stage_order(rows[k], length, order)
+            counts[k] = np.bincount(ids, minlength=rows.shape[1])
+    return counts
 
 
 def schedule_counts(dataset_index: np.ndarray, datasets: int) -> np.ndarray:

@@ -79,7 +79,7 @@ def test_a_prefix_joins_and_one_leaves(corpora):
     assert set(index[:1000].tolist()) == {0, 1} and set(index[1000:].tolist()) == {0, 2}
     # math (20 documents) is read for many epochs: its chain grew, each a one-epoch pass
     chain = train.datasets[2]
-    assert isinstance(chain, mdc.EpochChain) and len(chain.epochs) > 10
+    assert isinstance(chain, mdc.EpochChain) and len(chain.passes) > 10
     assert len(chain) >= int((index == 2).sum())
 
 
@@ -87,8 +87,8 @@ def test_epochs_are_one_epoch_datasets_with_their_own_seed(corpora):
     math = corpora["math"]
     train, _, _ = build([(0, ([math], [1.0]))], size=300)
     chain = train.datasets[0]
-    first = chain.epochs[0]
-    for e, epoch in enumerate(chain.epochs):
+    first = chain.passes[0]
+    for e, epoch in enumerate(chain.passes):
         assert epoch.config.random_seed == epoch_seed(5, e)
         alone = mdc.GPTDataset(first.indexed, first.indices, None,
                                first.config.__class__(**{**_fields(first.config),
@@ -110,7 +110,7 @@ def test_reading_further_adds_epochs_and_never_reorders(corpora):
     stages = [(0, ([code, math], [0.5, 0.5]))]
     short, _, _ = build(stages, size=400)
     long, _, _ = build(stages, size=2000)
-    assert len(long.datasets[1].epochs) > len(short.datasets[1].epochs)
+    assert len(long.datasets[1].passes) > len(short.datasets[1].passes)
     assert same(read(short), read(long, 0, 400))
 
 
