@@ -74,7 +74,7 @@ class Members:
         made = self._epoch_configs.get(key)
         if made is None:
             seed = epoch_seed(config.random_seed, epoch)
-            made = self._epoch_configs[key] = replace(config, random_seed=seed)
+            made = self._epoch_configs[key] = config.with_random_seed(seed)
         return made
 
     def in_memory(self, jobs: list[Job]) -> set[Job]:
@@ -119,15 +119,9 @@ class Members:
 
     def _small_arrays(self, jobs: list[Job]) -> dict[Job, Arrays]:
         """The arrays of ``jobs`` built in memory: Megatron-shuffled concat indices of all
-        of an epoch's jobs at once; one at a time for the other orders and packings, or
-        to name a job that cannot be built."""
-        epochs = sorted({job.epoch for job in jobs})
-        if len(epochs) > 1:
-            made: dict[Job, Arrays] = {}
-            for epoch in epochs:
-                made.update(self._small_arrays([job for job in jobs if job.epoch == epoch]))
-            return {job: made[job] for job in jobs}
-        config = self.epoch_config(self.memory_config, epochs[0]) if jobs else None
+        of them at once (each with its epoch's seed); one at a time for the other orders
+        and packings, or to name a job that cannot be built."""
+        config = self.memory_config
         if len(jobs) < 2 or config.shuffle != "megatron" or config.packing != "concat":
             return {job: self._arrays(job) for job in jobs}
         corpora = [self.corpora.opened[job.prefix] for job in jobs]
@@ -140,7 +134,7 @@ class Members:
                 [range(first, end) for first, end in zip(firsts.tolist(), ends.tolist())],
                 config.sequence_length,
                 [job.num_samples for job in jobs],
-                config.random_seed,
+                [epoch_seed(config.random_seed, job.epoch) for job in jobs],
                 add_extra_token=config.add_extra_token_to_sequence,
                 drop_last_partial_sequence=[drops_last(config, job.split) for job in jobs],
             )

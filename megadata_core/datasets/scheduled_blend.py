@@ -25,6 +25,8 @@ from megadata_core.cache.entries import load_or_build
 from megadata_core.cache.hashing import canonical_json
 from megadata_core.datasets.blended_dataset import BLEND_ARRAYS, BlendedDataset, split_of
 from megadata_core.datasets.config import BLEND_ORDERS
+from megadata_core.datasets.epoch_chain import EpochChain
+from megadata_core.datasets.member_reads import read_members
 from megadata_core.errors import DataError
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.indices.blending import blend_counts, megatron_normalize
@@ -70,6 +72,33 @@ def schedule_index(
         schedule_description(split, order, starts, rows, size),
         split, build, names=BLEND_ARRAYS,
     )
+
+
+class PassTable:
+    """Every pass of every member chain in one list: member j's sample k is pass
+    ``locate(j, k)`` of :attr:`passes` (one searchsorted over int64 [P] bounds)."""
+
+    def __init__(self, chains: Sequence) -> None:
+        lengths = np.array([len(chain) for chain in chains], dtype=np.int64)
+        self.base = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        self.passes = [one for chain in chains for one in chain.passes]
+        self.bounds = np.concatenate(
+            [base + chain.offsets[:-1] for base, chain in zip(self.base.tolist(), chains)]
+        ).astype(np.int64)
+
+    @classmethod
+    def of(cls, datasets: Sequence) -> PassTable | None:
+        """The table of members that are all chains of passes, else None."""
+        if all(isinstance(member, EpochChain) for member in datasets):
+            return cls(datasets)
+        return None
+
+    def locate(self, ids: np.ndarray, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(pass int64 [B], sample in that pass int64 [B])`` of member samples (in
+        range)."""
+        position = self.base[ids] + samples
+        found = np.searchsorted(self.bounds, position, side="right") - 1
+        return found, position - self.bounds[found]
 
 
 class ScheduledBlendedDataset(BlendedDataset):
@@ -133,6 +162,7 @@ class ScheduledBlendedDataset(BlendedDataset):
         overall = lengths @ self.stage_weights if self.size else self.stage_weights[0]
         self.weights = (overall / overall.sum()).tolist()
         self._identities: list[str] | None = None
+        self._passes = PassTable.of(datasets)
         if arrays is not None:
             arrays = dict(arrays)
             if sorted(arrays) != sorted(BLEND_ARRAYS):
@@ -181,6 +211,21 @@ class ScheduledBlendedDataset(BlendedDataset):
         self._set_arrays(
             schedule_index(self.config, self.split, self.starts, self.stage_weights, self.size)
         )
+
+    # -- samples --------------------------------------------------------------------------
+
+    def __getitems__(self, indices) -> dict[str, np.ndarray]:
+        """As :meth:`BlendedDataset.__getitems__`; members that are :class:`EpochChain`\\ s
+        are read one level down, one read per pass the batch touches (as a static
+        blend's reads, one per member)."""
+        if self._passes is None:
+            return super().__getitems__(indices)
+        ids, samples = self._members(self._positions(indices))
+        passes, local = self._passes.locate(ids, samples)
+        return {
+            "dataset_id": ids,
+            **read_members(self._passes.passes, passes, local, self._buffers),
+        }
 
     # -- resume across edits --------------------------------------------------------------
 

@@ -267,3 +267,16 @@ def test_resume_at_any_step_with_other_dp_sizes(corpora, step, micro, ranks, edi
     assert handed == expected
     reference = read(first if not edit else second, 0, consumed)
     assert same(read(first, 0, consumed), reference)
+
+
+def test_reads_through_the_pass_table_equal_reads_through_the_chains(corpora):
+    """Batches read one level down (every pass of every chain in one table) equal the
+    chains' own reads, across pass boundaries and members."""
+    web, math, books = corpora["web"], corpora["math"], corpora["books"]
+    train, _, _ = build([(0, f"1 {web} 2 {math}"), (700, f"1 {books} 1 {math}")], size=2000)
+    assert any(len(chain.passes) > 3 for chain in train.datasets)
+    rng = np.random.default_rng(3)
+    for indices in [np.arange(2000), *rng.integers(0, 2000, (20, 17))]:
+        flat = train.__getitems__(indices)
+        nested = mdc.BlendedDataset.__getitems__(train, indices)
+        assert same(flat, nested)
