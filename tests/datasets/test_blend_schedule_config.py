@@ -112,3 +112,14 @@ def test_exclusive_and_needs_a_split():
         config(stages, split=None)
     # an all-None blend_per_split is no blend_per_split
     assert config(stages, blend_per_split=[None, None, None]).blend_per_split is None
+
+
+def test_with_random_seed_keeps_the_checked_fields():
+    made = config([(0, "1 /a"), ("1M", "1 /a 1 /b")])
+    other = made.with_random_seed(99)
+    assert other.random_seed == 99 and made.random_seed == 1
+    assert other.blend_schedule is made.blend_schedule and other.split == made.split
+    for bad, match in ((-1, r"must be in \[0, 2\*\*32\)"), (2**32, "must be in"),
+                       (1.0, "is not an integer"), (True, "is not an integer")):
+        with pytest.raises(mdc.DataError, match=f"random_seed: .*{match}"):
+            made.with_random_seed(bad)
