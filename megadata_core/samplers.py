@@ -520,7 +520,7 @@ class RandomSampler:
                 parts.append(rows(epoch)[max(first - base, 0) : last - base])
             self.epoch = epochs[0]
             self.consumed_samples += count * group
-            yield np.concatenate(parts).tolist() if len(parts) > 1 else parts[0].tolist()
+            yield np.concatenate(parts).tolist()
 
     def _config(self) -> dict[str, Any]:
         config: dict[str, Any] = {

@@ -38,6 +38,16 @@ def test_steps_keep_their_size_across_a_threshold():
     assert schedule.global_batch_size(29) == 16 and schedule.global_batch_size(30) == 4
 
 
+def test_huge_counts_are_exact_and_closed_form():
+    """Thresholds past int64 stay Python ints; 10^15 steps take no time."""
+    schedule = BatchSizeSchedule.parse("0:1 1e15:2 1e30:3")
+    assert schedule.thresholds == (0, 10**15, int(float("1e30")))
+    assert schedule.train_iters(2 * 10**15) == 10**15 + 5 * 10**14
+    assert schedule.consumed_after(10**15 + 7) == 10**15 + 14
+    assert schedule.step_at(10**15 + 14) == 10**15 + 7
+    assert schedule.global_batch_size(10**31) == 3
+
+
 def test_equal_schedules_compare_equal_and_print_the_same():
     a = BatchSizeSchedule.parse(" 1k:16,0:8 ", sequence_length=None)
     b = BatchSizeSchedule.parse("0:8 1000:16")

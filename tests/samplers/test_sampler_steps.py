@@ -54,6 +54,7 @@ def test_pretraining_steps_read_the_schedule_in_order():
                    [[22, 23], [26, 27]], [[30, 31], [34, 35]], [[38, 39], [42, 43]],
                    [[46, 47], [50, 51], [54, 55], [58, 59]]]
     assert sampler.state_dict()["consumed_samples"] == 60
+    assert all(type(i) is int for step in got for batch in step for i in batch)
     short = PretrainingSampler(59, 0, 2, 1, 2, batch_size_schedule=schedule, drop_last=False)
     assert len(list(short.steps())) == 7  # no partial step, whatever drop_last
     assert short.state_dict()["consumed_samples"] == 44
@@ -67,6 +68,7 @@ def test_steps_group_the_micro_batches(kind):
         plain = make(kind, 203, 0, 2, 2, None)(rank)
         stepped = make(kind, 203, 0, 2, 2, schedule)(rank)
         steps = list(itertools.islice(stepped.steps(), 40))
+        assert all(type(i) is int for step in steps for batch in step for i in batch)
         flat = [batch for step in steps for batch in step]
         assert flat == micro_batches(plain, len(flat))
         starts = [schedule.consumed_after(t) for t in range(len(steps))]
