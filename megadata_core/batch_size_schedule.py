@@ -19,24 +19,18 @@ import bisect
 from dataclasses import dataclass
 from functools import cached_property
 
-from megadata_core.checks import check_int
+from megadata_core.checks import check_int, megatron_count
 from megadata_core.errors import DataError
 
 __all__ = ["BatchSizeSchedule"]
 
 FIELD = "step_batch_size_schedule"
-SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 
 
 def _number(entry: str, what: str, text: str) -> int:
-    """Megatron's reading of one value: strip, upper-case, an optional K/M/B/T suffix,
-    then ``int(float(rest) * multiplier)``."""
-    value = text.strip().upper()
-    multiplier = SUFFIXES.get(value[-1:], 1)
-    if multiplier != 1:
-        value = value[:-1]
+    """Megatron's reading of one value (:func:`~megadata_core.checks.megatron_count`)."""
     try:
-        return int(float(value) * multiplier)
+        return megatron_count(text)
     except (ValueError, OverflowError):
         raise DataError(
             f"{FIELD}: entry {entry!r}: {what} {text!r} is not a finite number (a value "

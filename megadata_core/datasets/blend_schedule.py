@@ -30,37 +30,37 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from megadata_core.checks import megatron_count
 from megadata_core.datasets import blend_args
 from megadata_core.errors import DataError
 from megadata_core.indices import splits
 
-_SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
-
 Stage = tuple[int, tuple[tuple[str, ...], tuple[float, ...]]]
 
 
-def megatron_count(text: str, field: str) -> int:
+def token_count(text: str, field: str) -> int:
     """A count with Megatron's optional ``K``/``M``/``B``/``T`` suffix, parsed as its
-    ``--step-batch-size-schedule`` parses one: ``int(float(number) * multiplier)``."""
-    value = text.strip().upper()
-    multiplier = _SUFFIXES.get(value[-1:], 1)
-    if multiplier != 1:
-        value = value[:-1]
+    ``--step-batch-size-schedule`` parses one (:func:`~megadata_core.checks.megatron_count`),
+    >= 0."""
     try:
-        number = float(value)
+        number = megatron_count(text)
     except ValueError:
+        if text.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+            raise DataError(f"{field}: {text!r} must be a finite number >= 0") from None
         raise DataError(
             f"{field}: {text!r} is not a number (with an optional K, M, B or T suffix)"
         ) from None
-    if not np.isfinite(number) or number < 0:
+    except OverflowError:
+        raise DataError(f"{field}: {text!r} must be a finite number >= 0") from None
+    if number < 0:
         raise DataError(f"{field}: {text!r} must be a finite number >= 0")
-    return int(number * multiplier)
+    return number
 
 
 def _start(value: object, sequence_length: int, field: str) -> int:
     """A stage's start in samples: an int as is, a string as tokens."""
     if isinstance(value, str):
-        return megatron_count(value, field) // sequence_length
+        return token_count(value, field) // sequence_length
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise DataError(f"{field}: {value!r} is not an int (samples) or a string (tokens)")
     if value < 0:

@@ -6,9 +6,9 @@ import pytest
 
 import megadata_core as mdc
 from megadata_core.datasets.blend_schedule import (
-    megatron_count,
     parse_schedule_text,
     schedule_arrays,
+    token_count,
 )
 
 
@@ -56,11 +56,11 @@ def test_text_form():
 
 def test_megatron_counts():
     # Megatron's step-batch-size-schedule rule: int(float(number) * multiplier)
-    assert megatron_count("250B", "x") == 250_000_000_000
-    assert megatron_count(" 1.5k ", "x") == 1500
-    assert megatron_count("2T", "x") == 2 * 10**12
-    assert megatron_count("7", "x") == 7
-    assert megatron_count("0.1M", "x") == int(0.1 * 10**6)
+    assert token_count("250B", "x") == 250_000_000_000
+    assert token_count(" 1.5k ", "x") == 1500
+    assert token_count("2T", "x") == 2 * 10**12
+    assert token_count("7", "x") == 7
+    assert token_count("0.1M", "x") == int(0.1 * 10**6)
 
 
 @pytest.mark.parametrize(
