@@ -206,3 +206,34 @@ def test_epoch_seeds():
     seeds = [epoch_seed(1234, e) for e in range(1, 200)]
     assert len(set(seeds)) == len(seeds) and all(0 <= s < 2**32 for s in seeds)
     assert epoch_seed(1234, 3) == epoch_seed(1234, 3) != epoch_seed(1235, 3)
+
+
+@SETTINGS
+@given(data=st.data(), n=st.integers(1, 5), edits=st.integers(1, 4),
+       order=st.sampled_from(["balanced", "megatron"]))
+def test_any_number_of_edits(data, n, edits, order):
+    """A run edited several times (each edit keeps the stages before its cut, adds a
+    boundary there and new stages after): every cut's past stays as it was, and over the
+    whole run no dataset sample is read twice or skipped."""
+    def weights_row():
+        row = data.draw(st.lists(st.one_of(st.just(0.0), st.floats(0.05, 5.0)),
+                                 min_size=n, max_size=n))
+        return row if any(row) else [1.0] * n
+
+    starts, rows = [0], [weights_row()]
+    size = 0
+    for _ in range(edits):
+        size += data.draw(st.integers(0, 700))
+        index, sample = schedule_blending_indices(starts, rows, size, order)
+        cut = data.draw(st.integers(0, size))
+        keep = [k for k, start in enumerate(starts) if start < cut]
+        starts = [starts[k] for k in keep] + [cut]
+        rows = [rows[k] for k in keep] + [weights_row()]
+        if starts[0] != 0:
+            starts, rows = [0], rows[-1:]
+        edited_index, edited_sample = schedule_blending_indices(starts, rows, size, order)
+        assert np.array_equal(edited_index[:cut], index[:cut])
+        assert np.array_equal(edited_sample[:cut], sample[:cut])
+        for j in range(n):
+            mine = edited_sample[edited_index == j]
+            assert np.array_equal(mine, np.arange(len(mine)))
