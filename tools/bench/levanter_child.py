@@ -158,8 +158,9 @@ def _index_dataset(length: int):
 def many(spec: dict) -> dict:
     """The suite's many-dataset schedule (``weights``: a .npy of [stages, datasets], stage
     starts ``starts`` rounded to block boundaries): construction time, then ``batches``
-    (a .npy of [B, b] sample indices) read with ``get_batch`` (index mapping only: each
-    dataset answers its index, no tokens)."""
+    (a .npy of [B, b] sample indices) read with ``get_batch``, and as many batches of b
+    (as fit in [0, size)) read in order from sample 0 (index mapping only: each dataset
+    answers its index, no tokens)."""
     block = spec["block_size"]
     weights = np.load(spec["weights"])
     count = weights.shape[1]
@@ -182,8 +183,16 @@ def many(spec: dict) -> dict:
     started = time.perf_counter()
     for indices in batches:
         _read(mixture, indices)
+    read = time.perf_counter() - started
+    # as Levanter's loader reads a mixture: batch after batch, in order (from a fresh one,
+    # so no block is cached)
+    mixture = _mixture(datasets, stages, block, spec["seed"])
+    started = time.perf_counter()
+    in_order = min(len(batches), size // batches.shape[1])  # within [0, size)
+    for first in range(0, in_order * batches.shape[1], batches.shape[1]):
+        _read(mixture, range(first, first + batches.shape[1]))
     return {"datasets": count, "stages": len(stages), "size": size, "build_s": build,
-            "read_s": time.perf_counter() - started, "batches": list(batches.shape)}
+            "read_s": read, "in_order": in_order, "in_order_s": time.perf_counter() - started}
 
 
 def main(spec: dict) -> dict:
