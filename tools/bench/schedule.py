@@ -16,11 +16,26 @@ Items:
   member samples skipped (never served, although the run read past them in that
   member's order). Every corpus is read for less than one epoch in the whole run, so
   any token seen twice is a repeat, not a new epoch.
+* In ``repeats``, Levanter beside both (notes and a check; the table's peer stays
+  megatron-core): ``marin-levanter``'s ``MixtureDataset`` (its own code, in an overlay
+  venv in the bench cache, :mod:`bench.levanter_side`; created on first use at scale >=
+  0.1, only used below it; n/a with the reason when it cannot be built or imported) with
+  weight stages [(0, A), (switch, B)], ``switch`` the run's half rounded to Levanter's
+  block size (its default 2048; stage starts must be block multiples, an edit at N/2
+  itself is refused), over in-memory ``(name, index)`` datasets long enough that none
+  wraps: second-half samples whose ``(dataset, index)`` the first half served, those a
+  rebuild with B alone serves again, indices skipped (Levanter shuffles within a block,
+  so an unfinished last block leaves some behind), whether adding stage B keeps ``[0,
+  switch)``, and the largest ``|count_j - w_j m|`` over each stage's prefixes (ours
+  beside it).
 * ``cold`` / ``read``: a 1,000 x scale prefix, 20-stage schedule (stages evenly spaced,
   each stage's weights the static blend's times lognormal noise) against the static
   blend of the same prefixes and size (the builder suite's corpora): build_datasets with
   a fresh cache directory (goal <= 1.5x), and batched reads of 32 random samples
-  (``__getitems__``; goal >= 0.9x the static blend's speed, i.e. time <= 1/0.9).
+  (``__getitems__``; goal >= 0.9x the static blend's speed, i.e. time <= 1/0.9). A note
+  gives Levanter's MixtureDataset with the same stage weights (starts rounded to its
+  blocks) over as many index-only datasets: construction, the same number of random
+  batches, and as many batches read in order (index mapping alone, no tokens).
 """
 
 from __future__ import annotations
@@ -44,6 +59,7 @@ from bench.builder import (
     write_corpora,
 )
 from bench.harness import measure
+from bench.levanter_side import LEVANTER, levanter_many, levanter_schedule
 
 WEIGHTS_A = (0.6, 0.3, 0.1)
 WEIGHTS_B = (0.2, 0.3, 0.5)
@@ -172,6 +188,70 @@ def _repeats(bench) -> None:
         for key in ("tokens", "labels")
     )
     bench.check("schedule: samples [0, N/2) unchanged by the edit", same_past)
+    _levanter_repeats(bench, size, half, ours, theirs, _stage_deviation(ours_b, half, size))
+
+
+def _stage_deviation(blend, half: int, size: int) -> list[float]:
+    """Per stage (A on [0, half), B on [half, size)): the largest |count_j - w_j m| over
+    the stage's prefixes m."""
+    index = np.asarray(blend.dataset_index)
+    result = []
+    for (lo, hi), weights in zip(((0, half), (half, size)), (WEIGHTS_A, WEIGHTS_B)):
+        w = np.asarray(weights) / sum(weights)
+        counts = np.cumsum(index[lo:hi, None] == np.arange(len(w))[None, :], axis=0)
+        m = np.arange(1, hi - lo + 1)[:, None]
+        result.append(float(np.abs(counts - w[None, :] * m).max()))
+    return result
+
+
+def _levanter_repeats(bench, size: int, half: int, ours: tuple, theirs: tuple,
+                      deviation: list[float]) -> None:
+    """Levanter's staged MixtureDataset on the same run, beside ours and Megatron's
+    rebuild: notes, and checks of its own properties."""
+    progress("schedule: Levanter's MixtureDataset with stages (overlay venv, child process)")
+    lev = levanter_schedule(bench, size, half)
+    if isinstance(lev, str):
+        bench.note(f"schedule: Levanter ({LEVANTER}): n/a ({lev})")
+        bench.check("schedule: Levanter's staged mixture serves no (dataset, index) twice "
+                    "and keeps its past when a stage is added", None)
+        return
+    block, switch = lev["block_size"], lev["switch"]
+    megatron = theirs[0] if isinstance(theirs[0], str) else f"{theirs[0]:,}"
+    full = (size // block) * block
+    bench.note(
+        f"schedule: Levanter (marin-levanter {lev['levanter']}, jax {lev['jax']}): "
+        f"MixtureDataset, block_size {block:,}, stages [(0, A), ({switch:,}, B)] (a stage "
+        f"starts on a block boundary; at {half:,} it is refused: {lev['unaligned'] or 'no'}),"
+        f" in-memory (name, index) datasets: samples of [{switch:,}, "
+        f"{size:,}) whose (dataset, index) [0, {switch:,}) already served: {lev['repeats']:,}"
+        f" (ours {ours[0]:,}, megatron-core rebuild {megatron} at the token level); a "
+        f"Levanter rebuild with B alone serves {lev['rebuild_repeats']:,} again"
+    )
+    if full == size:
+        where = "the run ends on a block boundary"
+    elif lev["skipped_full_blocks"] == 0:
+        where = (f"none in its complete blocks [0, {full:,}): all are the unfinished block's "
+                 f"[{full:,}, {size:,}), whose shuffle serves them by its end")
+    else:
+        where = f"{lev['skipped_full_blocks']:,} of them in its complete blocks [0, {full:,})"
+    bench.note(
+        f"schedule: Levanter: dataset indices skipped (below the furthest served, never "
+        f"served) in [0, {size:,}): {lev['skipped']:,}, {where}; ours {ours[2]:,} (each "
+        f"member read in its own order); datasets that would wrap: {lev['wrapped'] or 'none'}"
+    )
+    counts = lev["block_counts"]
+    bench.note(
+        "schedule: largest |count_j - w_j m| over prefixes m of a stage: Levanter "
+        f"{lev['deviation'][0]:.1f} (A on [0, {switch:,})), {lev['deviation'][1]:.1f} (B on "
+        f"[{switch:,}, {size:,})) samples: fixed counts per block of {block:,} (A "
+        f"{counts[0]}, B {counts[1]}, the remainder of int(w * {block}) to the largest), "
+        f"shuffled within the block; ours {deviation[0]:.2f} (A on [0, {half:,})), "
+        f"{deviation[1]:.2f} (B on [{half:,}, {size:,}))"
+    )
+    bench.check("schedule: Levanter's staged mixture serves no (dataset, index) twice and "
+                "keeps its past when a stage is added",
+                lev["duplicates"] == 0 and lev["past_kept"],
+                f"({lev['duplicates']} twice, past kept: {lev['past_kept']})")
 
 
 def _renamed(prefix: str, name: str) -> str:
@@ -252,6 +332,32 @@ def _speed(bench) -> None:
             verdict = "met" if a / b <= goal else "not met"
             bench.note(f"schedule: {kind}: schedule {a:.3f} s, static blend {b:.3f} s, ratio "
                        f"{a / b:.3f} (goal <= {goal:.3g}x: {verdict})")
+    _levanter_speed(bench, stages, size, median(times["cold"]["ours"]),
+                    median(times["read"]["ours"]))
+
+
+def _levanter_speed(bench, stages: list, size: int, cold: float | None,
+                    read: float | None) -> None:
+    """Levanter's MixtureDataset with the same stages over as many index-only datasets:
+    its construction and the same number of random batches (index mapping alone)."""
+    progress("schedule: Levanter's MixtureDataset with the same stages (child process)")
+    weights = np.asarray([stage_weights for _, (_, stage_weights) in stages])
+    batches = np.random.default_rng(0).integers(0, size, (BATCHES, BATCH))
+    lev = levanter_many(bench, weights, [start for start, _ in stages], size, batches)
+    if isinstance(lev, str):
+        bench.note(f"schedule: Levanter ({LEVANTER}) with {STAGES} stages: n/a ({lev})")
+        return
+    ours = (f"; ours (tokens read too): build_datasets cold {cold:.3f} s, reads {read:.3f} s"
+            if cold is not None and read is not None else "")
+    bench.note(
+        f"schedule: Levanter MixtureDataset, the same {STAGES}-stage weights over "
+        f"{lev['datasets']:,} index-only datasets (starts rounded to its blocks: "
+        f"{lev['stages']} stages), {size:,} samples: construction {lev['build_s']:.3f} s, "
+        f"{BATCHES} random batches of {BATCH} {lev['read_s']:.3f} s (a "
+        f"jax.random.permutation per block touched, 32 blocks cached), {lev['in_order']} in "
+        f"order from sample 0 (as its loader reads) {lev['in_order_s']:.3f} s: index mapping "
+        f"only{ours}"
+    )
 
 
 def suite_schedule(bench) -> None:
