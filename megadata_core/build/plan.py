@@ -192,8 +192,9 @@ def plan_schedule(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
 
 def plan_build(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
     """The recipes of the three splits of a config with a blend (``blend``,
-    ``blend_per_split`` or ``blend_schedule``)."""
-    if config.blend_schedule is not None:
+    ``blend_per_split`` or ``blend_schedule``). Megatron's own config classes, which
+    the drop-in plans with too, have no ``blend_schedule``."""
+    if getattr(config, "blend_schedule", None) is not None:
         return plan_schedule(config, sizes)
     if config.blend is not None:
         return plan_blend(config, sizes)
