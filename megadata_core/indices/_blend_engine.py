@@ -48,6 +48,7 @@ tokens of 10,000 similar corpora, 3.76M samples take ~5-7 s against ~38 s for th
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -71,6 +72,8 @@ TILE_ROW = 1 << 14
 #: segments in plain Python: per step, per step and column, per step and dataset.
 STEP_COST, COLUMN_COST, SCALAR_COST = 30e-6, 5e-9, 0.15e-6
 MAX_REPAIR_ROUNDS = 64
+#: The overhead of one vectorized step, in steps of one column and dataset.
+STEP_UNITS = 4000.0
 
 #: The megatron rule runs on a shortlist past this many datasets, in blocks of
 #: SHORTLIST_BLOCK * sqrt(n) steps (a block's start costs a few passes over n per
@@ -96,11 +99,11 @@ def dataset_dtype(count: int) -> np.dtype:
 
 
 def segment_length(size: int, burn: int, datasets: int = 4) -> int:
-    """Steps per segment: ~sqrt(size * burn * max(n, 4) / 4000) (per-step Python
+    """Steps per segment: ~sqrt(size * burn * max(n, 4) / STEP_UNITS) (per-step Python
     overhead against burn-in work, which grows with the n datasets a wide kernel reads
     per column; pass 4 for the per-dataset loops, whose overhead grows with n too), a
     multiple of ROWS in [ROWS, 8192]."""
-    length = int(math.sqrt(size * burn * max(datasets, 4) / 4000.0))
+    length = int(math.sqrt(size * burn * max(datasets, 4) / STEP_UNITS))
     return int(min(8192, max(ROWS, length // ROWS * ROWS)))
 
 
@@ -201,8 +204,16 @@ def run(
     _Recorder(out_index, out_sample, steps + burn, segment).run(kernel, segment)
     last = kernel.state()
     stats.update(segments=columns, segment=segment, sequential=0)
-    layout = (segment, burn, size)
-    _repair(kernel, rule, weights, caps, first, last, layout, out_index, out_sample, stats)
+    steps += burn
+    layout = _Columns(segment, steps, steps, np.full(columns, size), steps > burn)
+
+    def restart(counts: np.ndarray, bad: np.ndarray) -> None:
+        kernel.start(counts, layout.steps[bad])
+
+    def replay(counts: np.ndarray, column: int, begin: int, stop: int):
+        return _SCALAR[rule](weights, caps, counts, begin, stop)
+
+    _repair(restart, replay, kernel, first, last, layout, out_index, out_sample, stats)
     return out_index[:size], out_sample[:size]
 
 
@@ -242,17 +253,31 @@ def tile(
     return out_index, out_sample
 
 
-def _broken(first: np.ndarray, last: np.ndarray) -> np.ndarray:
-    """Segments whose first counts differ from their predecessor's last counts."""
-    return np.flatnonzero((first[:, 1:] != last[:, :-1]).any(axis=0)) + 1
+class _Columns(NamedTuple):
+    """Where the K columns of a run record (each ``segment`` steps)."""
+
+    segment: int
+    steps: np.ndarray  # int64 [K]: the step of its run each column records first
+    places: np.ndarray  # int64 [K]: where that step goes in the output buffers
+    stops: np.ndarray  # int64 [K]: the step its run ends at
+    linked: np.ndarray  # bool [K]: column k continues column k - 1 (the same run)
 
 
-def _repair(kernel, rule, weights, caps, first, last, layout, out_index, out_sample, stats):
-    """Re-run broken segments from their predecessor's end (vectorized) while that makes
-    progress; then re-run the ones still broken in order, in plain Python."""
-    segment, burn, size = layout
-    datasets = first.shape[0]
-    bad = _broken(first, last)
+def _broken(first: np.ndarray, last: np.ndarray, linked: np.ndarray) -> np.ndarray:
+    """Columns whose first counts differ from their predecessor's last counts."""
+    return np.flatnonzero(linked[1:] & (first[:, 1:] != last[:, :-1]).any(axis=0)) + 1
+
+
+def _repair(restart, replay, kernel, first, last, layout, out_index, out_sample, stats):
+    """Re-run broken columns from their predecessor's end (vectorized) while that makes
+    progress; then re-run the ones still broken in order, in plain Python.
+
+    ``restart(counts [n, B], columns [B])`` starts the kernel's B columns there;
+    ``replay(counts [n], column, begin, stop)`` is the (picks, samples) of steps
+    ``[begin, stop)`` of the column's run in plain Python.
+    """
+    segment, datasets = layout.segment, first.shape[0]
+    bad = _broken(first, last, layout.linked)
 
     def worth_a_pass(broken: int) -> bool:  # a pass must cost < half the plain-Python runs
         vectorized = STEP_COST + broken * datasets * COLUMN_COST
@@ -262,27 +287,28 @@ def _repair(kernel, rule, weights, caps, first, last, layout, out_index, out_sam
         stats["rounds"] += 1
         stats["repaired"] += int(bad.size)
         start = last[:, bad - 1]
-        offsets = bad * segment + burn
-        kernel.start(start, offsets)
-        _Recorder(out_index, out_sample, offsets, segment).run(kernel, segment)
+        restart(start, bad)
+        _Recorder(out_index, out_sample, layout.places[bad], segment).run(kernel, segment)
         first[:, bad] = start
         last[:, bad] = kernel.state()
-        before, bad = bad.size, _broken(first, last)
+        before, bad = bad.size, _broken(first, last, layout.linked)
         if bad.size >= before:
             break
     if bad.size == 0:
         return
-    # One sweep in order: a segment whose first counts still differ from its (now final)
+    # One sweep in order: a column whose first counts still differ from its (now final)
     # predecessor's last counts runs again, in plain Python; the others are verified.
     for k in range(int(bad[0]), first.shape[1]):
-        if np.array_equal(first[:, k], last[:, k - 1]):
+        if not layout.linked[k] or np.array_equal(first[:, k], last[:, k - 1]):
             continue
-        begin = k * segment + burn
-        stop = min(begin + segment, size)
+        begin, place = int(layout.steps[k]), int(layout.places[k])
+        stop = min(begin + segment, int(layout.stops[k]))
         first[:, k] = last[:, k - 1]
-        _sequential(rule, weights, caps, first[:, k], begin, stop, out_index, out_sample)
-        picked = np.bincount(out_index[begin:stop], minlength=first.shape[0])
-        last[:, k] = first[:, k] + picked
+        picks, samples = replay(first[:, k], k, begin, stop)
+        end = place + stop - begin
+        out_index[place:end] = picks
+        out_sample[place:end] = samples
+        last[:, k] = first[:, k] + np.bincount(out_index[place:end], minlength=datasets)
         stats["sequential"] += stop - begin
 
 
