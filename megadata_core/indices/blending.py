@@ -55,7 +55,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from megadata_core.checks import check_int
+from megadata_core.checks import check_int, check_lengths
 from megadata_core.errors import DataError
 from megadata_core.indices import _blend_engine as engine
 from megadata_core.indices import _blend_rules as rules
@@ -63,6 +63,7 @@ from megadata_core.indices import _blend_tree as trees
 
 __all__ = [
     "balanced_blending_indices",
+    "balanced_blending_stages",
     "balanced_bound",
     "blend_counts",
     "check_weights",
@@ -213,6 +214,26 @@ def balanced_blending_indices(
     index_dtype = engine.dataset_dtype(len(values))
     live, rates, period = _balanced_rates(values)
     limits = None if limits is None else limits[live]
+    done = _closed_form(values, live, rates, period, size, limits, index_dtype)
+    if done is not None:
+        return done
+    index, sample = engine.run("edf", rates, size, limits, index_dtype)
+    if len(live) < len(values):  # map back to the caller's dataset ids
+        index = live.astype(index_dtype)[index]
+    return index, sample
+
+
+def _closed_form(
+    values: np.ndarray,
+    live: np.ndarray,
+    rates: np.ndarray,
+    period: np.ndarray | None,
+    size: int,
+    limits: np.ndarray | None,
+    index_dtype: np.dtype,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The balanced order where a period or a split tree gives it; None where the EDF
+    rule runs step by step (over ``rates``, the ``live`` datasets' ones)."""
     if period is not None and size > period.sum():
         tiled = _tiled(live, rates, period, size, limits, index_dtype)
         if tiled is not None:
@@ -223,10 +244,85 @@ def balanced_blending_indices(
         if limits is None or np.all(np.bincount(index, minlength=len(values))[live] <= limits):
             return index, sample
         # caps that bind: the sequential rule, which skips spent datasets
-    index, sample = engine.run("edf", rates, size, limits, index_dtype)
-    if len(live) < len(values):  # map back to the caller's dataset ids
-        index = live.astype(index_dtype)[index]
-    return index, sample
+    return None
+
+
+def balanced_blending_stages(weights: object, lengths: object) -> tuple[np.ndarray, np.ndarray]:
+    """The balanced orders of S blends, one after the other (a blend schedule's stages).
+
+    Args:
+        weights: float [S, n]: stage s's weights (each row finite, >= 0, not all 0).
+        lengths: int [S] >= 0: samples of each stage.
+
+    Returns:
+        ``(dataset_index [sum(lengths)], dataset_sample_index int64 [sum(lengths)])``,
+        ``dataset_index`` of :func:`dataset_index_dtype` (n): the concatenation over s of
+        ``balanced_blending_indices(weights[s], lengths[s])``, value for value (each
+        stage counts its samples from 0).
+
+    Stages with a period or a split tree are computed as there (a copy, closed form);
+    the EDF stages run side by side in one vectorized pass
+    (:func:`~megadata_core.indices._blend_engine.run_stages`), which costs about what
+    one blend of their total size does instead of ~burn + segment Python steps each.
+
+    Raises:
+        DataError: naming ``weights`` (its shape, or the stage and weight) or
+            ``lengths`` (its shape, a negative or too large length).
+    """
+    rows, sizes = _check_stages(weights, lengths)
+    index_dtype = engine.dataset_dtype(rows.shape[1])
+    places = np.concatenate([[0], np.cumsum(sizes)])
+    done, lives, tables = {}, {}, []
+    for k in np.flatnonzero(sizes).tolist():  # one vectorized order (or plan) per stage
+        live, rates, period = _balanced_rates(rows[k])
+        order = _closed_form(rows[k], live, rates, period, int(sizes[k]), None, index_dtype)
+        if order is None:
+            lives[k] = live
+            tables.append(rates)
+        else:
+            done[k] = order
+    if lives:
+        table = np.zeros((len(tables), max(len(rates) for rates in tables)))
+        for row, rates in enumerate(tables):  # each stage's live datasets, in order
+            table[row, : len(rates)] = rates
+        stages = list(lives)
+        index, sample = engine.run_stages("edf", table, sizes[stages], index_dtype)
+        ends = np.cumsum(sizes[stages])
+        for k, end in zip(stages, ends.tolist()):  # back to the caller's dataset ids
+            live, begin = lives[k], end - int(sizes[k])
+            if len(live) < rows.shape[1]:
+                index[begin:end] = live.astype(index_dtype)[index[begin:end]]
+        if not done:
+            return index, sample
+        for k, end in zip(stages, ends.tolist()):
+            done[k] = index[end - int(sizes[k]) : end], sample[end - int(sizes[k]) : end]
+    out_index = np.empty(int(places[-1]), dtype=index_dtype)
+    out_sample = np.empty(int(places[-1]), dtype=np.int64)
+    for k, (index, sample) in done.items():
+        out_index[places[k] : places[k + 1]] = index
+        out_sample[places[k] : places[k + 1]] = sample
+    return out_index, out_sample
+
+
+def _check_stages(weights: object, lengths: object) -> tuple[np.ndarray, np.ndarray]:
+    """``(weights float64 [S, n], lengths int64 [S])`` of :func:`balanced_blending_stages`,
+    checked."""
+    try:
+        rows = np.asarray(weights, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise DataError(f"weights: {weights!r} are not numbers") from None
+    if rows.ndim != 2 or rows.shape[1] == 0:
+        raise DataError(f"weights: expected [stages, datasets], got shape {rows.shape}")
+    bad = ~(np.isfinite(rows) & (rows >= 0)).all(axis=1) | ~rows.any(axis=1)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        check_weights(rows[k], f"weights[{k}]")  # raises, naming the weight
+    sizes = check_lengths("lengths", lengths).astype(np.int64)
+    if sizes.shape != (rows.shape[0],):
+        raise DataError(f"lengths: {sizes.shape[0]} lengths for {rows.shape[0]} stages of weights")
+    if sizes.size and int(sizes.max()) >= 1 << 52:
+        raise DataError(f"lengths: {int(sizes.max())} must be < 2**52")
+    return rows, sizes
 
 
 def _balanced_rates(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
