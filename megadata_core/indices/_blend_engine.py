@@ -395,7 +395,11 @@ def _stage_plan(
 
 
 def tile(
-    word_index: np.ndarray, word_sample: np.ndarray, growth: np.ndarray, size: int
+    word_index: np.ndarray,
+    word_sample: np.ndarray,
+    growth: np.ndarray,
+    size: int,
+    out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The first ``size`` steps of a period repeated forever.
 
@@ -405,6 +409,7 @@ def tile(
         growth: int64 [P]: how much ``word_sample[s]`` grows per period (the count of
             dataset ``word_index[s]`` in one period).
         size: steps.
+        out: if given, the two arrays [size] to write into.
 
     The period is first repeated into a row of about ``TILE_ROW`` steps; the rows are
     then broadcast (dataset ids) and written one from the previous (sample ids), so
@@ -417,8 +422,9 @@ def tile(
     row_sample = (word_sample[None, :] + np.arange(repeats)[:, None] * growth[None, :]).ravel()
     length = len(row_index)
     rows, tail = divmod(size, length)
-    out_index = np.empty(size, dtype=word_index.dtype)
-    out_sample = np.empty(size, dtype=np.int64)
+    if out is None:
+        out = np.empty(size, dtype=word_index.dtype), np.empty(size, dtype=np.int64)
+    out_index, out_sample = out
     out_index[: rows * length].reshape(rows, length)[...] = row_index
     out_index[rows * length :] = row_index[:tail]
     samples = out_sample[: rows * length].reshape(rows, length)

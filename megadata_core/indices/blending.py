@@ -231,16 +231,18 @@ def _closed_form(
     size: int,
     limits: np.ndarray | None,
     index_dtype: np.dtype,
+    out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """The balanced order where a period or a split tree gives it; None where the EDF
-    rule runs step by step (over ``rates``, the ``live`` datasets' ones)."""
+    """The balanced order where a period or a split tree gives it (written into ``out``
+    when given); None where the EDF rule runs step by step (over ``rates``, the
+    ``live`` datasets' ones)."""
     if period is not None and size > period.sum():
-        tiled = _tiled(live, rates, period, size, limits, index_dtype)
+        tiled = _tiled(live, rates, period, size, limits, index_dtype, out)
         if tiled is not None:
             return tiled
     tree = _split_tree(live, rates, period)
     if tree is not None and size < trees.MAX_SIZE:
-        index, sample = trees.tree_order(tree[0], size, index_dtype)
+        index, sample = trees.tree_order(tree[0], size, index_dtype, out=out)
         if limits is None or np.all(np.bincount(index, minlength=len(values))[live] <= limits):
             return index, sample
         # caps that bind: the sequential rule, which skips spent datasets
@@ -271,37 +273,36 @@ def balanced_blending_stages(weights: object, lengths: object) -> tuple[np.ndarr
     """
     rows, sizes = _check_stages(weights, lengths)
     index_dtype = engine.dataset_dtype(rows.shape[1])
-    places = np.concatenate([[0], np.cumsum(sizes)])
-    done, lives, tables = {}, {}, []
+    places = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    # closed forms write here; untouched (never paged in) when every stage is EDF
+    out_index = np.empty(places[-1], dtype=index_dtype)
+    out_sample = np.empty(places[-1], dtype=np.int64)
+    lives, tables = {}, []
     for k in np.flatnonzero(sizes).tolist():  # one vectorized order (or plan) per stage
         live, rates, period = _balanced_rates(rows[k])
-        order = _closed_form(rows[k], live, rates, period, int(sizes[k]), None, index_dtype)
-        if order is None:
-            lives[k] = live
-            tables.append(rates)
-        else:
-            done[k] = order
-    if lives:
-        table = np.zeros((len(tables), max(len(rates) for rates in tables)))
-        for row, rates in enumerate(tables):  # each stage's live datasets, in order
-            table[row, : len(rates)] = rates
-        stages = list(lives)
-        index, sample = engine.run_stages("edf", table, sizes[stages], index_dtype)
-        ends = np.cumsum(sizes[stages])
-        for k, end in zip(stages, ends.tolist()):  # back to the caller's dataset ids
-            live, begin = lives[k], end - int(sizes[k])
-            if len(live) < rows.shape[1]:
-                index[begin:end] = live.astype(index_dtype)[index[begin:end]]
-        if not done:
-            return index, sample
-        for k, end in zip(stages, ends.tolist()):
-            done[k] = index[end - int(sizes[k]) : end], sample[end - int(sizes[k]) : end]
-    out_index = np.empty(int(places[-1]), dtype=index_dtype)
-    out_sample = np.empty(int(places[-1]), dtype=np.int64)
-    for k, (index, sample) in done.items():
-        out_index[places[k] : places[k + 1]] = index
-        out_sample[places[k] : places[k + 1]] = sample
-    return out_index, out_sample
+        out = out_index[places[k] : places[k + 1]], out_sample[places[k] : places[k + 1]]
+        if _closed_form(rows[k], live, rates, period, int(sizes[k]), None, index_dtype, out):
+            continue
+        lives[k] = live
+        tables.append(rates)
+    if not lives:
+        return out_index, out_sample
+    table = np.zeros((len(tables), max(len(rates) for rates in tables)))
+    for row, rates in enumerate(tables):  # each stage's live datasets, in order
+        table[row, : len(rates)] = rates
+    stages = list(lives)
+    index, sample = engine.run_stages("edf", table, sizes[stages], index_dtype)
+    alone = len(stages) == np.count_nonzero(sizes)  # no closed form: the result as it is
+    begin = 0
+    for k in stages:  # back to the caller's dataset ids
+        live, end = lives[k], begin + int(sizes[k])
+        if len(live) < rows.shape[1]:
+            index[begin:end] = live.astype(index_dtype)[index[begin:end]]
+        if not alone:
+            out_index[places[k] : places[k + 1]] = index[begin:end]
+            out_sample[places[k] : places[k + 1]] = sample[begin:end]
+        begin = end
+    return (index, sample) if alone else (out_index, out_sample)
 
 
 def _check_stages(weights: object, lengths: object) -> tuple[np.ndarray, np.ndarray]:
@@ -350,9 +351,11 @@ def _tiled(
     size: int,
     limits: np.ndarray | None,
     index_dtype: np.dtype,
+    out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """The balanced order of a periodic blend: one period of the rule, repeated; None
-    where caps would bind (then the rule runs to the end, skipping spent datasets)."""
+    """The balanced order of a periodic blend: one period of the rule, repeated (into
+    ``out`` when given); None where caps would bind (then the rule runs to the end,
+    skipping spent datasets)."""
     length = int(period.sum())
     word, samples = engine.run("edf", rates, length, None, index_dtype)
     if not np.array_equal(np.bincount(word, minlength=len(period)), period):
@@ -362,7 +365,7 @@ def _tiled(
         final = rounds * period + np.bincount(word[:rest], minlength=len(period))
         if np.any(final > limits):
             return None
-    return engine.tile(live.astype(index_dtype)[word], samples, period[word], size)
+    return engine.tile(live.astype(index_dtype)[word], samples, period[word], size, out)
 
 
 def _live_rates(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
