@@ -21,6 +21,12 @@ each, for a fixed number of steps:
 A periodic order (the balanced one over rates ``a_j / P``) is computed for one period
 and repeated by :func:`tile`, one write per output element.
 
+Independent EDF runs (a blend schedule's stages) run side by side (:func:`run_stages`):
+the columns of all runs step together in one kernel with per-column rates
+(:class:`~megadata_core.indices._blend_rules.EdfStages`), each run's first column from
+its true start, links checked and repairs made within a run; runs short enough for one
+column each need no burn-in at all.
+
 The Python loop runs ``burn + segment`` steps (a few thousand) whatever the size: the
 columns grow with the size, not the trip count.
 
@@ -43,6 +49,13 @@ next block of ~1.6 sqrt(n) steps (:class:`~megadata_core.indices._blend_rules.
 MegatronShortlist`, exact by a bound), ~O(size x sqrt(n)): weights proportional to the
 tokens of 10,000 similar corpora, 3.76M samples take ~5-7 s against ~38 s for the C++;
 1,000 corpora, 376k samples, ~0.3-0.4 s against ~0.35-0.8 s.
+
+Stages side by side pay the Python steps once for all runs instead of once per run:
+20 stages of 7,500 samples over 1,000 lognormal weights (each stage's weights the base
+times lognormal(0, 0.5) noise) take ~0.35-0.5 s with :func:`run_stages` (one column per
+stage, no burn-in), ~1.2-1.8 s stage by stage, ~0.37-0.6 s as one static blend of the
+150,000 samples; over 50 datasets (5 stages of 1M) the [K, n] passes, not the steps,
+dominate: ~1-1.5 s either way, as one static blend of 5M.
 """
 
 from __future__ import annotations
