@@ -229,7 +229,7 @@ def run(
     def restart(counts: np.ndarray, bad: np.ndarray) -> None:
         kernel.start(counts, layout.steps[bad])
 
-    def replay(counts: np.ndarray, column: int, begin: int, stop: int):
+    def replay(counts: np.ndarray, column: int, begin: int, stop: int) -> tuple[list, list]:
         return _SCALAR[rule](weights, caps, counts, begin, stop)
 
     _repair(restart, replay, kernel, first, last, layout, out_index, out_sample, stats)
@@ -282,7 +282,7 @@ def run_stages(
     burn = max(BURN[rule], min(EDF_WIDE_BURN, 2 * live // 3))
     plan = _stage_plan(sizes[runs], kernel.live[runs], burn, datasets, kernel.wide)
 
-    def replay(run_id: int, counts: np.ndarray, begin: int, stop: int):
+    def replay(run_id: int, counts: np.ndarray, begin: int, stop: int) -> tuple[np.ndarray, list]:
         """Steps [begin, stop) of run ``run_id`` in plain Python, over its live datasets."""
         ids = np.flatnonzero(table[run_id] > 0)
         picks, samples = _SCALAR[rule](table[run_id, ids], None, counts[ids], begin, stop)
@@ -324,7 +324,7 @@ def run_stages(
     def restart(start: np.ndarray, bad: np.ndarray) -> None:
         kernel.start(start, layout.steps[bad], owner[bad])
 
-    def replay_column(start: np.ndarray, column: int, begin: int, stop: int):
+    def replay_column(start: np.ndarray, column: int, begin: int, stop: int) -> tuple:
         return replay(int(owner[column]), start, begin, stop)
 
     _repair(restart, replay_column, kernel, first, last, layout, out_index, out_sample, stats)
@@ -450,7 +450,8 @@ def tile(
 
 
 class _Columns(NamedTuple):
-    """Where the K columns of a run record (each ``segment`` steps)."""
+    """Where K columns (of one run or several side by side) record, ``segment`` steps
+    each."""
 
     segment: int
     steps: np.ndarray  # int64 [K]: the step of its run each column records first

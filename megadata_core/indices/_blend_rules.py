@@ -483,14 +483,14 @@ class EdfStages(Edf):
         self.caps = None
         self.wide = self.table.shape[1] > self.WIDE
 
-    def guess(self, steps: np.ndarray, runs: np.ndarray) -> np.ndarray:  # type: ignore[override]
+    def guess(self, steps: np.ndarray, runs: np.ndarray) -> np.ndarray:
         """int64 [n, K]: :func:`deadline_order_counts` of each column's run."""
         rates = self.table[runs].T
         counts = _deadline_counts(rates, steps, self.bounds[runs], self.live[runs] + 2.0)
         counts[rates == 0] = 0  # (a run with one dataset has D = 0: 0 / 0 above)
         return counts
 
-    def start(self, counts: np.ndarray, steps: np.ndarray, runs: np.ndarray) -> None:  # type: ignore[override]
+    def start(self, counts: np.ndarray, steps: np.ndarray, runs: np.ndarray) -> None:
         """Start K columns at steps ``steps`` (int64 [K]) of runs ``runs`` (int [K]) from
         ``counts`` (int [n, K])."""
         size, datasets = len(steps), self.table.shape[1]
