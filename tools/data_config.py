@@ -8,11 +8,12 @@ that converts between them, so the core never imports ml_collections.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from typing import Any
 
 import ml_collections
 
-from megadata_core import GPTDataConfig
+from megadata_core import DataError, GPTDataConfig
 from megadata_core.datasets.blend_args import blend_from_args
 
 #: Megatron-LM's data arguments (``--data-path`` etc.) as ConfigDict fields.
@@ -50,6 +51,19 @@ def base_config() -> ml_collections.ConfigDict:
     return config
 
 
+#: Every field a data config may hold.
+FIELDS = frozenset((*BLEND_FIELDS, *SIZE_FIELDS, *_GPT_FIELDS, "mock", "vocab_size"))
+
+
+def check_fields(values: dict[str, Any]) -> None:
+    """DataError naming the first field of ``values`` that is not a data config field,
+    with the closest one (``config.sequence_lenght`` -> ``config.sequence_length``)."""
+    for name in sorted(set(values) - FIELDS):
+        close = difflib.get_close_matches(name, sorted(FIELDS), n=1, cutoff=0.6)
+        hint = f"; did you mean config.{close[0]}?" if close else ""
+        raise DataError(f"config.{name}: no such data config field{hint}")
+
+
 def _field_type(name: str) -> type:
     return {"path_to_cache": str, "eod_id": int}.get(name, str)
 
@@ -58,9 +72,11 @@ def to_gpt_config(config: ml_collections.ConfigDict) -> tuple[GPTDataConfig, lis
     """``(GPTDataConfig, sizes [train, valid, test], extras {"mock", "vocab_size"})``.
 
     Blend fields use Megatron's command-line forms (``data_path = "0.3 /a 0.7 /b"``,
-    per-split paths, a data-args file); unknown fields are a DataError from the core.
+    per-split paths, a data-args file). A field that is none of these (a typo) is a
+    DataError naming it and the closest field.
     """
     values: dict[str, Any] = config.to_dict()
+    check_fields(values)
     blend = blend_from_args(**{name: values.pop(name, None) for name in BLEND_FIELDS})
     sizes = [values.pop(name, None) for name in SIZE_FIELDS]
     extras = {"mock": bool(values.pop("mock", False)), "vocab_size": values.pop("vocab_size", None)}
