@@ -3,14 +3,15 @@
 :class:`TorchDataset` wraps a :class:`megadata_core.GPTDataset`, a
 :class:`megadata_core.BlendedDataset` (or anything with ``len``, ``ds[i]`` and optionally
 ``ds.__getitems__``) and returns torch tensors with Megatron's dtypes: ``tokens``,
-``labels``, ``position_ids`` and ``dataset_id`` ``torch.long``; ``loss_mask``
-``torch.float32``; ``attention_mask`` ``torch.bool``. With ``document_masking``:
-``cu_seqlens`` ``torch.int32`` [S + 1] (Megatron's padded layout) and ``max_seqlen``
-``torch.int32`` (a 0-d tensor per sample in Megatron-LM's ``inter_document_masking``, so
-[B] in a batch), as Megatron-LM's ``GPTDataset`` returns them; ``segment_ids`` (no
-Megatron counterpart) ``torch.int32``, as flash-attention and Transformer Engine take
-sequence metadata. Every tensor owns fresh memory (the core hands out read-only views and
-shared constants; they are never written or aliased).
+``labels`` and ``position_ids`` ``torch.long``; ``loss_mask`` ``torch.float32``;
+``attention_mask`` ``torch.bool``; a blend's ``dataset_id`` ``torch.int32``, as the core
+and the Grain and JAX adapters give it (int16, Megatron's, cannot name 40,000 datasets).
+With ``document_masking``: ``cu_seqlens`` ``torch.int32`` [S + 1] (Megatron's padded
+layout) and ``max_seqlen`` ``torch.int32`` (a 0-d tensor per sample in Megatron-LM's
+``inter_document_masking``, so [B] in a batch), as Megatron-LM's ``GPTDataset`` returns
+them; ``segment_ids`` (no Megatron counterpart) ``torch.int32``, as flash-attention and
+Transformer Engine take sequence metadata. Every tensor owns fresh memory (the core hands
+out read-only views and shared constants; they are never written or aliased).
 
 Batches. ``torch.utils.data.DataLoader`` calls ``dataset.__getitems__(batch_indices)``
 when the dataset has one and passes the result to ``collate_fn``.
@@ -108,7 +109,7 @@ DTYPES: dict[str, np.dtype] = {
     "tokens": np.dtype(np.int64),
     "labels": np.dtype(np.int64),
     "position_ids": np.dtype(np.int64),
-    "dataset_id": np.dtype(np.int64),
+    "dataset_id": np.dtype(np.int32),
     "loss_mask": np.dtype(np.float32),
     "attention_mask": np.dtype(np.bool_),
     "cu_seqlens": np.dtype(np.int32),
