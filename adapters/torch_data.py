@@ -50,7 +50,9 @@ Shutdown. :func:`loader` returns a :class:`Loader` (a DataLoader):
 ``loader.close()`` or leaving ``with torch_data.loader(...) as data:`` stops the workers
 of every iterator it handed out, persistent workers included, and lets go of their
 shared-memory rings; an iterator's own ``close()``/``with`` stops its workers; dropping
-either does the same. :class:`StatefulLoader` has ``close()`` and ``with`` too.
+either does the same. :class:`StatefulLoader` has ``close()`` and ``with`` too. A
+worker that reads a :class:`TorchDataset` (any DataLoader) ends at once when the loader's
+process ends without clean-up (``kill -9``, the OOM killer), removing its ring.
 
 Resume. The sampler's ``state_dict()`` / ``load_state_dict()`` (``consumed_samples``) is
 the resume state, as in torchdata's ``StatefulDataLoader``. A loader with workers pulls
@@ -86,7 +88,7 @@ from torch.utils.data._utils.collate import default_collate_fn_map
 
 from megadata_core.datasets.fingerprint import fingerprint
 from megadata_core.errors import DataError
-from megadata_core.handover import pack
+from megadata_core.handover import orphans, pack
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.handover.shm_ring import ConsumerRings, ProducerRing, SlotRef
 from megadata_core.samplers import PretrainingSampler
@@ -236,6 +238,7 @@ class TorchDataset(Dataset):
     def __getitem__(self, index) -> dict[str, torch.Tensor]:
         """Sample ``index`` (an int); a 1-d sequence of ints gives the stacked batch
         (``DataLoader(ds, sampler=<megadata sampler>, batch_size=None)`` asks so)."""
+        _in_worker()
         if isinstance(index, torch.Tensor):
             index = index.tolist()
         if isinstance(index, (int, np.integer)):
@@ -246,6 +249,7 @@ class TorchDataset(Dataset):
         """The samples at ``indices`` (a list of ints), read in one core call, as a
         :class:`Samples` (torch's default collate and :func:`batch_collate` give its
         stacked tensors as they are); a :class:`PackedBatch` in a :func:`loader` worker."""
+        _in_worker()
         if isinstance(indices, torch.Tensor):
             indices = indices.tolist()
         indices = list(indices)
@@ -281,6 +285,14 @@ class TorchDataset(Dataset):
         return f"TorchDataset({self.dataset!r})"
 
 
+def _in_worker() -> None:
+    """In a DataLoader worker: end it when the loader's process ends, even killed without
+    clean-up (``kill -9``; torch's own check runs every 5 s, and only between batches),
+    removing its shared-memory ring (:func:`orphans.exit_with_parent`)."""
+    if not orphans.watching() and get_worker_info() is not None:
+        orphans.exit_with_parent()
+
+
 #: This process's view of the workers' rings (the pin-memory thread unpacks too).
 _RINGS = ConsumerRings()
 
@@ -303,6 +315,7 @@ class _PackInWorker:
         self.slots = slots
 
     def __call__(self, worker_id: int) -> None:
+        orphans.exit_with_parent()  # the worker ends with this process (kill -9 included)
         info = get_worker_info()
         if info is not None and isinstance(info.dataset, TorchDataset):
             info.dataset._pack_in_worker = True
