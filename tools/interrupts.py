@@ -9,7 +9,8 @@ the interpreter's own start-up is then taken here). Once the work starts,
 :func:`during_work` makes Ctrl-C raise ``KeyboardInterrupt`` so that every clean-up on
 the way out runs (workers stopped, unfinished files removed); the tool catches it and
 says what it left with :func:`report`. A second Ctrl-C during that clean-up ends the
-process at once, saying so.
+process at once, saying so. Once the work is done and reported, :func:`after_work`
+ignores Ctrl-C.
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ def during_work() -> None:
     """From here on Ctrl-C raises ``KeyboardInterrupt`` (once; a second one ends the
     process at once)."""
     signal.signal(signal.SIGINT, _raise)
+
+
+def after_work() -> None:
+    """The work is done and reported: from here on Ctrl-C is ignored (it would change
+    nothing; and Python's exit puts the default action back for a handler of its own,
+    so a SIGINT during the interpreter's clean-up would end it by the signal, silently)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def install() -> None:

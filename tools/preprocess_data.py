@@ -528,6 +528,8 @@ def main(argv: list[str]) -> None:
         _run()
     except KeyboardInterrupt:
         interrupts.report(interrupted_line(before, planned))
+    finally:  # done, or stopped by an error: a Ctrl-C now changes nothing
+        interrupts.after_work()
 
 
 def _run() -> None:
