@@ -25,7 +25,9 @@ def _seed() -> int:
     [("plain", ["--workers", "2"]), ("tasks", ["--workers", "2", "--task_size", "0.25"])],
 )
 def test_sigint_at_random_moments(tmp_path, mode, args):
-    source = write_input(tmp_path / "in.jsonl", documents=4000)
+    # ~6 MB: about half the moments fall in the work (tokenizing, merging, publishing),
+    # the others in the tool's start (imports, flags); a run costs ~0.7 s
+    source = write_input(tmp_path / "in.jsonl", documents=12_000)
     seed = _seed()
     outcomes = interrupt_runs(tmp_path, source, args, SIGINTS, seed)
     print(f"{mode} (seed {seed}): {summary(outcomes)}")
