@@ -45,7 +45,7 @@ import numpy as np
 
 from adapters.maxtext_keys import check_key_names, rename_keys
 from megadata_core.checks import check_int
-from megadata_core.datasets.fingerprint import fingerprint
+from megadata_core.datasets.fingerprint import continues_schedule, fingerprint, resume_fields
 from megadata_core.errors import DataError
 from megadata_core.handover import orphans, pack, segments
 from megadata_core.handover.buffers import BufferPool
@@ -388,18 +388,22 @@ class _ConsumedSamplesIterator(grain.DatasetIterator):
         return {
             "consumed_samples": self._consumed,
             "total_samples": self._owner.total_samples,
-            "fingerprint": fingerprint(self._owner.dataset),
+            **resume_fields(self._owner.dataset),  # a blend schedule's stages too
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         mine = fingerprint(self._owner.dataset)
-        if state.get("fingerprint") != mine:
+        edited = False
+        if state.get("fingerprint") != mine:  # an edited blend schedule may continue it
+            consumed = check_int("consumed_samples", state.get("consumed_samples"), minimum=0)
+            edited = continues_schedule(state, self._owner.dataset, consumed, sequential=True)
+        if state.get("fingerprint") != mine and not edited:
             raise DataError(
                 f"fingerprint: checkpoint was made for data/config {state.get('fingerprint')!r}, "
                 f"this pipeline reads {mine!r} ({self._owner.dataset!r}); refusing to continue "
                 "a different stream"
             )
-        if int(state.get("total_samples", -1)) != self._owner.total_samples:
+        if not edited and int(state.get("total_samples", -1)) != self._owner.total_samples:
             raise DataError(
                 f"total_samples: checkpoint has {state.get('total_samples')!r}, this dataset "
                 f"has {self._owner.total_samples} samples; the state belongs to other data"

@@ -86,7 +86,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate_fn_map
 
-from megadata_core.datasets.fingerprint import fingerprint
+from megadata_core.checks import check_int
+from megadata_core.datasets.fingerprint import continues_schedule, resume_fields
 from megadata_core.errors import DataError
 from megadata_core.handover import orphans, pack
 from megadata_core.handover.buffers import BufferPool
@@ -469,7 +470,8 @@ class StatefulLoader:
     def __init__(self, dataset, batch_sampler, num_workers: int = 0, **kwargs) -> None:
         self.batch_sampler = batch_sampler
         self.loader = loader(dataset, batch_sampler, num_workers=num_workers, **kwargs)
-        self.fingerprint = fingerprint(self.loader.dataset.dataset)
+        self._resume = resume_fields(self.loader.dataset.dataset)
+        self.fingerprint = self._resume["fingerprint"]
         self._start = int(batch_sampler.consumed_samples)
         self._yielded = 0
 
@@ -491,12 +493,14 @@ class StatefulLoader:
         if isinstance(self.batch_sampler, PretrainingSampler):  # last batch may be partial
             consumed = min(consumed, self.batch_sampler.total_samples)
         state["consumed_samples"] = consumed
-        state["fingerprint"] = self.fingerprint
+        state.update(self._resume)  # the fingerprint; a blend schedule's stages
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume the sampler from ``state`` on the next iteration; ``DataError`` when
-        ``state`` was made for other data or config (its ``fingerprint``)."""
+        ``state`` was made for other data or config (its ``fingerprint``). A state made on
+        a blend schedule that this loader's schedule edits after the state's position is
+        accepted (sequential samplers only): the samples before it are the same."""
         if isinstance(state, Mapping) and "fingerprint" not in state:
             raise DataError(
                 f"fingerprint: the state has none (saved before loader states carried "
@@ -504,13 +508,22 @@ class StatefulLoader:
                 f"{self.loader.dataset.dataset!r}); if it is the same data, restore it "
                 "with loader.batch_sampler.load_state_dict(state)"
             )
+        edited = False
         if isinstance(state, Mapping) and state["fingerprint"] != self.fingerprint:
+            consumed = check_int("consumed_samples", state.get("consumed_samples"), minimum=0)
+            edited = continues_schedule(
+                state, self.loader.dataset.dataset, consumed,
+                sequential=isinstance(self.batch_sampler, PretrainingSampler),
+            )
+        if isinstance(state, Mapping) and state["fingerprint"] != self.fingerprint and not edited:
             raise DataError(
                 f"fingerprint: the state was made for data/config {state['fingerprint']!r}, "
                 f"this loader reads {self.fingerprint!r} ({self.loader.dataset.dataset!r}): "
                 "other data, or the same with another seed, sequence length, split or "
                 "blend; refusing to continue a different stream"
             )
+        if edited and "total_samples" in state:  # an edit may change the blend's length
+            state = {**state, "total_samples": self.batch_sampler.total_samples}
         self.batch_sampler.load_state_dict(state)
         self._start = int(self.batch_sampler.consumed_samples)
         self._yielded = 0

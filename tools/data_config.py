@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 from typing import Any
 
 import ml_collections
 
 from megadata_core import DataError, GPTDataConfig
-from megadata_core.datasets.blend_args import blend_from_args
+from megadata_core.datasets.blend_args import LEGACY_DEFAULT_SPLIT, blend_from_args
 
 #: Megatron-LM's data arguments (``--data-path`` etc.) as ConfigDict fields.
 BLEND_FIELDS = (
@@ -72,12 +73,21 @@ def to_gpt_config(config: ml_collections.ConfigDict) -> tuple[GPTDataConfig, lis
     """``(GPTDataConfig, sizes [train, valid, test], extras {"mock", "vocab_size"})``.
 
     Blend fields use Megatron's command-line forms (``data_path = "0.3 /a 0.7 /b"``,
-    per-split paths, a data-args file). A field that is none of these (a typo) is a
-    DataError naming it and the closest field.
+    per-split paths, a data-args file); ``blend_schedule`` is the text form
+    (``"0: 0.8 /a 0.2 /b; 50B: 0.5 /a 0.5 /c"``) or a file of it (one stage per line), and
+    splits with Megatron's legacy default (``"969, 30, 1"``) when no split is given, as
+    a data path does. A field that is none of these (a typo) is a DataError naming it and
+    the closest field.
     """
     values: dict[str, Any] = config.to_dict()
     check_fields(values)
     blend = blend_from_args(**{name: values.pop(name, None) for name in BLEND_FIELDS})
+    schedule = values.get("blend_schedule")
+    if isinstance(schedule, str) and os.path.isfile(schedule):
+        with open(schedule, encoding="utf-8") as file:
+            values["blend_schedule"] = file.read()
+    if schedule is not None and blend["split"] is None and blend["blend_per_split"] is None:
+        blend["split"] = LEGACY_DEFAULT_SPLIT
     sizes = [values.pop(name, None) for name in SIZE_FIELDS]
     extras = {"mock": bool(values.pop("mock", False)), "vocab_size": values.pop("vocab_size", None)}
     gpt = GPTDataConfig(**blend, **values)

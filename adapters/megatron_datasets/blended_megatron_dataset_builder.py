@@ -323,16 +323,22 @@ def share_megatron_cache(splits: list) -> None:
         base = megatron_cache.base_path(
             item.config.path_to_cache, item.unique_description, type(item).__name__, split.name
         )
-        held = item.core.index_arrays
-        sets.append((base, item.unique_description, {name: held[name] for name in names}))
+        sets.append((item, names, base))
     if not sets:
         return
-    directory = os.path.dirname(sets[0][0])
-    megatron_cache.sweep(directory, [name for base, _, arrays in sets
-                                     for name in megatron_cache.file_names(base, tuple(arrays))])
-    for base, description, arrays in sets:
-        if not megatron_cache.write(base, description, arrays, clean=False):
-            megatron_cache.load(base, description, tuple(arrays), lambda a=arrays: a)
+    megatron_cache.sweep(os.path.dirname(sets[0][2]), [
+        name for _, names, base in sets for name in megatron_cache.file_names(base, names)
+    ])
+    for item, names, base in sets:  # one set's arrays held at a time (max_open_files)
+
+        def arrays(item=item, names=names) -> dict:
+            held = item.core.index_arrays
+            return {name: held[name] for name in names}
+
+        if megatron_cache.present(base, names):
+            megatron_cache.load(base, item.unique_description, names, arrays)
+        else:
+            megatron_cache.write(base, item.unique_description, arrays(), clean=False)
 
 
 def _prefixes(config) -> list[str]:

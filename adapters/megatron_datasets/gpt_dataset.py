@@ -124,7 +124,7 @@ def core_config(config: BlendedMegatronDatasetConfig, **changes) -> mdc.GPTDataC
         blend=config.blend,
         blend_per_split=per_split,
         split=None if per_split else config.split,
-        path_to_cache=config.path_to_cache,
+        path_to_cache=config.path_to_cache or None,  # "" is no cache, as in Megatron
         mmap_bin_files=bool(config.mmap_bin_files),
         mid_level_dataset_surplus=config.mid_level_dataset_surplus,
         # under inter_document_masking 0.19 overwrites the position ids per document and

@@ -188,7 +188,7 @@ def share_later(share: Callable[[], object]) -> Future:
     with _LOCK:
         if _WRITER is None:
             _WRITER = ThreadPoolExecutor(1, thread_name_prefix="megadata-megatron-cache")
-            atexit.register(flush)
+            atexit.register(_flush_at_exit)
         future = _WRITER.submit(share)
         _PENDING.append(future)
     return future
@@ -202,6 +202,18 @@ def flush() -> None:
         _PENDING.clear()
     for future in pending:
         future.result()
+
+
+def _flush_at_exit() -> None:
+    """:func:`flush` at interpreter exit: a share that failed is one line on stderr (the
+    files it did not write are written by the next build, or by a stock job)."""
+    try:
+        flush()
+    except Exception as error:  # noqa: BLE001 - reported, not raised, at exit
+        import sys
+
+        print(f"warning: megadata: Megatron-layout cache files not all written: "
+              f"{type(error).__name__}: {error}", file=sys.stderr)
 
 
 def sweep(directory: str, names: list[str]) -> None:

@@ -30,6 +30,7 @@ from megadata_core.checks import first_outside, out_of_range, unsigned
 from megadata_core.datasets import origins
 from megadata_core.datasets.config import BLEND_ORDERS, SPLIT_NAMES
 from megadata_core.datasets.lazy_members import LazyMembers
+from megadata_core.datasets.member_reads import member_lengths, read_members
 from megadata_core.datasets.positions import sample_positions
 from megadata_core.errors import DataError, OversampledError
 from megadata_core.handover.buffers import BufferPool
@@ -52,7 +53,7 @@ BLEND_ARRAYS = ("dataset_index", "dataset_sample_index", "dataset_counts")
 DATASET_ID_DTYPE = np.dtype(np.int32)
 
 
-def _split_of(datasets) -> str:
+def split_of(datasets) -> str:
     """The members' common split name (``.split``, a name or Megatron's ``Split``;
     "train" for members without one; a :class:`LazyMembers` says it for all)."""
     names = set()
@@ -75,13 +76,6 @@ def _integral_sizes(weights: list) -> list[int]:
             f"weights: {weights!r} must be whole numbers (samples per dataset) when size is None"
         )
     return [int(value) for value in values]
-
-
-def _lengths(datasets) -> np.ndarray:
-    """int64 [M]: ``len`` of every member (a :class:`LazyMembers` knows them unmade)."""
-    if isinstance(datasets, LazyMembers):
-        return datasets.lengths
-    return np.array([len(dataset) for dataset in datasets], dtype=np.int64).reshape(-1)
 
 
 class BlendedDataset:
@@ -135,7 +129,7 @@ class BlendedDataset:
         if order not in BLEND_ORDERS:
             raise DataError(f"blend_order: {order!r} is not one of {BLEND_ORDERS}")
         if weights is None:
-            weights = _lengths(datasets).tolist()
+            weights = member_lengths(datasets).tolist()
         try:
             weights = list(weights)
         except TypeError:
@@ -147,7 +141,7 @@ class BlendedDataset:
         self._buffers = BufferPool()
         self._entry = origin  # where given arrays that are not cache files came from
         self.blend_order = order
-        self.split = _split_of(datasets)
+        self.split = split_of(datasets)
         if size is None:
             self.weights = _integral_sizes(weights)
         else:
@@ -219,7 +213,7 @@ class BlendedDataset:
         self._arrays = arrays  # memory maps stay here (pickled as file names)
         self.dataset_index = np.asarray(arrays["dataset_index"])
         self.dataset_sample_index = np.asarray(arrays["dataset_sample_index"])
-        sizes = _lengths(self.datasets)
+        sizes = member_lengths(self.datasets)
         self._sizes = sizes.astype(np.uint64)
         counts = np.asarray(arrays["dataset_counts"]).astype(np.int64)
         if counts.shape != sizes.shape:
@@ -293,41 +287,8 @@ class BlendedDataset:
         every member key with a leading batch axis. One ``__getitems__`` call per member
         read (members without one are read sample by sample and stacked)."""
         ids, samples = self._members(self._positions(indices))
-        order = np.argsort(ids, kind="stable")  # grouped by member, batch order inside
-        counts = np.bincount(ids, minlength=len(self.datasets))
-        ends = np.cumsum(counts).tolist()
-        parts = []
-        for member in np.flatnonzero(counts).tolist():
-            where = order[ends[member] - counts[member] : ends[member]]
-            parts.append((where, self._read(member, samples[where])))
-        batch = {"dataset_id": ids.astype(DATASET_ID_DTYPE)}
-        if not parts:
-            return batch
-        keys = list(parts[0][1])
-        for _, part in parts[1:]:
-            if list(part) != keys:
-                raise DataError(
-                    f"datasets: members return different keys ({keys} and {list(part)})"
-                )
-        if len(parts) == 1:  # one member: its batch is already in order
-            batch.update(parts[0][1])
-            return batch
-        for key in keys:
-            first = np.asarray(parts[0][1][key])
-            dtype = np.result_type(*(np.asarray(part[key]).dtype for _, part in parts))
-            out = self._buffers.empty((len(ids),) + first.shape[1:], dtype)
-            for where, part in parts:
-                out[where] = part[key]
-            batch[key] = out
-        return batch
-
-    def _read(self, member: int, samples: np.ndarray) -> dict:
-        dataset = self.datasets[member]
-        getitems = getattr(dataset, "__getitems__", None)
-        if getitems is not None:
-            return getitems(samples)
-        rows = [dataset[int(k)] for k in samples]
-        return {key: np.stack([np.asarray(row[key]) for row in rows]) for key in rows[0]}
+        batch = read_members(self.datasets, ids, samples, self._buffers)
+        return {"dataset_id": ids.astype(DATASET_ID_DTYPE), **batch}
 
     # -- pickling (workers): memory-mapped indices travel as file names -------------
 
@@ -350,7 +311,7 @@ class BlendedDataset:
         self.dataset_index = np.asarray(arrays["dataset_index"])
         self.dataset_sample_index = np.asarray(arrays["dataset_sample_index"])
         if "_sizes" not in state:  # pickled by an older version
-            self._sizes = _lengths(self.datasets).astype(np.uint64)
+            self._sizes = member_lengths(self.datasets).astype(np.uint64)
 
     def __repr__(self) -> str:
         weights = [round(w, 6) if isinstance(w, float) else w for w in self.weights]

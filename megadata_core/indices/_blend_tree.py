@@ -134,8 +134,8 @@ def split_tree(ids: np.ndarray, rates: np.ndarray):
     ids = [int(j) for j in ids]
     if len(ids) == 1:
         return ids[0], 0.0
-    if max(ids) >= 1 << ID_BITS:
-        return None
+    if max(ids) >= 1 << ID_BITS or len(ids) > 1 << MAX_DEPTH:
+        return None  # ids too large to pack; every tree of so many leaves is too deep
     by_id = dict(zip(ids, np.asarray(rates, dtype=np.float64)))
     lookup = np.zeros(max(ids) + 1)
     lookup[list(by_id)] = list(by_id.values())

@@ -89,7 +89,9 @@ def check_weights(weights: object, field: str = "weights") -> np.ndarray:
     bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
     if bad.size:
         j = int(bad[0])
-        raise DataError(f"{field}: weight {j} is {values[j]!r}; weights must be finite and >= 0")
+        raise DataError(
+            f"{field}: weight {j} is {float(values[j])!r}; weights must be finite and >= 0"
+        )
     if not values.any():
         raise DataError(f"{field}: every weight is 0")
     return values

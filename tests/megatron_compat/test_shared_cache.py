@@ -200,3 +200,15 @@ def test_the_shared_files_are_written_in_the_background_once(corpora, tmp_path, 
     builder(gpt.GPTDataset, [40, 12, 0], lambda: True, _config(ours, prefixes, cache)).build()
     cache_module.flush()
     assert not glob.glob(os.path.join(str(cache), "*-GPTDataset-*.npy"))
+
+
+def test_an_empty_path_to_cache_is_no_cache(corpora, tmp_path, monkeypatch):
+    """Megatron reads ``path_to_cache=""`` as no cache (built in memory): nothing is
+    written, not even lock files in the working directory."""
+    prefixes = corpora(2, seed=26)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    splits = _build(ours, _config(ours, prefixes, ""))
+    assert len(splits[0]) > 0
+    assert os.listdir(work) == []
