@@ -37,6 +37,7 @@ its flags later (``app.run``) still does so normally.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -220,7 +221,9 @@ class GrainSource:
     travel as file names and are reopened on load). ``key_names="maxtext"`` gives each
     sample under MaxText's names (:mod:`adapters.maxtext_keys`: ``inputs``, ``targets``,
     ``inputs_segmentation``, ``inputs_position``, ...); ``"megatron"`` (default) as the
-    core names them.
+    core names them. A worker process that the source's maker started (Grain's
+    ``DataLoader`` workers) ends when the maker does, even killed with ``kill -9``
+    (:func:`orphans.exit_with_parent`, from its first read).
     """
 
     def __init__(self, dataset: Any, *, key_names: str = "megatron") -> None:
@@ -233,7 +236,13 @@ class GrainSource:
         self.key_names = check_key_names(key_names)
         mark = fingerprint(dataset)
         self._repr = f"GrainSource({dataset!r}" + (f", fingerprint={mark!r})" if mark else ")")
+        self._maker = os.getpid()
         ensure_absl_flags_parsed()
+
+    def _in_worker(self) -> None:
+        """In a worker started by the process that made this source: end with it."""
+        if not orphans.watching() and os.getppid() == getattr(self, "_maker", None):
+            orphans.exit_with_parent()
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -248,10 +257,12 @@ class GrainSource:
         return i % length
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+        self._in_worker()
         return _writable(rename_keys(self.dataset[self._index(index)], self.key_names))
 
     def __getitems__(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
         """The samples at ``indices`` stacked along a leading batch axis (one core read)."""
+        self._in_worker()
         positions = [self._index(i) for i in indices]
         getitems = getattr(self.dataset, "__getitems__", None)
         if getitems is None:
@@ -272,7 +283,8 @@ class GrainSource:
         return self._repr
 
     def __getstate__(self) -> dict:
-        return {"dataset": self.dataset, "_repr": self._repr, "key_names": self.key_names}
+        return {"dataset": self.dataset, "_repr": self._repr, "key_names": self.key_names,
+                "_maker": getattr(self, "_maker", None)}
 
     def __setstate__(self, state: dict) -> None:
         self.key_names = "megatron"  # a source pickled before the option existed

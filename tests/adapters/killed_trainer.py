@@ -3,7 +3,8 @@ processes forever, after printing ``ready``.
 
     python killed_trainer.py KIND PREFIX CACHE
 
-KIND: ``grain`` (``batched_dataset``, Grain ``mp_prefetch``), ``torch`` / ``torch-persistent``
+KIND: ``grain`` (``batched_dataset``, Grain ``mp_prefetch``), ``grain-loader``
+(``grain.DataLoader`` over a ``GrainSource``), ``torch`` / ``torch-persistent``
 (``torch.utils.data.DataLoader(TorchDataset)``), ``loader`` / ``loader-persistent``
 (``torch_data.loader``: workers with shared-memory rings).
 """
@@ -24,6 +25,15 @@ def batches(kind: str, dataset):
         from adapters import grain_source
 
         return iter(grain_source.batched_dataset(dataset, micro_batch_size=4, worker_count=2))
+    if kind == "grain-loader":
+        import grain
+
+        from adapters import grain_source
+
+        source = grain_source.GrainSource(dataset)
+        sampler = grain.samplers.IndexSampler(len(source), shuffle=False, num_epochs=1, seed=0)
+        return iter(grain.DataLoader(data_source=source, sampler=sampler, worker_count=2,
+                                     operations=[grain.transforms.Batch(4)]))
     import torch
 
     from adapters import torch_data

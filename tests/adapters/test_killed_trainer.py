@@ -1,6 +1,7 @@
 """A trainer killed mid-iteration without clean-up (``kill -9``, as the OOM killer and
 preemption do) leaves no worker process and no shared-memory file of ours 10 s later:
-Grain ``mp_prefetch`` with 2 workers, torch ``DataLoader(TorchDataset)`` and
+Grain ``mp_prefetch`` with 2 workers, ``grain.DataLoader`` over a ``GrainSource`` (2
+workers), torch ``DataLoader(TorchDataset)`` and
 ``torch_data.loader`` with 2 workers, persistent and not. The trainer runs in a session
 of its own; every process of that session must be gone (Grain's resource tracker
 included), and every ``/dev/shm/megadata-*`` file made by one of them. The 10 s are a
@@ -69,10 +70,11 @@ def _ready(process: subprocess.Popen, seconds: float) -> None:
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 @deadline(180)
 @pytest.mark.parametrize(
-    "kind", ["grain", "torch", "torch-persistent", "loader", "loader-persistent"]
+    "kind",
+    ["grain", "grain-loader", "torch", "torch-persistent", "loader", "loader-persistent"],
 )
 def test_a_killed_trainer_leaves_no_worker_and_no_shared_memory(corpus, kind):
-    if kind != "grain":
+    if not kind.startswith("grain"):
         pytest.importorskip("torch")
     paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
