@@ -23,7 +23,12 @@ import numpy as np
 from megadata_core.cache.descriptions import blend_description, schedule_description
 from megadata_core.cache.entries import load_or_build
 from megadata_core.cache.hashing import canonical_json
-from megadata_core.datasets.blended_dataset import BLEND_ARRAYS, BlendedDataset, split_of
+from megadata_core.datasets.blended_dataset import (
+    BLEND_ARRAYS,
+    DATASET_ID_DTYPE,
+    BlendedDataset,
+    split_of,
+)
 from megadata_core.datasets.config import BLEND_ORDERS
 from megadata_core.datasets.epoch_chain import EpochChain
 from megadata_core.datasets.member_reads import read_members
@@ -223,7 +228,7 @@ class ScheduledBlendedDataset(BlendedDataset):
         ids, samples = self._members(self._positions(indices))
         passes, local = self._passes.locate(ids, samples)
         return {
-            "dataset_id": ids,
+            "dataset_id": ids.astype(DATASET_ID_DTYPE),
             **read_members(self._passes.passes, passes, local, self._buffers),
         }
 
