@@ -153,6 +153,11 @@ class BlendedDataset:
                 raise DataError(f"size: {size} must be >= 0")
             self.weights = megatron_normalize(weights).tolist()
         self.size = None if size is None else int(size)
+        self._start_indices(arrays, use_cache)
+
+    def _start_indices(self, arrays: dict | None, use_cache: bool) -> None:
+        """The blend's arrays: ``arrays`` as given (the bundle's), else the cache's, else
+        built here."""
         if arrays is not None:
             arrays = dict(arrays)
             if sorted(arrays) != sorted(BLEND_ARRAYS):

@@ -168,15 +168,7 @@ class ScheduledBlendedDataset(BlendedDataset):
         self.weights = (overall / overall.sum()).tolist()
         self._identities: list[str] | None = None
         self._passes = PassTable.of(datasets)
-        if arrays is not None:
-            arrays = dict(arrays)
-            if sorted(arrays) != sorted(BLEND_ARRAYS):
-                raise DataError(f"arrays: got {sorted(arrays)}, expected {sorted(BLEND_ARRAYS)}")
-            self._set_arrays(arrays)
-        elif use_cache:
-            self._load_indices()
-        else:
-            self._set_arrays(self._build())
+        self._start_indices(arrays, use_cache)
 
     # -- indices ------------------------------------------------------------------------
 
