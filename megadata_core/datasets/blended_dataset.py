@@ -31,7 +31,7 @@ from megadata_core.datasets.config import BLEND_ORDERS, SPLIT_NAMES
 from megadata_core.datasets.lazy_members import LazyMembers
 from megadata_core.datasets.member_reads import member_lengths, read_members
 from megadata_core.datasets.positions import sample_positions
-from megadata_core.datasets.source_ids import with_member_ids
+from megadata_core.datasets.source_ids import BLEND_SKIPS, with_member_ids
 from megadata_core.errors import DataError, OversampledError
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.indices.blending import (
@@ -285,7 +285,7 @@ class BlendedDataset:
         every member key with a leading batch axis. One ``__getitems__`` call per member
         read (members without one are read sample by sample and stacked)."""
         ids, samples = self._members(self._positions(indices))
-        batch = read_members(self.datasets, ids, samples, self._buffers)
+        batch = read_members(self.datasets, ids, samples, self._buffers, BLEND_SKIPS)
         return {"dataset_id": ids, **with_member_ids(batch, ids)}
 
     # -- pickling (workers): memory-mapped indices travel as file names -------------

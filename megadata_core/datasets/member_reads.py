@@ -27,10 +27,12 @@ def read_member(dataset, samples: np.ndarray) -> dict:
 
 
 def read_members(
-    datasets, ids: np.ndarray, samples: np.ndarray, buffers: BufferPool
+    datasets, ids: np.ndarray, samples: np.ndarray, buffers: BufferPool,
+    skip: frozenset = frozenset(),
 ) -> dict[str, np.ndarray]:
     """The batch whose row b is sample ``samples[b]`` of member ``ids[b]`` (int [B] each,
-    in range): every member key with a leading batch axis, one read per member.
+    in range): every member key with a leading batch axis, one read per member (keys in
+    ``skip`` are not gathered from several members: the caller makes them).
 
     Raises:
         DataError: members that return different keys.
@@ -52,6 +54,8 @@ def read_members(
         return dict(parts[0][1])
     batch = {}
     for key in keys:
+        if key in skip:
+            continue
         first = np.asarray(parts[0][1][key])
         dtype = np.result_type(*(np.asarray(part[key]).dtype for _, part in parts))
         out = buffers.empty((len(ids),) + first.shape[1:], dtype)

@@ -27,7 +27,7 @@ from megadata_core.datasets.blended_dataset import BLEND_ARRAYS, BlendedDataset,
 from megadata_core.datasets.config import BLEND_ORDERS
 from megadata_core.datasets.epoch_chain import EpochChain
 from megadata_core.datasets.member_reads import read_members
-from megadata_core.datasets.source_ids import with_member_ids
+from megadata_core.datasets.source_ids import BLEND_SKIPS, with_member_ids
 from megadata_core.errors import DataError
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.indices.blending import blend_counts, megatron_normalize
@@ -223,7 +223,7 @@ class ScheduledBlendedDataset(BlendedDataset):
             return super().__getitems__(indices)
         ids, samples = self._members(self._positions(indices))
         passes, local = self._passes.locate(ids, samples)
-        batch = read_members(self._passes.passes, passes, local, self._buffers)
+        batch = read_members(self._passes.passes, passes, local, self._buffers, BLEND_SKIPS)
         return {"dataset_id": ids, **with_member_ids(batch, ids)}
 
     # -- resume across edits --------------------------------------------------------------

@@ -26,42 +26,49 @@ SOURCE_KEYS = ("dataset_ids", "document_ids")
 
 def token_documents(pieces: Pieces, batch: int, width: int, sequence_length: int) -> np.ndarray:
     """int32 [batch, sequence_length]: each token's document, -1 past a sample's real
-    text (``width`` = S + extra text tokens per sample)."""
+    text (``width`` = S + extra text tokens per sample). One ``np.repeat`` of the pieces'
+    documents, a -1 piece after each sample's last one taking up its padding."""
     length = pieces.length
     document = np.asarray(pieces.document).astype(np.int32, copy=False)
-    total = int(length.sum())
-    if total == batch * width:  # every sample full: the pieces tile the text exactly
-        flat = np.repeat(document, length)
-        return flat.reshape(batch, width)[:, :sequence_length]
-    out = np.full((batch, width), -1, dtype=np.int32)
-    counts = np.diff(pieces.first, append=len(length))
-    ends = np.cumsum(length)
-    starts = ends - length
-    base = np.repeat(starts[pieces.first], counts)  # text start of each piece's sample
-    owner = np.repeat(np.arange(batch, dtype=np.int64), counts)
-    column = starts - base
-    keep = (length > 0) & (column < width)
-    take = np.minimum(length, width - column)[keep]
-    token_owner = np.repeat(owner[keep], take)
-    token_column = np.repeat(column[keep] - np.cumsum(take) + take, take)
-    token_column += np.arange(len(token_column), dtype=np.int64)
-    out[token_owner, token_column] = np.repeat(document[keep], take)
-    return out[:, :sequence_length]
+    if int(length.sum()) != batch * width:  # padded samples: their pad runs as pieces
+        first = pieces.first
+        counts = np.diff(first, append=len(length))
+        ends = np.cumsum(length)
+        column = ends - length
+        column -= np.repeat(column[first], counts)  # start of each piece in its sample
+        take = np.minimum(length, np.maximum(width - column, 0))
+        pad = width - np.add.reduceat(take, first) if batch else take[:0]
+        after = first + counts  # insert each sample's pad run after its last piece
+        document = np.insert(document, after, np.int32(-1))
+        length = np.insert(take, after, pad)
+    flat = np.repeat(document, length)
+    return flat.reshape(batch, width)[:, :sequence_length]
 
 
-def dataset_zeros(documents: np.ndarray, padded: bool) -> np.ndarray:
-    """int32 like ``documents``: 0 on a token, -1 on padding (a dataset's own id)."""
+def dataset_zeros(documents: np.ndarray, padded: bool, zeros) -> np.ndarray:
+    """int32 like ``documents``: 0 on a token, -1 on padding (a dataset's own id);
+    ``zeros(shape)`` gives the shared read-only zeros of an unpadded batch."""
     if not padded:
-        return np.zeros(documents.shape, np.int32)
+        return zeros(documents.shape)
     return np.right_shift(documents, 31)  # -1 stays -1, ids >= 0 become 0
 
 
 def with_member_ids(batch: dict, ids: np.ndarray) -> dict:
-    """``batch`` (read from a blend's members) with ``dataset_ids`` set to each row's
-    member ``ids`` (int [B]) where a token is not padding; unchanged without it."""
-    if "dataset_ids" not in batch:
+    """``batch`` (read from a blend's members, :data:`BLEND_SKIPS` left out) with
+    ``dataset_ids`` set to each row's member ``ids`` (int [B]) where a token is not
+    padding; unchanged without ``document_ids``."""
+    documents = batch.get("document_ids")
+    if documents is None:
         return batch
-    documents = batch["document_ids"]
+    rows, size = documents.shape
     members = np.asarray(ids).astype(np.int32)[:, None]
-    batch["dataset_ids"] = np.where(documents >= 0, members, np.int32(-1))
+    if rows and documents.min() < 0:  # padding: -1 there
+        batch["dataset_ids"] = np.repeat(members, size, axis=1)
+        batch["dataset_ids"][documents < 0] = -1
+    else:  # every token of a row from its member: a read-only broadcast view, no copy
+        batch["dataset_ids"] = np.broadcast_to(members, (rows, size))
     return batch
+
+
+#: Keys a blend does not gather from its members: it makes them itself.
+BLEND_SKIPS = frozenset(["dataset_ids"])
