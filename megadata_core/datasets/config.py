@@ -55,28 +55,7 @@ def _bool(field: str, value: object) -> bool:
 
 def _blend(field: str, value: object) -> tuple | None:
     """``(prefixes, weights or None)`` as tuples (hashable), shape-checked."""
-    if value is None:
-        return None
-    if isinstance(value, str):  # Megatron's --data-path string: "0.3 /a 0.7 /b" or "/a /b"
-        value = blend_args.blend_from_list(value, field)
-    try:
-        prefixes, weights = value
-    except (TypeError, ValueError):
-        raise DataError(f"{field}: {value!r} is not a (prefixes, weights) pair") from None
-    if isinstance(prefixes, (str, bytes)) or not prefixes:
-        raise DataError(f"{field}: prefixes {prefixes!r} must be a non-empty list of paths")
-    prefixes = tuple(os.fspath(prefix) for prefix in prefixes)
-    if weights is not None:
-        try:
-            weights = tuple(float(weight) for weight in weights)
-        except (TypeError, ValueError):
-            raise DataError(f"{field}: weights {weights!r} must be numbers") from None
-        if len(weights) != len(prefixes):
-            raise DataError(
-                f"{field}: {len(prefixes)} prefixes but {len(weights)} weights ({weights!r})"
-            )
-        splits.check_weights(weights, f"{field} weights")
-    return (prefixes, weights)
+    return None if value is None else blend_args.checked_blend(value, field)
 
 
 def _seed(value: object) -> int:

@@ -23,7 +23,12 @@ import numpy as np
 from megadata_core.cache.descriptions import blend_description, schedule_description
 from megadata_core.cache.entries import load_or_build
 from megadata_core.cache.hashing import canonical_json
-from megadata_core.datasets.blended_dataset import BLEND_ARRAYS, BlendedDataset, split_of
+from megadata_core.datasets.blended_dataset import (
+    BLEND_ARRAYS,
+    DATASET_ID_DTYPE,
+    BlendedDataset,
+    split_of,
+)
 from megadata_core.datasets.config import BLEND_ORDERS
 from megadata_core.datasets.epoch_chain import EpochChain
 from megadata_core.datasets.member_reads import read_members
@@ -164,15 +169,7 @@ class ScheduledBlendedDataset(BlendedDataset):
         self.weights = (overall / overall.sum()).tolist()
         self._identities: list[str] | None = None
         self._passes = PassTable.of(datasets)
-        if arrays is not None:
-            arrays = dict(arrays)
-            if sorted(arrays) != sorted(BLEND_ARRAYS):
-                raise DataError(f"arrays: got {sorted(arrays)}, expected {sorted(BLEND_ARRAYS)}")
-            self._set_arrays(arrays)
-        elif use_cache:
-            self._load_indices()
-        else:
-            self._set_arrays(self._build())
+        self._start_indices(arrays, use_cache)
 
     # -- indices ------------------------------------------------------------------------
 
@@ -224,7 +221,7 @@ class ScheduledBlendedDataset(BlendedDataset):
         ids, samples = self._members(self._positions(indices))
         passes, local = self._passes.locate(ids, samples)
         batch = read_members(self._passes.passes, passes, local, self._buffers, BLEND_SKIPS)
-        return {"dataset_id": ids, **with_member_ids(batch, ids)}
+        return {"dataset_id": ids.astype(DATASET_ID_DTYPE), **with_member_ids(batch, ids)}
 
     # -- resume across edits --------------------------------------------------------------
 
