@@ -13,7 +13,8 @@ extra one, is only a label). Found from the index arrays alone (blend ``dataset_
 * :func:`batch_segments`: the :class:`Segments` of samples of a split.
 * :func:`step_samples` / :func:`sample_steps`: the global samples of training step N and
   the step (and data-parallel rank) of a sample, with a constant global batch size or a
-  :class:`~megadata_core.batch_size_schedule.BatchSizeSchedule`.
+  :class:`~megadata_core.batch_size_schedule.BatchSizeSchedule` (its ``runs``: steps are
+  arithmetic per run of equal-sized steps).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from megadata_core.batch_size_schedule import BatchSizeSchedule
 from megadata_core.checks import check_int
 from megadata_core.datasets.epoch_chain import EpochChain
 from megadata_core.datasets.positions import sample_positions
@@ -165,21 +165,25 @@ def batch_segments(dataset, indices) -> Segments:
 # -- training steps -----------------------------------------------------------------------
 
 
-def _schedule(global_batch_size: int | None, schedule: BatchSizeSchedule | None):
+def _runs(global_batch_size: int | None, schedule) -> tuple[np.ndarray, ...]:
+    """``(starts, first_steps, sizes)`` int64 of the runs of equal-sized steps: one run of
+    ``global_batch_size`` without a schedule, else the schedule's ``runs``."""
     if schedule is None:
         size = check_int("global_batch_size", global_batch_size, minimum=1)
-        return BatchSizeSchedule((0,), (size,))
-    if not isinstance(schedule, BatchSizeSchedule):
-        raise DataError(f"step_batch_size_schedule: expected a BatchSizeSchedule, got "
-                        f"{type(schedule).__name__}")
-    return schedule
+        runs = ((0,), (0,), (size,))
+    else:
+        runs = getattr(schedule, "runs", None)
+        if runs is None:
+            raise DataError(f"step_batch_size_schedule: expected a BatchSizeSchedule, got "
+                            f"{type(schedule).__name__}")
+    return tuple(np.asarray(values, dtype=np.int64) for values in runs)
 
 
 def step_samples(
     step: int,
     *,
     global_batch_size: int | None = None,
-    schedule: BatchSizeSchedule | None = None,
+    schedule=None,
     micro_batch_size: int = 1,
     data_parallel_size: int = 1,
     data_parallel_rank: int | None = None,
@@ -195,11 +199,12 @@ def step_samples(
             sizes do not divide, a rank outside ``[0, data_parallel_size)``.
     """
     step = check_int("step", step, minimum=0)
-    plan = _schedule(global_batch_size, schedule)
+    starts, first_steps, sizes = _runs(global_batch_size, schedule)
     mbs = check_int("micro_batch_size", micro_batch_size, minimum=1)
     dp = check_int("data_parallel_size", data_parallel_size, minimum=1)
-    first = plan.consumed_after(step)
-    size = plan.global_batch_size(first)
+    run = int(np.searchsorted(first_steps, step, side="right")) - 1
+    size = int(sizes[run])
+    first = int(starts[run]) + (step - int(first_steps[run])) * size
     if size % (mbs * dp):
         raise DataError(f"global_batch_size: {size} at step {step} is not divisible by "
                         f"micro_batch_size {mbs} x data_parallel_size {dp}")
@@ -216,17 +221,16 @@ def sample_steps(
     positions: np.ndarray,
     *,
     global_batch_size: int | None = None,
-    schedule: BatchSizeSchedule | None = None,
+    schedule=None,
     micro_batch_size: int = 1,
     data_parallel_size: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(step int64 [K], data-parallel rank int64 [K])`` that read the global samples
     ``positions`` (int [K], >= 0) with :func:`step_samples`' sampler."""
     positions = np.asarray(positions, dtype=np.int64)
-    plan = _schedule(global_batch_size, schedule)
+    starts, first_steps, sizes = _runs(global_batch_size, schedule)
     mbs = check_int("micro_batch_size", micro_batch_size, minimum=1)
     dp = check_int("data_parallel_size", data_parallel_size, minimum=1)
-    starts, first_steps, sizes = (np.asarray(values, np.int64) for values in plan.runs)
     run = np.searchsorted(starts, positions, side="right") - 1
     steps, within = np.divmod(positions - starts[run], sizes[run])
     rank = within % (mbs * dp) // mbs

@@ -48,7 +48,7 @@ import numpy as np
 
 from bench.gpt import SEQUENCE, TOOLS, write_token_corpus
 from bench.harness import median_of, progress
-from bench.scale import GIB, IDX_BYTES_PER_DOC, _free_memory, write_scale_corpus
+from bench.scale import GIB, IDX_BYTES_PER_DOC, write_scale_corpus
 
 PREFIXES = 1000
 SIZES = {"100M": 100_000_000, "1B": 1_000_000_000}
@@ -99,13 +99,22 @@ def _tool(*args: str) -> tuple[float, str]:
     return seconds, process.stdout
 
 
+def available_memory() -> int:
+    """Bytes of memory available (MemAvailable)."""
+    with open("/proc/meminfo") as stream:
+        for line in stream:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def _room(bench, documents: int) -> str | None:
     """Why this size cannot run here, or None."""
     disk = shutil.disk_usage(bench.workdir).free
     needed = documents * (IDX_BYTES_PER_DOC + CACHE_BYTES_PER_DOC)
     if disk < needed * 1.2:
         return f"needs ~{needed / GIB:.0f} GiB of disk, {disk / GIB:.0f} GiB free"
-    memory = _free_memory()
+    memory = available_memory()
     if memory < 4 * GIB:
         return f"needs ~4 GiB of free memory, {memory / GIB:.1f} GiB available"
     return None
