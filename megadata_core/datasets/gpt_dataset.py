@@ -493,9 +493,7 @@ class GPTDataset(GPTSiblings, MappedIndices):
             owned = source_ids.token_documents(
                 pieces, batch, length + self._extra, length
             )
-            sample["dataset_ids"] = source_ids.dataset_zeros(
-                owned, padded, lambda shape: self._constant("dataset_ids", shape[0])
-            )
+            sample["dataset_ids"] = source_ids.dataset_zeros(owned, padded)
             sample["document_ids"] = owned
         return sample
 
@@ -507,8 +505,6 @@ class GPTDataset(GPTSiblings, MappedIndices):
             length = self.config.sequence_length
             if key == "loss_mask":
                 cached = np.ones((batch, length), dtype=np.float32)
-            elif key == "dataset_ids":  # source_ids of an unpadded batch: dataset 0
-                cached = np.zeros((batch, length), dtype=np.int32)
             else:
                 cached = masks.position_ids(
                     np.zeros((batch, length), np.int8), None, False, self.token_dtype

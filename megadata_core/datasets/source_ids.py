@@ -22,6 +22,7 @@ import numpy as np
 from megadata_core.datasets.pieces import Pieces
 
 SOURCE_KEYS = ("dataset_ids", "document_ids")
+_ZERO = np.zeros((), dtype=np.int32)
 
 
 def token_documents(pieces: Pieces, batch: int, width: int, sequence_length: int) -> np.ndarray:
@@ -45,11 +46,11 @@ def token_documents(pieces: Pieces, batch: int, width: int, sequence_length: int
     return flat.reshape(batch, width)[:, :sequence_length]
 
 
-def dataset_zeros(documents: np.ndarray, padded: bool, zeros) -> np.ndarray:
-    """int32 like ``documents``: 0 on a token, -1 on padding (a dataset's own id);
-    ``zeros(shape)`` gives the shared read-only zeros of an unpadded batch."""
+def dataset_zeros(documents: np.ndarray, padded: bool) -> np.ndarray:
+    """int32 like ``documents``: 0 on a token, -1 on padding (a dataset's own id); for
+    an unpadded batch a read-only broadcast view of one 0 (nothing written)."""
     if not padded:
-        return zeros(documents.shape)
+        return np.broadcast_to(_ZERO, documents.shape)
     return np.right_shift(documents, 31)  # -1 stays -1, ids >= 0 become 0
 
 
