@@ -297,8 +297,10 @@ class BlendedDataset:
         every member key with a leading batch axis. One ``__getitems__`` call per member
         read (members without one are read sample by sample and stacked)."""
         ids, samples = self._members(self._positions(indices))
-        batch = read_members(self.datasets, ids, samples, self._buffers, BLEND_SKIPS)
-        return {"dataset_id": ids.astype(DATASET_ID_DTYPE), **with_member_ids(batch, ids)}
+        parts: list = []  # with source_ids: the members' pieces, for the batch's keys
+        batch = read_members(self.datasets, ids, samples, self._buffers, BLEND_SKIPS, parts)
+        return {"dataset_id": ids.astype(DATASET_ID_DTYPE),
+                **with_member_ids(batch, ids, parts)}
 
     # -- pickling (workers): memory-mapped indices travel as file names -------------
 

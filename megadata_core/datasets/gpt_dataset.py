@@ -387,6 +387,13 @@ class GPTDataset(GPTSiblings, MappedIndices):
         text, padded, pieces = self._text(self._positions(indices))
         return self._samples(text, padded, pieces, self._packed is not None)
 
+    def read_with_pieces(self, indices) -> tuple[dict[str, np.ndarray], Pieces]:
+        """:meth:`__getitems__` without the ``source_ids`` keys, and the batch's pieces:
+        a blend makes those keys once for its whole batch from its members' pieces
+        (:func:`~megadata_core.datasets.source_ids.batch_sources`)."""
+        text, padded, pieces = self._text(self._positions(indices))
+        return self._samples(text, padded, pieces, self._packed is not None, False), pieces
+
     def samples_from_text(
         self, text: np.ndarray, lengths: list | None = None
     ) -> dict[str, np.ndarray]:

@@ -220,8 +220,11 @@ class ScheduledBlendedDataset(BlendedDataset):
             return super().__getitems__(indices)
         ids, samples = self._members(self._positions(indices))
         passes, local = self._passes.locate(ids, samples)
-        batch = read_members(self._passes.passes, passes, local, self._buffers, BLEND_SKIPS)
-        return {"dataset_id": ids.astype(DATASET_ID_DTYPE), **with_member_ids(batch, ids)}
+        parts: list = []  # with source_ids: the passes' pieces, for the batch's keys
+        batch = read_members(self._passes.passes, passes, local, self._buffers, BLEND_SKIPS,
+                             parts)
+        return {"dataset_id": ids.astype(DATASET_ID_DTYPE),
+                **with_member_ids(batch, ids, parts)}
 
     # -- resume across edits --------------------------------------------------------------
 

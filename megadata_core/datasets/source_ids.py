@@ -54,10 +54,44 @@ def dataset_zeros(documents: np.ndarray, padded: bool) -> np.ndarray:
     return np.right_shift(documents, 31)  # -1 stays -1, ids >= 0 become 0
 
 
-def with_member_ids(batch: dict, ids: np.ndarray) -> dict:
-    """``batch`` (read from a blend's members, :data:`BLEND_SKIPS` left out) with
-    ``dataset_ids`` set to each row's member ``ids`` (int [B]) where a token is not
-    padding; unchanged without ``document_ids``."""
+def batch_sources(parts: list, ids: np.ndarray, batch: int) -> dict[str, np.ndarray]:
+    """``dataset_ids`` and ``document_ids`` of a blend's batch of ``batch`` rows, made
+    once from its members' pieces: ``parts`` of ``(rows int [b], Pieces, width, S)``
+    (:func:`~megadata_core.datasets.member_reads.read_members`), ``ids`` int [B] each
+    row's member. The pieces are put in batch order (a stable sort of the pieces by
+    row) and repeated once."""
+    _, _, width, length = parts[0]
+    if len(parts) == 1:  # one member read: its rows are the batch's, in order
+        pieces = parts[0][1]
+        document, lengths, first = pieces.document, pieces.length, pieces.first
+    else:
+        owner = np.concatenate([
+            np.repeat(rows, np.diff(p.first, append=len(p.length))) for rows, p, _, _ in parts
+        ])
+        order = np.argsort(owner, kind="stable")
+        document = np.concatenate([np.asarray(p.document) for _, p, _, _ in parts])[order]
+        lengths = np.concatenate([p.length for _, p, _, _ in parts])[order]
+        owner = owner[order]
+        first = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    joined = Pieces(document, lengths, first, first)
+    documents = token_documents(joined, batch, width, length)
+    members = np.asarray(ids).astype(np.int32)[:, None]
+    if int(lengths.sum()) == batch * width:  # no padding: every token from its row's member
+        datasets = np.broadcast_to(members, documents.shape)
+    else:
+        datasets = np.repeat(members, length, axis=1)
+        datasets[documents < 0] = -1
+    return {"dataset_ids": datasets, "document_ids": documents}
+
+
+def with_member_ids(batch: dict, ids: np.ndarray, parts: list | None = None) -> dict:
+    """``batch`` (read from a blend's members, :data:`BLEND_SKIPS` left out) with its
+    source keys: made from the members' pieces when ``parts`` holds them
+    (:func:`batch_sources`), else ``dataset_ids`` set to each row's member ``ids`` (int
+    [B]) where a token is not padding; unchanged without ``document_ids``."""
+    if parts:
+        batch.update(batch_sources(parts, ids, len(ids)))
+        return batch
     documents = batch.get("document_ids")
     if documents is None:
         return batch

@@ -6,6 +6,8 @@ datasets, blends and blend schedules; training steps against the sequential samp
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -136,6 +138,26 @@ def test_source_ids_equal_the_walk_for_every_token(corpora, shuffle, packing, ki
     assert np.array_equal(one["document_ids"], documents[:SEQ])
     if masking:  # padding is where segment_ids is 0
         assert np.array_equal(batch["document_ids"] < 0, batch["segment_ids"] == 0)
+
+
+def test_source_ids_of_members_that_hand_over_no_pieces(corpora):
+    """A blend of epoch chains (members without read_with_pieces): each member makes its
+    own keys and the blend gathers them, with its member ids."""
+    from megadata_core.datasets.epoch_chain import EpochChain
+
+    config = _config(corpora, "megatron", "best_fit", "single", source_ids=True)
+    members = []
+    for prefix in corpora[0][:2]:
+        indexed = mdc.IndexedDataset(prefix)
+        members.append(EpochChain([mdc.GPTDataset(indexed, range(len(indexed)), None, config)]))
+    blend = mdc.BlendedDataset(members, [0.5, 0.5], 60, dataclasses.replace(
+        config, path_to_cache=None))
+    batch = blend.__getitems__(np.arange(60))
+    assert (batch["document_ids"] < 0).any() and len(set(batch["dataset_id"].tolist())) == 2
+    for row in range(60):
+        members_of, documents = token_sources(blend, row, SEQ + 1)
+        assert np.array_equal(batch["document_ids"][row], documents[:SEQ]), row
+        assert np.array_equal(batch["dataset_ids"][row], members_of[:SEQ]), row
 
 
 def test_source_ids_of_a_padded_validation_sample(corpora):
