@@ -118,6 +118,8 @@ DTYPES: dict[str, np.dtype] = {
     "cu_seqlens": np.dtype(np.int32),
     "max_seqlen": np.dtype(np.int32),
     "segment_ids": np.dtype(np.int32),
+    "dataset_ids": np.dtype(np.int32),
+    "document_ids": np.dtype(np.int32),
 }
 
 

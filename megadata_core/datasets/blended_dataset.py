@@ -32,6 +32,7 @@ from megadata_core.datasets.config import BLEND_ORDERS, SPLIT_NAMES
 from megadata_core.datasets.lazy_members import LazyMembers
 from megadata_core.datasets.member_reads import member_lengths, read_members
 from megadata_core.datasets.positions import sample_positions
+from megadata_core.datasets.source_ids import BLEND_SKIPS, with_member_ids
 from megadata_core.errors import DataError, OversampledError
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.indices.blending import (
@@ -261,7 +262,11 @@ class BlendedDataset:
             raise TypeError(f"sample index must be an int, got {type(index).__name__}")
         ids, samples = self._members(self._positions([index]))
         dataset_id, sample_id = DATASET_ID_DTYPE.type(ids[0]), int(samples[0])
-        return {"dataset_id": dataset_id, **self.datasets[int(dataset_id)][sample_id]}
+        sample = dict(self.datasets[int(dataset_id)][sample_id])
+        if "dataset_ids" in sample:  # source_ids: the member's id, not its own 0
+            sample["dataset_ids"] = np.where(sample["document_ids"] >= 0,
+                                             np.int32(dataset_id), np.int32(-1))
+        return {"dataset_id": dataset_id, **sample}
 
     def _members(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(dataset_index, dataset_sample_index)`` at ``positions``, range-checked:
@@ -292,8 +297,10 @@ class BlendedDataset:
         every member key with a leading batch axis. One ``__getitems__`` call per member
         read (members without one are read sample by sample and stacked)."""
         ids, samples = self._members(self._positions(indices))
-        batch = read_members(self.datasets, ids, samples, self._buffers)
-        return {"dataset_id": ids.astype(DATASET_ID_DTYPE), **batch}
+        parts: list = []  # with source_ids: the members' pieces, for the batch's keys
+        batch = read_members(self.datasets, ids, samples, self._buffers, BLEND_SKIPS, parts)
+        return {"dataset_id": ids.astype(DATASET_ID_DTYPE),
+                **with_member_ids(batch, ids, parts)}
 
     # -- pickling (workers): memory-mapped indices travel as file names -------------
 

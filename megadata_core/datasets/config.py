@@ -43,6 +43,7 @@ _BOOL_FIELDS = (
     "full_validation",
     "document_masking",
     "mask_cross_document_labels",
+    "source_ids",
 )
 
 
@@ -125,6 +126,11 @@ class GPTDataConfig:
             that crosses into the next document piece (a document's last position,
             whose label is the next document's first token). Off by default, as in
             Megatron, whose loss mask trains on it.
+        source_ids: samples also carry ``dataset_ids`` (index into the blend's
+            prefixes) and ``document_ids`` (document in its corpus), int32 [S], the
+            source of every token, -1 on padding
+            (:mod:`megadata_core.datasets.source_ids`). Changes only what a sample
+            carries: not part of any cache key or fingerprint.
     """
 
     random_seed: int
@@ -151,6 +157,7 @@ class GPTDataConfig:
     packing: str = "concat"
     document_masking: bool = False
     mask_cross_document_labels: bool = False
+    source_ids: bool = False
     max_open_files: int = DEFAULT_MAX_OPEN_FILES
 
     def __post_init__(self) -> None:

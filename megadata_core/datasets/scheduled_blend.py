@@ -32,6 +32,7 @@ from megadata_core.datasets.blended_dataset import (
 from megadata_core.datasets.config import BLEND_ORDERS
 from megadata_core.datasets.epoch_chain import EpochChain
 from megadata_core.datasets.member_reads import read_members
+from megadata_core.datasets.source_ids import BLEND_SKIPS, with_member_ids
 from megadata_core.errors import DataError
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.indices.blending import blend_counts, megatron_normalize
@@ -219,10 +220,11 @@ class ScheduledBlendedDataset(BlendedDataset):
             return super().__getitems__(indices)
         ids, samples = self._members(self._positions(indices))
         passes, local = self._passes.locate(ids, samples)
-        return {
-            "dataset_id": ids.astype(DATASET_ID_DTYPE),
-            **read_members(self._passes.passes, passes, local, self._buffers),
-        }
+        parts: list = []  # with source_ids: the passes' pieces, for the batch's keys
+        batch = read_members(self._passes.passes, passes, local, self._buffers, BLEND_SKIPS,
+                             parts)
+        return {"dataset_id": ids.astype(DATASET_ID_DTYPE),
+                **with_member_ids(batch, ids, parts)}
 
     # -- resume across edits --------------------------------------------------------------
 
