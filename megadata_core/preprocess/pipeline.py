@@ -115,11 +115,13 @@ def preprocess_jsonl(
     skip_bad_lines: bool = False,
     open_binary: Callable[[str], BinaryIO] = open_input,
     progress: Callable[[int, int], None] | None = None,
-    chunk_lines: int = 256,
+    chunk_lines: int = 1 << 16,
+    chunk_bytes: int = 4 << 20,
     start_method: str | None = None,
     splitter_factory: Callable[[], SentenceSplitter] | None = None,
     keep_sequential_samples: bool = False,
     merge_progress: Callable[[int], object] | None = None,
+    keep_empty: bool = False,
 ) -> PreprocessSummary:
     """Tokenize JSON-lines files into ``{output_prefix}_{key}_document.bin/.idx``.
 
@@ -138,7 +140,12 @@ def preprocess_jsonl(
     keeps the input order. ``keep_partitions`` keeps the shards as
     ``{output_prefix}_{k}_{key}_{level}``. ``progress(documents, bytes)`` gets running
     totals after each chunk; ``merge_progress(1)`` is called after each shard is merged
-    (``partitions`` x keys calls in all).
+    (``partitions`` x keys calls in all). Lines are read in blocks of about
+    ``chunk_bytes`` (at most ``chunk_lines`` lines), each tokenized by
+    ``block_encoding.tokenize_block``: natively where the tokenizer has a block encoder and
+    the lines are proven to read the same, else line by line. ``keep_empty`` writes what
+    Megatron's ``preprocess_data_fast.py`` writes: a text that tokenizes to nothing is a
+    document of one empty sequence, and every document gets the EOD.
 
     All work happens in a hidden directory beside the outputs (``outputs.Staging``);
     finished corpora get their final names only at the end, so on any error, or
@@ -174,8 +181,9 @@ def preprocess_jsonl(
                 {key: staging.staged(shards[key][k]) for key in keys} for k in range(partitions)
             ]
         counts = _Counts(keys)
-        options = (keys, bool(append_eod), dtype, bool(skip_bad_lines), splitter_factory)
-        chunks = read_chunks(paths, open_binary, shard_starts, chunk_lines, chunk_bytes=1 << 22)
+        options = (keys, bool(append_eod), dtype, bool(skip_bad_lines), splitter_factory,
+                   bool(keep_empty))
+        chunks = read_chunks(paths, open_binary, shard_starts, chunk_lines, chunk_bytes)
         with contextlib.closing(chunks), tokenized_in_order(
             chunks, tokenizer, tokenizer_factory, options, workers, start_method
         ) as results:

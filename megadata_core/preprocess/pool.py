@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from megadata_core.preprocess.encoding import TokenizedChunk, tokenize_chunk
+from megadata_core.preprocess.block_encoding import tokenize_block
+from megadata_core.preprocess.encoding import TokenizedChunk
 from megadata_core.preprocess.reading import Chunk
 from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
 
@@ -25,6 +26,7 @@ class _ChunkWorker:
         dtype: np.dtype,
         skip_bad_lines: bool,
         splitter_factory: Callable[[], SentenceSplitter] | None = None,
+        keep_empty: bool = False,
     ) -> None:
         self.tokenizer = tokenizer
         self.json_keys = tuple(json_keys)
@@ -32,10 +34,11 @@ class _ChunkWorker:
         self.dtype = dtype
         self.skip_bad_lines = skip_bad_lines
         self.splitter = None if splitter_factory is None else splitter_factory()
+        self.keep_empty = keep_empty
 
-    def __call__(self, path: str, first_line: int, lines: list[bytes]) -> TokenizedChunk:
-        return tokenize_chunk(
-            lines,
+    def __call__(self, path: str, first_line: int, data: bytes) -> TokenizedChunk:
+        return tokenize_block(
+            data,
             self.tokenizer,
             self.json_keys,
             path=path,
@@ -44,6 +47,7 @@ class _ChunkWorker:
             dtype=self.dtype,
             skip_bad_lines=self.skip_bad_lines,
             splitter=self.splitter,
+            keep_empty=self.keep_empty,
         )
 
 
@@ -59,10 +63,10 @@ def _init_worker(tokenizer_factory: Callable[[], Tokenizer], *options) -> None:
         _WORKER = error
 
 
-def _run_worker(path: str, first_line: int, lines: list[bytes]) -> TokenizedChunk:
+def _run_worker(path: str, first_line: int, data: bytes) -> TokenizedChunk:
     if isinstance(_WORKER, BaseException):
         raise _WORKER
-    return _WORKER(path, first_line, lines)
+    return _WORKER(path, first_line, data)
 
 
 @contextlib.contextmanager
@@ -83,7 +87,7 @@ def tokenized_in_order(
     """
     if workers <= 1:
         worker = _ChunkWorker(tokenizer, *options)
-        yield ((c, worker(c.path, c.first_line, c.lines)) for c in chunks)
+        yield ((c, worker(c.path, c.first_line, c.data)) for c in chunks)
         return
     context = multiprocessing.get_context(start_method)
     initargs = (tokenizer_factory, *options)
@@ -94,8 +98,8 @@ def tokenized_in_order(
 def _windowed(pool, chunks: Iterable[Chunk], window: int):
     pending: collections.deque = collections.deque()
     for chunk in chunks:
-        task = pool.apply_async(_run_worker, (chunk.path, chunk.first_line, chunk.lines))
-        chunk.lines = []  # the pool has its own copy; keep main-process memory small
+        task = pool.apply_async(_run_worker, (chunk.path, chunk.first_line, chunk.data))
+        chunk.data = b""  # the pool has its own copy; keep main-process memory small
         pending.append((chunk, task))
         if len(pending) >= window:
             done, task = pending.popleft()

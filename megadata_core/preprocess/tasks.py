@@ -20,15 +20,21 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.format import IndexedDatasetWriter
+from megadata_core.preprocess.block_encoding import tokenize_block
 from megadata_core.preprocess.encoding import (
     MAX_EXAMPLES,
     TokenizedChunk,
     encode_columns,
-    tokenize_chunk,
 )
 from megadata_core.preprocess.outputs import write_documents
 from megadata_core.preprocess.plan import TableReader, Task
-from megadata_core.preprocess.reading import naming_read_errors, strip_bom
+from megadata_core.preprocess.reading import (
+    cut_after_lines,
+    lines_in,
+    naming_read_errors,
+    read_blocks,
+    strip_bom,
+)
 from megadata_core.preprocess.records import BadLineError
 from megadata_core.preprocess.remote import is_remote
 from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
@@ -43,8 +49,8 @@ from megadata_core.preprocess.workdir import (
 
 Engine = Callable[["TaskRunner", Sequence[Task]], Iterator[dict]]
 
-CHUNK_LINES = 256
-CHUNK_BYTES = 1 << 22
+CHUNK_LINES = 1 << 16
+CHUNK_BYTES = 4 << 20
 
 
 class TaskRunner:
@@ -138,9 +144,9 @@ class TaskRunner:
         with naming_read_errors(task.path), self.open_binary(task.path) as stream:
             if task.start:
                 stream.seek(task.start)
-            for first_line, lines, nbytes in _line_chunks(stream, task):
+            for first_line, data, nbytes in _line_chunks(stream, task):
                 encode = functools.partial(
-                    tokenize_chunk, lines, tokenizer, self.json_keys, path=task.path,
+                    tokenize_block, data, tokenizer, self.json_keys, path=task.path,
                     append_eod=self.append_eod, dtype=self.dtype,
                     skip_bad_lines=self.skip_bad_lines, splitter=splitter,
                 )
@@ -196,26 +202,25 @@ class TaskRunner:
 
 
 def _line_chunks(stream: BinaryIO, task: Task):
-    """(first line number within the task, lines, bytes) of up to CHUNK_LINES lines."""
-    lines: list[bytes] = []
-    position = task.start
-    nbytes = 0
+    """(first line number within the task, block of whole lines, bytes) of the task's
+    byte range, in blocks of about CHUNK_BYTES and at most CHUNK_LINES lines."""
     first = 1
-    number = 0
-    for line in stream:
-        if 0 <= task.stop <= position:
-            break
-        position += len(line)
-        number += 1
-        nbytes += len(line)
-        if number == 1 and task.start == 0:
-            line = strip_bom(line)
-        lines.append(line)
-        if len(lines) >= CHUNK_LINES or nbytes >= CHUNK_BYTES:
-            yield first, lines, nbytes
-            lines, nbytes, first = [], 0, number + 1
-    if lines:
-        yield first, lines, nbytes
+    limit = task.stop - task.start if task.stop >= 0 else -1
+    for data in read_blocks(stream, CHUNK_BYTES, limit):
+        nbytes = len(data)
+        if first == 1 and task.start == 0:
+            data = strip_bom(data)
+        while data:
+            count = lines_in(data)
+            if count > CHUNK_LINES:
+                cut = cut_after_lines(data, CHUNK_LINES)
+                piece, data, count = data[:cut], data[cut:], CHUNK_LINES
+            else:
+                piece, data = data, b""
+            size = len(piece) if data else nbytes
+            nbytes -= size
+            yield first, piece, size
+            first += count
 
 
 _RUNNER: TaskRunner | None = None
