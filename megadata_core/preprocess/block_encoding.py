@@ -69,7 +69,7 @@ def tokenize_block(
         if parsed.texts:
             texts = [document[index] for document in parsed.texts]
             exact_ids, exact_lengths = encode_many(tokenizer, texts, key, path, first_line)
-            ids, lengths = _merge(order, (ids, lengths), (exact_ids, exact_lengths))
+            ids, lengths = merge_documents(order, (ids, lengths), (exact_ids, exact_lengths))
         tokens[key], sequence_lengths[key], document_sequences[key] = assemble_documents(
             ids, lengths, np.ones(lengths.size, np.int64), tokenizer, append_eod,
             np.dtype(dtype), where=(path, first_line, last_line), keep_empty=keep_empty,
@@ -106,7 +106,7 @@ def _line_order(fast: np.ndarray, slow: np.ndarray) -> tuple[np.ndarray, np.ndar
     return offsets[order], order
 
 
-def _merge(order: np.ndarray, *parts: tuple[np.ndarray, np.ndarray]):
+def merge_documents(order: np.ndarray, *parts: tuple[np.ndarray, np.ndarray]):
     """Documents of ``parts`` (ids, lengths each), concatenated then permuted by
     ``order``: one gather of the ids."""
     ids = np.concatenate([np.asarray(part[0], np.int64) for part in parts])

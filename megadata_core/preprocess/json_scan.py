@@ -434,3 +434,33 @@ def _utf8(a: np.ndarray, high: np.ndarray, mark) -> tuple[np.ndarray, np.ndarray
     mark(high[second[out_of_range] - 1])
     good = np.flatnonzero(ok)
     return code[good], high[good]
+
+
+def exact_rows(data: np.ndarray, offsets: np.ndarray, unproven: np.ndarray | None) -> np.ndarray:
+    """For texts ``data[offsets[i]:offsets[i + 1]]`` (uint8 UTF-8, as a table's string
+    column holds them): which must take the exact path, for invalid UTF-8 or a character
+    in ``unproven``."""
+    rows = max(offsets.size - 1, 0)
+    flagged = np.zeros(rows, bool)
+    if not rows:
+        return flagged
+    data = np.asarray(data, np.uint8)
+    first, last = int(offsets[0]), int(offsets[-1])
+    high = np.flatnonzero(data[first:last] >= 0x80) + first
+    if not high.size:
+        return flagged
+
+    def mark(positions: np.ndarray) -> None:
+        if positions.size:
+            flagged[np.searchsorted(offsets, positions, side="right") - 1] = True
+
+    code, where = _utf8(data, high, mark)
+    starts = offsets[1:-1]  # a sequence must not run from one text into the next
+    split = np.flatnonzero((offsets[2:] > starts) & ((data[np.minimum(starts, data.size - 1)]
+                                                      & 0xC0) == 0x80)) + 1
+    flagged[split] = True
+    flagged[split - 1] = True
+    if unproven is not None and len(unproven):
+        slot = np.searchsorted(unproven[:, 0], code, side="right") - 1
+        mark(where[(slot >= 0) & (code < unproven[np.maximum(slot, 0), 1])])
+    return flagged

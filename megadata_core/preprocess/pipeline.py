@@ -30,6 +30,7 @@ from megadata_core.errors import DataError
 from megadata_core.format import IndexedDatasetWriter, merge_datasets, optimal_dtype
 from megadata_core.preprocess.encoding import MAX_EXAMPLES, TokenizedChunk
 from megadata_core.preprocess.outputs import Staging, write_documents
+from megadata_core.preprocess.plan import TableReader, is_table, plan_tasks
 from megadata_core.preprocess.pool import tokenized_in_order
 from megadata_core.preprocess.reading import Chunk, count_lines, open_input, read_chunks
 from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
@@ -122,6 +123,7 @@ def preprocess_jsonl(
     keep_sequential_samples: bool = False,
     merge_progress: Callable[[int], object] | None = None,
     keep_empty: bool = False,
+    table_reader: TableReader | None = None,
 ) -> PreprocessSummary:
     """Tokenize JSON-lines files into ``{output_prefix}_{key}_document.bin/.idx``.
 
@@ -168,13 +170,19 @@ def preprocess_jsonl(
         if splitter_factory is not None:
             splitter_factory()  # a missing splitter fails here, before any work
         round_robin = partitions > 1 and not keep_sequential_samples
+        tables = [path for path in paths if is_table(path)]
+        if tables and table_reader is None:
+            plan_tasks(tables[:1], 1)  # raises the DataError saying what parquet needs
+        table_rows = table_reader.row_group_rows if table_reader is not None else None
         if partitions == 1:
             shard_starts = [0]
             shard_prefixes = [{key: staging.staged(finals[key]) for key in keys}]
         else:
             shard_starts = [0]
             if keep_sequential_samples:
-                total_lines = sum(count_lines(path, open_binary) for path in paths)
+                total_lines = sum(
+                    sum(table_rows(path)) if is_table(path) else count_lines(path, open_binary)
+                    for path in paths)
                 size = -(-total_lines // partitions)
                 shard_starts = [min(k * size, total_lines) for k in range(partitions)]
             shard_prefixes = [
@@ -182,8 +190,9 @@ def preprocess_jsonl(
             ]
         counts = _Counts(keys)
         options = (keys, bool(append_eod), dtype, bool(skip_bad_lines), splitter_factory,
-                   bool(keep_empty))
-        chunks = read_chunks(paths, open_binary, shard_starts, chunk_lines, chunk_bytes)
+                   bool(keep_empty), table_reader)
+        chunks = read_chunks(paths, open_binary, shard_starts, chunk_lines, chunk_bytes,
+                             table_rows)
         with contextlib.closing(chunks), tokenized_in_order(
             chunks, tokenizer, tokenizer_factory, options, workers, start_method
         ) as results:
@@ -242,7 +251,7 @@ class _Counts:
             self.tokens_per_key[key] += int(tokens.size)
         self.documents += result.documents
         self.blank += result.blank_lines
-        self.bytes += chunk.nbytes
+        self.bytes += chunk.nbytes or result.nbytes  # a table's rows: known once read
         self.bad.update(result.bad_lines)
         self.examples.extend(result.bad_examples[: MAX_EXAMPLES - len(self.examples)])
 

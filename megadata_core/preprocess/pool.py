@@ -11,7 +11,8 @@ import numpy as np
 
 from megadata_core.preprocess.block_encoding import tokenize_block
 from megadata_core.preprocess.encoding import TokenizedChunk
-from megadata_core.preprocess.reading import Chunk
+from megadata_core.preprocess.reading import Chunk, TableRows
+from megadata_core.preprocess.table_encoding import tokenize_table_rows
 from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
 
 
@@ -27,8 +28,10 @@ class _ChunkWorker:
         skip_bad_lines: bool,
         splitter_factory: Callable[[], SentenceSplitter] | None = None,
         keep_empty: bool = False,
+        table_reader=None,
     ) -> None:
         self.tokenizer = tokenizer
+        self.table_reader = table_reader
         self.json_keys = tuple(json_keys)
         self.append_eod = append_eod
         self.dtype = dtype
@@ -36,19 +39,15 @@ class _ChunkWorker:
         self.splitter = None if splitter_factory is None else splitter_factory()
         self.keep_empty = keep_empty
 
-    def __call__(self, path: str, first_line: int, data: bytes) -> TokenizedChunk:
-        return tokenize_block(
-            data,
-            self.tokenizer,
-            self.json_keys,
-            path=path,
-            first_line=first_line,
-            append_eod=self.append_eod,
-            dtype=self.dtype,
-            skip_bad_lines=self.skip_bad_lines,
-            splitter=self.splitter,
-            keep_empty=self.keep_empty,
-        )
+    def __call__(self, path: str, first_line: int, data: bytes | TableRows) -> TokenizedChunk:
+        options = dict(append_eod=self.append_eod, dtype=self.dtype,
+                       skip_bad_lines=self.skip_bad_lines, splitter=self.splitter,
+                       keep_empty=self.keep_empty)
+        if isinstance(data, TableRows):
+            return tokenize_table_rows(self.table_reader, path, data, self.tokenizer,
+                                       self.json_keys, **options)
+        return tokenize_block(data, self.tokenizer, self.json_keys, path=path,
+                              first_line=first_line, **options)
 
 
 _WORKER: _ChunkWorker | BaseException | None = None
@@ -63,7 +62,7 @@ def _init_worker(tokenizer_factory: Callable[[], Tokenizer], *options) -> None:
         _WORKER = error
 
 
-def _run_worker(path: str, first_line: int, data: bytes) -> TokenizedChunk:
+def _run_worker(path: str, first_line: int, data: bytes | TableRows) -> TokenizedChunk:
     if isinstance(_WORKER, BaseException):
         raise _WORKER
     return _WORKER(path, first_line, data)

@@ -11,6 +11,7 @@ from typing import BinaryIO
 import numpy as np
 
 from megadata_core.errors import DataError
+from megadata_core.preprocess.plan import TABLE_SUFFIXES
 from megadata_core.preprocess.remote import is_remote, open_remote
 
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, dropped from a file's first line
@@ -92,6 +93,15 @@ def naming_read_errors(path: str) -> Iterator[None]:
         raise DataError(f"{path}: cannot read input: {error}") from error
 
 
+@dataclass(frozen=True)
+class TableRows:
+    """Rows [start, stop) of row group ``group`` of a table input (read by the worker)."""
+
+    group: int
+    start: int
+    stop: int
+
+
 @dataclass
 class Chunk:
     """Consecutive whole lines of one file, as one block of bytes: ``data`` holds ``count``
@@ -102,7 +112,7 @@ class Chunk:
     shard: int
     path: str
     first_line: int
-    data: bytes
+    data: bytes | TableRows
     count: int
     nbytes: int
     first_index: int = 0
@@ -162,16 +172,35 @@ def read_chunks(
     shard_starts: Sequence[int],
     chunk_lines: int,
     chunk_bytes: int,
+    table_rows: Callable[[str], list[int]] | None = None,
 ) -> Iterator[Chunk]:
     """Consecutive lines of all inputs, in order, in blocks of at most ``chunk_lines``
     lines and about ``chunk_bytes`` bytes; no chunk spans two files or two shards.
 
     ``shard_starts[k]`` is the global line index (over all files) where shard k begins.
+    A table input (``table_rows(path)``: rows per row group, for ``.parquet`` paths)
+    counts its rows as lines and gives one chunk of :class:`TableRows` per row group (cut
+    at shard starts), read by the worker.
     """
     line_index = 0
     shard = 0
     for path in paths:
         first_line = 1
+        if table_rows is not None and path.endswith(TABLE_SUFFIXES):
+            for group, rows in enumerate(table_rows(path)):
+                start = 0
+                while start < rows:
+                    while shard + 1 < len(shard_starts) and line_index >= shard_starts[shard + 1]:
+                        shard += 1
+                    stop = rows
+                    if shard + 1 < len(shard_starts):
+                        stop = min(stop, start + shard_starts[shard + 1] - line_index)
+                    part = TableRows(group, start, stop)
+                    yield Chunk(shard, path, first_line, part, stop - start, 0, line_index)
+                    first_line += stop - start
+                    line_index += stop - start
+                    start = stop
+            continue
         with naming_read_errors(path), open_binary(path) as stream:
             for data in read_blocks(stream, chunk_bytes):
                 nbytes = len(data)

@@ -21,11 +21,7 @@ import numpy as np
 from megadata_core.errors import DataError
 from megadata_core.format import IndexedDatasetWriter
 from megadata_core.preprocess.block_encoding import tokenize_block
-from megadata_core.preprocess.encoding import (
-    MAX_EXAMPLES,
-    TokenizedChunk,
-    encode_columns,
-)
+from megadata_core.preprocess.encoding import MAX_EXAMPLES, TokenizedChunk
 from megadata_core.preprocess.outputs import write_documents
 from megadata_core.preprocess.plan import TableReader, Task
 from megadata_core.preprocess.reading import (
@@ -35,8 +31,8 @@ from megadata_core.preprocess.reading import (
     read_blocks,
     strip_bom,
 )
-from megadata_core.preprocess.records import BadLineError
 from megadata_core.preprocess.remote import is_remote
+from megadata_core.preprocess.table_encoding import tokenize_rows
 from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
 from megadata_core.preprocess.workdir import (
     file_records,
@@ -69,8 +65,10 @@ class TaskRunner:
         open_binary: Callable[[str], BinaryIO],
         table_reader: TableReader | None = None,
         splitter_factory: Callable[[], SentenceSplitter] | None = None,
+        keep_empty: bool = False,
     ) -> None:
         self.directory = directory
+        self.keep_empty = bool(keep_empty)
         self.fingerprint = fingerprint
         self.tokenizer_factory = tokenizer_factory
         self.json_keys = tuple(json_keys)
@@ -149,6 +147,7 @@ class TaskRunner:
                     tokenize_block, data, tokenizer, self.json_keys, path=task.path,
                     append_eod=self.append_eod, dtype=self.dtype,
                     skip_bad_lines=self.skip_bad_lines, splitter=splitter,
+                    keep_empty=self.keep_empty,
                 )
                 part = None
                 if before is None:
@@ -174,31 +173,13 @@ class TaskRunner:
     def _table_parts(self, task: Task) -> Iterator[TokenizedChunk]:
         tokenizer, splitter = self.tools()
         for group in range(task.start, task.stop):
-            columns, null_rows, nbytes = self.table_reader.read_columns(
-                task.path, group, group + 1, self.json_keys
+            buffers, valid = self.table_reader.read_buffers(task.path, group, self.json_keys)
+            yield tokenize_rows(
+                buffers, valid, tokenizer, self.json_keys,
+                where=f"{task.path} (row group {group})", append_eod=self.append_eod,
+                dtype=self.dtype, skip_bad_lines=self.skip_bad_lines, splitter=splitter,
+                keep_empty=self.keep_empty,
             )
-            where = f"{task.path} (row group {group})"
-            bad, examples = {}, []
-            if len(null_rows):
-                error = BadLineError(
-                    f"{where}, row {int(null_rows[0]) + 1}: a key of {list(self.json_keys)} "
-                    "holds null, not a string", "not_string",
-                )
-                if not self.skip_bad_lines:
-                    raise error
-                bad, examples = {"not_string": len(null_rows)}, [str(error)]
-            tokens, lengths, sequences = encode_columns(
-                columns, tokenizer, self.json_keys, path=where, first_line=1,
-                last_line=len(columns[0]), append_eod=self.append_eod, dtype=self.dtype,
-                splitter=splitter,
-            )
-            part = TokenizedChunk(
-                documents=len(columns[0]), tokens=tokens, sequence_lengths=lengths,
-                document_sequences=sequences, line_offsets=np.empty(0, np.int64),
-                bad_lines=bad, bad_examples=examples,
-            )
-            part.nbytes = nbytes
-            yield part
 
 
 def _line_chunks(stream: BinaryIO, task: Task):
