@@ -476,6 +476,10 @@ def choose(found: tuple[GigaEncoder | None, str], mode: str, reference: str, unc
     giga, why = found
     if mode == "reference":
         return None, f"{reference} (--encoder reference)"
+    if giga is not None and mode == "gigatoken" and len(giga.unproven):
+        return GigaEncoder(giga._tokenizer, np.zeros((0, 2), np.int64), giga.proof), (
+            f"gigatoken ({giga.proof}; every text, as Megatron's --use-gigatoken: texts with "
+            f"characters unassigned in Unicode 14.0 may get other ids than {reference}'s)")
     if giga is not None:
         return giga, f"gigatoken ({giga.proof}; {_unproven_note(giga, reference)})"
     if mode == "gigatoken":
