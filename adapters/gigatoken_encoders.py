@@ -131,6 +131,8 @@ class GigaEncoder:
     """
 
     def __init__(self, tokenizer, unproven: np.ndarray, proof: str) -> None:
+        import awkward  # noqa: F401 - gigatoken's results; imported once, before workers fork
+
         self._tokenizer = tokenizer
         self.unproven = unproven
         self.proof = proof
@@ -226,17 +228,36 @@ def byte_level(
     tokenizer, why = _load(config, "BPETokenizer")
     if tokenizer is None:
         return None, why
-    got = tokenizer.vocab
-    if any(got.get(int(i)) != token_bytes(t) for t, i in vocab.items() if is_byte_alphabet(t)):
-        return None, "gigatoken read another vocabulary"
-    pairs = [(token_bytes(a), token_bytes(b)) for a, b in merges]
-    if tokenizer.merges != pairs:
-        return None, "gigatoken read other merges"
+    if not _same_model(tokenizer, vocab, merges):
+        return None, "gigatoken read another vocabulary or other merges"
     why = _battery(tokenizer, reference, extra=list(added))
     if why:
         return None, why
     return GigaEncoder(tokenizer, unassigned_14(),
                        "canonical byte-level BPE merges: same ids as pair merging"), ""
+
+
+def _same_model(tokenizer, vocab: Mapping[str, int], merges) -> bool:
+    """Whether gigatoken holds ``vocab`` (as bytes, by id) and ``merges`` (as byte pairs,
+    in order): compared as two joined strings and their lengths each, no Python loop."""
+    got = tokenizer.vocab
+    ids = sorted(i for t, i in vocab.items() if is_byte_alphabet(t))
+    by_id = {i: t for t, i in vocab.items()}
+    mine = [by_id[i] for i in ids]
+    theirs = [got.get(i, b"") for i in ids]
+    if token_bytes("".join(mine)) != b"".join(theirs):
+        return False
+    if list(map(len, mine)) != list(map(len, theirs)):
+        return False
+    pairs = tokenizer.merges
+    if len(pairs) != len(merges):
+        return False
+    left = "".join(a for a, _ in merges)
+    right = "".join(b for _, b in merges)
+    return (token_bytes(left) == b"".join(a for a, _ in pairs)
+            and token_bytes(right) == b"".join(b for _, b in pairs)
+            and [len(a) for a, _ in merges] == [len(a) for a, _ in pairs]
+            and [len(b) for _, b in merges] == [len(b) for _, b in pairs])
 
 
 @functools.cache
