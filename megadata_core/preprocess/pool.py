@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from megadata_core.preprocess import threads
 from megadata_core.preprocess.block_encoding import tokenize_block
 from megadata_core.preprocess.encoding import TokenizedChunk
 from megadata_core.preprocess.reading import Chunk, TableRows
@@ -49,6 +50,9 @@ class _ChunkWorker:
         return tokenize_block(data, self.tokenizer, self.json_keys, path=path,
                               first_line=first_line, **options)
 
+    def run(self, chunk: Chunk) -> TokenizedChunk:
+        return self(chunk.path, chunk.first_line, chunk.data)
+
 
 _WORKER: _ChunkWorker | BaseException | None = None
 
@@ -79,14 +83,20 @@ def tokenized_in_order(
 ) -> Iterator[Iterator[tuple[Chunk, TokenizedChunk]]]:
     """Yields (chunk, result) pairs in input order, tokenized by ``workers`` processes.
 
-    ``workers == 1`` uses ``tokenizer`` in this process; otherwise each pool process
+    ``workers == 1`` uses ``tokenizer`` in this process (in a few threads when it has a
+    native block encoder, ``threads``); otherwise each pool process
     calls ``tokenizer_factory`` once. At most ``4 * workers`` chunks are in flight, so
     memory stays bounded however large the input (``Pool.imap`` would read the whole
     input ahead).
     """
     if workers <= 1:
         worker = _ChunkWorker(tokenizer, *options)
-        yield ((c, worker(c.path, c.first_line, c.data)) for c in chunks)
+        if worker.splitter is None and getattr(tokenizer, "block_encoder", None) is not None:
+            # a native encoder releases the GIL: a few threads overlap the blocks' stages
+            with threads.in_order(chunks, worker.run, threads.threads_for_native()) as results:
+                yield results
+            return
+        yield ((c, worker.run(c)) for c in chunks)
         return
     context = multiprocessing.get_context(start_method)
     initargs = (tokenizer_factory, *options)
