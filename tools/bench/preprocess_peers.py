@@ -155,7 +155,7 @@ def bench_peers(bench, source: str, nbytes: int, tokenizers: dict) -> dict:
                 prefix = bench.path("peers", name.replace(" ", "-"))
                 results.setdefault(name, []).append(
                     run_side(side, kind, options, source, prefix, workers))
-                if name != "ours 1 worker":
+                if name != "ours 1 worker" and not repeat:
                     _compare(bench, label, name, prefix, bench.path("peers", "ours-1-worker"))
                     _remove(prefix)
         _rows(bench, label, results, megabytes)
@@ -170,10 +170,11 @@ def _compare(bench, label: str, name: str, prefix: str, ours: str) -> None:
     pairs = [(prefix + ext, ours + ext) for ext in (".bin", ".idx")]
     if name == "gigatoken" and label.startswith("SentencePiece"):
         differ = _differing_documents(prefix, ours)
+        why = (" (it splits control pieces such as '<s>' out of the text, sentencepiece "
+               "does not)" if differ else "")
         bench.note(f"{label}: gigatoken's own SentencePiece loader (Tokenizer.from_sentencepiece"
                    f", as Megatron main's --use-gigatoken runs it) differs from ours in {differ}"
-                   " documents (it splits control pieces such as '<s>' out of the text, "
-                   "sentencepiece does not); ours is sentencepiece's (the Megatron loop check)")
+                   f" documents{why}; ours are sentencepiece's ids (the Megatron loop check)")
         return
     bench.check(f"preprocess {label}: {name} corpus == ours 1 worker", same_files(*pairs))
 
