@@ -3,14 +3,15 @@
 :class:`TorchDataset` wraps a :class:`megadata_core.GPTDataset`, a
 :class:`megadata_core.BlendedDataset` (or anything with ``len``, ``ds[i]`` and optionally
 ``ds.__getitems__``) and returns torch tensors with Megatron's dtypes: ``tokens``,
-``labels``, ``position_ids`` and ``dataset_id`` ``torch.long``; ``loss_mask``
-``torch.float32``; ``attention_mask`` ``torch.bool``. With ``document_masking``:
-``cu_seqlens`` ``torch.int32`` [S + 1] (Megatron's padded layout) and ``max_seqlen``
-``torch.int32`` (a 0-d tensor per sample in Megatron-LM's ``inter_document_masking``, so
-[B] in a batch), as Megatron-LM's ``GPTDataset`` returns them; ``segment_ids`` (no
-Megatron counterpart) ``torch.int32``, as flash-attention and Transformer Engine take
-sequence metadata. Every tensor owns fresh memory (the core hands out read-only views and
-shared constants; they are never written or aliased).
+``labels`` and ``position_ids`` ``torch.long``; ``loss_mask`` ``torch.float32``;
+``attention_mask`` ``torch.bool``; a blend's ``dataset_id`` ``torch.int32``, as the core
+and the Grain and JAX adapters give it (int16, Megatron's, cannot name 40,000 datasets).
+With ``document_masking``: ``cu_seqlens`` ``torch.int32`` [S + 1] (Megatron's padded
+layout) and ``max_seqlen`` ``torch.int32`` (a 0-d tensor per sample in Megatron-LM's
+``inter_document_masking``, so [B] in a batch), as Megatron-LM's ``GPTDataset`` returns
+them; ``segment_ids`` (no Megatron counterpart) ``torch.int32``, as flash-attention and
+Transformer Engine take sequence metadata. Every tensor owns fresh memory (the core hands
+out read-only views and shared constants; they are never written or aliased).
 
 Batches. ``torch.utils.data.DataLoader`` calls ``dataset.__getitems__(batch_indices)``
 when the dataset has one and passes the result to ``collate_fn``.
@@ -49,7 +50,9 @@ Shutdown. :func:`loader` returns a :class:`Loader` (a DataLoader):
 ``loader.close()`` or leaving ``with torch_data.loader(...) as data:`` stops the workers
 of every iterator it handed out, persistent workers included, and lets go of their
 shared-memory rings; an iterator's own ``close()``/``with`` stops its workers; dropping
-either does the same. :class:`StatefulLoader` has ``close()`` and ``with`` too.
+either does the same. :class:`StatefulLoader` has ``close()`` and ``with`` too. A
+worker that reads a :class:`TorchDataset` (any DataLoader) ends at once when the loader's
+process ends without clean-up (``kill -9``, the OOM killer), removing its ring.
 
 Resume. The sampler's ``state_dict()`` / ``load_state_dict()`` (``consumed_samples``) is
 the resume state, as in torchdata's ``StatefulDataLoader``. A loader with workers pulls
@@ -83,9 +86,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate_fn_map
 
-from megadata_core.datasets.fingerprint import fingerprint
+from megadata_core.checks import check_int
+from megadata_core.datasets.fingerprint import continues_schedule, resume_fields
 from megadata_core.errors import DataError
-from megadata_core.handover import pack
+from megadata_core.handover import orphans, pack
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.handover.shm_ring import ConsumerRings, ProducerRing, SlotRef
 from megadata_core.samplers import PretrainingSampler
@@ -108,7 +112,7 @@ DTYPES: dict[str, np.dtype] = {
     "tokens": np.dtype(np.int64),
     "labels": np.dtype(np.int64),
     "position_ids": np.dtype(np.int64),
-    "dataset_id": np.dtype(np.int64),
+    "dataset_id": np.dtype(np.int32),
     "loss_mask": np.dtype(np.float32),
     "attention_mask": np.dtype(np.bool_),
     "cu_seqlens": np.dtype(np.int32),
@@ -235,6 +239,7 @@ class TorchDataset(Dataset):
     def __getitem__(self, index) -> dict[str, torch.Tensor]:
         """Sample ``index`` (an int); a 1-d sequence of ints gives the stacked batch
         (``DataLoader(ds, sampler=<megadata sampler>, batch_size=None)`` asks so)."""
+        _in_worker()
         if isinstance(index, torch.Tensor):
             index = index.tolist()
         if isinstance(index, (int, np.integer)):
@@ -245,6 +250,7 @@ class TorchDataset(Dataset):
         """The samples at ``indices`` (a list of ints), read in one core call, as a
         :class:`Samples` (torch's default collate and :func:`batch_collate` give its
         stacked tensors as they are); a :class:`PackedBatch` in a :func:`loader` worker."""
+        _in_worker()
         if isinstance(indices, torch.Tensor):
             indices = indices.tolist()
         indices = list(indices)
@@ -280,6 +286,14 @@ class TorchDataset(Dataset):
         return f"TorchDataset({self.dataset!r})"
 
 
+def _in_worker() -> None:
+    """In a DataLoader worker: end it when the loader's process ends, even killed without
+    clean-up (``kill -9``; torch's own check runs every 5 s, and only between batches),
+    removing its shared-memory ring (:func:`orphans.exit_with_parent`)."""
+    if not orphans.watching() and get_worker_info() is not None:
+        orphans.exit_with_parent()
+
+
 #: This process's view of the workers' rings (the pin-memory thread unpacks too).
 _RINGS = ConsumerRings()
 
@@ -302,6 +316,7 @@ class _PackInWorker:
         self.slots = slots
 
     def __call__(self, worker_id: int) -> None:
+        orphans.exit_with_parent()  # the worker ends with this process (kill -9 included)
         info = get_worker_info()
         if info is not None and isinstance(info.dataset, TorchDataset):
             info.dataset._pack_in_worker = True
@@ -455,7 +470,8 @@ class StatefulLoader:
     def __init__(self, dataset, batch_sampler, num_workers: int = 0, **kwargs) -> None:
         self.batch_sampler = batch_sampler
         self.loader = loader(dataset, batch_sampler, num_workers=num_workers, **kwargs)
-        self.fingerprint = fingerprint(self.loader.dataset.dataset)
+        self._resume = resume_fields(self.loader.dataset.dataset)
+        self.fingerprint = self._resume["fingerprint"]
         self._start = int(batch_sampler.consumed_samples)
         self._yielded = 0
 
@@ -477,12 +493,14 @@ class StatefulLoader:
         if isinstance(self.batch_sampler, PretrainingSampler):  # last batch may be partial
             consumed = min(consumed, self.batch_sampler.total_samples)
         state["consumed_samples"] = consumed
-        state["fingerprint"] = self.fingerprint
+        state.update(self._resume)  # the fingerprint; a blend schedule's stages
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume the sampler from ``state`` on the next iteration; ``DataError`` when
-        ``state`` was made for other data or config (its ``fingerprint``)."""
+        ``state`` was made for other data or config (its ``fingerprint``). A state made on
+        a blend schedule that this loader's schedule edits after the state's position is
+        accepted (sequential samplers only): the samples before it are the same."""
         if isinstance(state, Mapping) and "fingerprint" not in state:
             raise DataError(
                 f"fingerprint: the state has none (saved before loader states carried "
@@ -490,13 +508,22 @@ class StatefulLoader:
                 f"{self.loader.dataset.dataset!r}); if it is the same data, restore it "
                 "with loader.batch_sampler.load_state_dict(state)"
             )
+        edited = False
         if isinstance(state, Mapping) and state["fingerprint"] != self.fingerprint:
+            consumed = check_int("consumed_samples", state.get("consumed_samples"), minimum=0)
+            edited = continues_schedule(
+                state, self.loader.dataset.dataset, consumed,
+                sequential=isinstance(self.batch_sampler, PretrainingSampler),
+            )
+        if isinstance(state, Mapping) and state["fingerprint"] != self.fingerprint and not edited:
             raise DataError(
                 f"fingerprint: the state was made for data/config {state['fingerprint']!r}, "
                 f"this loader reads {self.fingerprint!r} ({self.loader.dataset.dataset!r}): "
                 "other data, or the same with another seed, sequence length, split or "
                 "blend; refusing to continue a different stream"
             )
+        if edited and "total_samples" in state:  # an edit may change the blend's length
+            state = {**state, "total_samples": self.batch_sampler.total_samples}
         self.batch_sampler.load_state_dict(state)
         self._start = int(self.batch_sampler.consumed_samples)
         self._yielded = 0

@@ -8,6 +8,7 @@ below; tests/test_layering.py checks it):
    names), ``handover/`` (batches between processes)
 1. ``format/`` (the .bin/.idx pair, byte sources)
 2. ``indices/`` (pure functions over arrays: no file I/O, nothing from format),
+   ``batch_size_schedule`` (Megatron's step batch-size schedule, arithmetic on steps),
    ``cache/`` (everything under ``path_to_cache``, on format), ``preprocess/`` (text to
    corpora, on format)
 3. ``datasets/``, ``samplers``
@@ -17,7 +18,13 @@ below; tests/test_layering.py checks it):
 from megadata_core import samplers
 from megadata_core.build import build_datasets
 from megadata_core.cache import open_corpus
-from megadata_core.datasets import BlendedDataset, GPTDataConfig, GPTDataset
+from megadata_core.datasets import (
+    BlendedDataset,
+    EpochChain,
+    GPTDataConfig,
+    GPTDataset,
+    ScheduledBlendedDataset,
+)
 from megadata_core.datasets.context_parallel import context_parallel_slice
 from megadata_core.errors import DataError
 from megadata_core.format import (
@@ -40,6 +47,8 @@ __all__ = [
     "GPTDataConfig",
     "GPTDataset",
     "BlendedDataset",
+    "ScheduledBlendedDataset",
+    "EpochChain",
     "context_parallel_slice",
     "samplers",
     "build_datasets",

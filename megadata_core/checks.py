@@ -120,3 +120,18 @@ def first_outside(values: np.ndarray, high: int | np.ndarray) -> int | None:
     if not bad.any():
         return None
     return int(values[int(np.argmax(bad))])
+
+
+#: Megatron's count suffixes (``--step-batch-size-schedule`` thresholds: "250B").
+COUNT_SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
+
+
+def megatron_count(text: str) -> int:
+    """A count as megatron-core reads one: strip, upper-case, an optional K/M/B/T suffix,
+    then ``int(float(rest) * multiplier)``. ValueError / OverflowError for what is not a
+    finite number (the callers name the field)."""
+    value = text.strip().upper()
+    multiplier = COUNT_SUFFIXES.get(value[-1:], 1)
+    if multiplier != 1:
+        value = value[:-1]
+    return int(float(value) * multiplier)

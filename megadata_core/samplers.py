@@ -31,6 +31,17 @@ Resumption. A sampler built with ``consumed_samples=c`` continues exactly where 
 built with ``consumed_samples=0`` is after it handed out ``c`` global samples (``c/G``
 steps). ``state_dict()`` / ``load_state_dict()`` carry that number in the style of
 torchdata's ``StatefulDataLoader`` (see each class for what counts as handed out).
+
+Training steps. With ``batch_size_schedule=`` (a :class:`BatchSizeSchedule`, Megatron's
+``--step-batch-size-schedule``) a sampler also knows the *training* steps: the step that
+starts at ``c`` consumed samples reads the next ``gbs(c)`` global samples, i.e.
+``gbs(c) / G`` consecutive micro-batches per rank (Megatron's sampler is unchanged by the
+schedule; the schedule only says how many of its micro-batches make one step).
+``steps()`` yields, per step, this rank's micro-batches of it (``list[list[int]]``);
+``state_dict()`` then carries the schedule's text, and ``load_state_dict`` takes only a
+state at a step boundary whose schedule has the same steps as this one before it (a
+schedule may be edited for the future, never for the past). Without a schedule nothing
+changes (iteration, states and reprs are as before).
 """
 
 from __future__ import annotations
@@ -40,10 +51,13 @@ from typing import Any
 
 import numpy as np
 
+from megadata_core.batch_size_schedule import BatchSizeSchedule
 from megadata_core.checks import check_int
 from megadata_core.errors import DataError
 
-__all__ = ["PretrainingSampler", "RandomSampler", "epoch_rng"]
+__all__ = ["BatchSizeSchedule", "PretrainingSampler", "RandomSampler", "epoch_rng"]
+
+SCHEDULE_KEY = "batch_size_schedule"
 
 
 def _check_dp(micro_batch_size: object, rank: object, size: object) -> tuple[int, int, int]:
@@ -68,6 +82,57 @@ def _check_state(state: Mapping[str, Any], expected: Mapping[str, Any], kind: st
                 f"state: {field} is {state[field]!r} in the state but {value!r} in this {kind}"
             )
     return check_int("consumed_samples", state["consumed_samples"], minimum=0)
+
+
+def _check_schedule(schedule: object) -> BatchSizeSchedule | None:
+    """``batch_size_schedule``: a :class:`BatchSizeSchedule` or None."""
+    if schedule is not None and not isinstance(schedule, BatchSizeSchedule):
+        raise DataError(
+            f"{SCHEDULE_KEY}: expected a BatchSizeSchedule (BatchSizeSchedule.parse(text, "
+            f"sequence_length)) or None, got {schedule!r}"
+        )
+    return schedule
+
+
+def _check_step_start(sampler: PretrainingSampler | RandomSampler, consumed: int) -> None:
+    """With a schedule: one of its steps starts at ``consumed`` and its global batch size
+    is a multiple of ``micro_batch_size x data_parallel_size`` (Megatron's consistency
+    check)."""
+    schedule = sampler.batch_size_schedule
+    if schedule is not None:
+        schedule.step_at(consumed)
+        schedule.num_micro_batches(consumed, sampler.micro_batch_size, sampler.data_parallel_size)
+
+
+def _state_schedule(
+    state: Mapping[str, Any], schedule: BatchSizeSchedule | None, consumed: int
+) -> None:
+    """The state's schedule against this sampler's: both absent, or with the same steps
+    before ``consumed`` (a boundary of the state's schedule)."""
+    text = state.get(SCHEDULE_KEY)
+    if schedule is None or text is None:
+        if schedule is not None or text is not None:
+            raise DataError(
+                f"state: {SCHEDULE_KEY} is {text!r} in the state but "
+                f"{None if schedule is None else str(schedule)!r} in this sampler"
+            )
+        return
+    if text == str(schedule):
+        return
+    try:
+        saved = BatchSizeSchedule.parse(text)
+    except DataError as error:
+        raise DataError(f"state: {SCHEDULE_KEY} {text!r} is not a schedule: {error}") from None
+    saved.step_at(consumed)
+    first = schedule.first_difference(saved)
+    if first is not None and first < consumed:
+        raise DataError(
+            f"state: {SCHEDULE_KEY} {text!r} in the state and {str(schedule)!r} in this "
+            f"sampler differ before the state's consumed_samples {consumed}: the step at "
+            f"{first} consumed samples reads {saved.global_batch_size(first)} samples in "
+            f"the state's schedule and {schedule.global_batch_size(first)} in this one "
+            "(a schedule may change only after the consumed samples)"
+        )
 
 
 class PretrainingSampler:
@@ -99,13 +164,21 @@ class PretrainingSampler:
     trained on (as Megatron does with ``args.consumed_samples``) rather than trust the
     prefetching sampler's count.
 
+    Training steps (with ``batch_size_schedule``): ``steps()`` yields, per training step
+    from ``self.consumed_samples``, this rank's ``gbs / G`` micro-batches of the step
+    (the global samples ``[c, c + gbs)``), counting ``gbs`` handed out per step; it stops
+    before a step that would run past ``total_samples`` (whatever ``drop_last``). Any
+    micro-batch and DP size that divide the global batch sizes resume a state exactly.
+
     Args:
         total_samples: number of samples in the dataset (``len(dataset)``), > 0.
-        consumed_samples: global samples already consumed, ``0 <= c < total_samples``.
+        consumed_samples: global samples already consumed, ``0 <= c < total_samples``
+            (with a schedule: where one of its steps starts).
         micro_batch_size: samples per rank per step, > 0.
         data_parallel_rank: this rank, ``0 <= rank < data_parallel_size``.
         data_parallel_size: number of DP ranks, > 0.
         drop_last: drop the final partial global batch (Megatron default True).
+        batch_size_schedule: the step batch-size schedule, or None (no training steps).
 
     Raises:
         DataError: naming the offending field.
@@ -123,6 +196,8 @@ class PretrainingSampler:
         data_parallel_rank: int,
         data_parallel_size: int,
         drop_last: bool = True,
+        *,
+        batch_size_schedule: BatchSizeSchedule | None = None,
     ) -> None:
         self.total_samples = check_int("total_samples", total_samples, minimum=1)
         self.micro_batch_size, self.data_parallel_rank, self.data_parallel_size = _check_dp(
@@ -130,7 +205,9 @@ class PretrainingSampler:
         )
         self.micro_batch_times_data_parallel_size = self.micro_batch_size * self.data_parallel_size
         self.drop_last = bool(drop_last)
+        self.batch_size_schedule = _check_schedule(batch_size_schedule)
         self.consumed_samples = self._check_consumed(consumed_samples)
+        _check_step_start(self, self.consumed_samples)
         self.samples_handed_out = 0
 
     def _check_consumed(self, consumed_samples: object) -> int:
@@ -166,27 +243,51 @@ class PretrainingSampler:
             self.samples_handed_out += self.total_samples - full_end
             yield list(range(full_end, self.total_samples)[lo:hi])
 
+    def steps(self) -> Iterator[list[list[int]]]:
+        """Per training step from ``self.consumed_samples``: this rank's micro-batches of
+        it, ``gbs / G`` lists of ``micro_batch_size`` ints (needs ``batch_size_schedule``)."""
+        schedule = _need_schedule(self.batch_size_schedule)
+        self.samples_handed_out = 0
+        return self._steps(schedule, self.consumed_samples)
+
+    def _steps(self, schedule: BatchSizeSchedule, first: int) -> Iterator[list[list[int]]]:
+        mbs, dp = self.micro_batch_size, self.data_parallel_size
+        group = self.micro_batch_times_data_parallel_size
+        offsets = np.arange(mbs) + self.data_parallel_rank * mbs
+        consumed = first
+        while True:  # one trip per training step
+            if consumed + schedule.global_batch_size(consumed) > self.total_samples:
+                return
+            count = schedule.num_micro_batches(consumed, mbs, dp)
+            starts = consumed + group * np.arange(count)
+            consumed += count * group
+            self.samples_handed_out += count * group
+            yield (starts[:, None] + offsets).tolist()
+
     def _config(self) -> dict[str, Any]:
         return {"total_samples": self.total_samples}
 
     def state_dict(self) -> dict[str, Any]:
         """``{"consumed_samples", "total_samples", "micro_batch_size",
         "data_parallel_size", "drop_last"}``; ``consumed_samples`` counts the samples
-        handed out by the current iterator. Plain ints and bools (JSON-able)."""
-        return {
+        handed out by the current iterator. Plain ints and bools (JSON-able); with a
+        schedule also ``"batch_size_schedule"``, its text."""
+        state = {
             "consumed_samples": self.consumed_samples + self.samples_handed_out,
             "total_samples": self.total_samples,
             "micro_batch_size": self.micro_batch_size,
             "data_parallel_size": self.data_parallel_size,
             "drop_last": self.drop_last,
         }
+        return _with_schedule(state, self.batch_size_schedule)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state["consumed_samples"]`` on the next ``iter()``.
 
         ``total_samples`` must match (other DP sizes and micro-batch sizes are fine: the
         sampler is elastic). A state whose ``consumed_samples`` equals ``total_samples``
-        (a finished pass) is accepted and yields nothing.
+        (a finished pass) is accepted and yields nothing. With a schedule the state must
+        be at a step boundary and carry a schedule with the same steps before it.
         """
         consumed = _check_state(state, self._config(), "PretrainingSampler")
         if consumed > self.total_samples:
@@ -194,6 +295,9 @@ class PretrainingSampler:
                 f"consumed_samples: {consumed} is beyond the total of {self.total_samples} "
                 "samples (total_samples)"
             )
+        _state_schedule(state, self.batch_size_schedule, consumed)
+        if consumed < self.total_samples:
+            _check_step_start(self, consumed)
         self.consumed_samples = consumed
         self.samples_handed_out = 0
 
@@ -203,8 +307,28 @@ class PretrainingSampler:
             f"consumed_samples={self.consumed_samples}, "
             f"micro_batch_size={self.micro_batch_size}, "
             f"data_parallel_rank={self.data_parallel_rank}, "
-            f"data_parallel_size={self.data_parallel_size}, drop_last={self.drop_last})"
+            f"data_parallel_size={self.data_parallel_size}, drop_last={self.drop_last}"
+            f"{_schedule_repr(self.batch_size_schedule)})"
         )
+
+
+def _need_schedule(schedule: BatchSizeSchedule | None) -> BatchSizeSchedule:
+    if schedule is None:
+        raise DataError(
+            f"{SCHEDULE_KEY}: steps() needs a sampler built with batch_size_schedule= "
+            "(its global batch sizes say how many micro-batches make a step)"
+        )
+    return schedule
+
+
+def _with_schedule(state: dict[str, Any], schedule: BatchSizeSchedule | None) -> dict[str, Any]:
+    if schedule is not None:
+        state[SCHEDULE_KEY] = str(schedule)
+    return state
+
+
+def _schedule_repr(schedule: BatchSizeSchedule | None) -> str:
+    return "" if schedule is None else f", batch_size_schedule={str(schedule)!r}"
 
 
 def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
@@ -256,17 +380,26 @@ class RandomSampler:
     contiguous block of the epoch's permutation per step) and a global sequence that
     depends on ``(total_samples, G, seed, consumed_samples)`` only.
 
+    Training steps (with ``batch_size_schedule``): ``steps()`` yields, per training step
+    from ``self.consumed_samples``, this rank's ``gbs / G`` micro-batches of the step —
+    the next ``gbs / G`` micro-batches of the endless stream of epochs (a step may cross
+    an epoch's end) — and never stops; each step adds ``gbs`` to
+    ``self.consumed_samples`` when yielded and sets ``self.epoch`` to the epoch its first
+    micro-batch is in. A state resumes exactly with the same ``G`` (and, with
+    ``data_sharding=True``, the same DP layout).
+
     Args:
         total_samples: samples in the dataset, ``>= G`` (so an epoch has a step).
         consumed_samples: global samples consumed so far, ``>= 0`` and a multiple of ``G``
             (Megatron asserts the same of ``consumed % active_total``); may exceed
-            ``total_samples`` (later epochs).
+            ``total_samples`` (later epochs). With a schedule: where one of its steps starts.
         micro_batch_size: samples per rank per step, > 0.
         data_parallel_rank: this rank, ``0 <= rank < data_parallel_size``.
         data_parallel_size: number of DP ranks, > 0.
         data_sharding: Megatron's ``--data-sharding`` (default True).
         seed: non-negative int mixed into every epoch's generator (Megatron has none: its
             order depends on the epoch only).
+        batch_size_schedule: the step batch-size schedule, or None (no training steps).
 
     Raises:
         DataError: naming the offending field.
@@ -285,6 +418,8 @@ class RandomSampler:
         data_parallel_size: int,
         data_sharding: bool = True,
         seed: int = 0,
+        *,
+        batch_size_schedule: BatchSizeSchedule | None = None,
     ) -> None:
         self.total_samples = check_int("total_samples", total_samples, minimum=1)
         self.micro_batch_size, self.data_parallel_rank, self.data_parallel_size = _check_dp(
@@ -301,7 +436,9 @@ class RandomSampler:
             )
         self.data_sharding = bool(data_sharding)
         self.seed = check_int("seed", seed, minimum=0)
+        self.batch_size_schedule = _check_schedule(batch_size_schedule)
         self.consumed_samples = self._check_consumed(consumed_samples)
+        _check_step_start(self, self.consumed_samples)
         self.initial_consumed_samples = self.consumed_samples
         self.epoch = self.consumed_samples // self.active_total_samples
 
@@ -353,6 +490,38 @@ class RandomSampler:
             self.consumed_samples += step
             yield row.tolist()
 
+    def steps(self) -> Iterator[list[list[int]]]:
+        """Per training step from ``self.consumed_samples``, endlessly: this rank's
+        micro-batches of it, ``gbs / G`` lists of ``micro_batch_size`` ints (needs
+        ``batch_size_schedule``)."""
+        return self._steps(_need_schedule(self.batch_size_schedule))
+
+    def _steps(self, schedule: BatchSizeSchedule) -> Iterator[list[list[int]]]:
+        group, active = self.micro_batch_times_data_parallel_size, self.active_total_samples
+        rows_per_epoch = active // group
+        cached: dict[int, np.ndarray] = {}  # the epochs the current step reads
+
+        def rows(epoch: int) -> np.ndarray:
+            if epoch not in cached:
+                cached.clear()
+                cached[epoch] = self.epoch_indices(epoch)
+            return cached[epoch]
+
+        while True:  # one trip per training step
+            count = schedule.num_micro_batches(
+                self.consumed_samples, self.micro_batch_size, self.data_parallel_size
+            )
+            first = self.consumed_samples // group
+            last = first + count  # micro-steps [first, last) of the endless stream
+            epochs = range(first // rows_per_epoch, (last - 1) // rows_per_epoch + 1)
+            parts = []
+            for epoch in epochs:  # one trip per epoch the step reads
+                base = epoch * rows_per_epoch
+                parts.append(rows(epoch)[max(first - base, 0) : last - base])
+            self.epoch = epochs[0]
+            self.consumed_samples += count * group
+            yield np.concatenate(parts).tolist()
+
     def _config(self) -> dict[str, Any]:
         config: dict[str, Any] = {
             "total_samples": self.total_samples,
@@ -367,8 +536,10 @@ class RandomSampler:
 
     def state_dict(self) -> dict[str, Any]:
         """``{"consumed_samples", "total_samples", "global_batch_size", "data_sharding",
-        "seed", "micro_batch_size", "data_parallel_size"}`` (plain ints and bools)."""
-        return {
+        "seed", "micro_batch_size", "data_parallel_size"}`` (plain ints and bools); with
+        a schedule also ``"batch_size_schedule"``, its text. ``global_batch_size`` is
+        ``G = micro_batch_size x data_parallel_size`` (Megatron's name in this sampler)."""
+        state = {
             "consumed_samples": self.consumed_samples,
             "total_samples": self.total_samples,
             "global_batch_size": self.micro_batch_times_data_parallel_size,
@@ -377,6 +548,7 @@ class RandomSampler:
             "micro_batch_size": self.micro_batch_size,
             "data_parallel_size": self.data_parallel_size,
         }
+        return _with_schedule(state, self.batch_size_schedule)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state["consumed_samples"]`` on the next ``iter()``.
@@ -384,9 +556,14 @@ class RandomSampler:
         Checked against this sampler: ``total_samples``, ``global_batch_size``,
         ``data_sharding`` and ``seed`` always; with ``data_sharding=True`` also
         ``micro_batch_size`` and ``data_parallel_size`` (that layout is not elastic).
+        With a schedule the state must be at a step boundary and carry a schedule with
+        the same steps before it.
         """
         consumed = _check_state(state, self._config(), "RandomSampler")
-        self.consumed_samples = self._check_consumed(consumed)
+        consumed = self._check_consumed(consumed)
+        _state_schedule(state, self.batch_size_schedule, consumed)
+        _check_step_start(self, consumed)
+        self.consumed_samples = consumed
         self.initial_consumed_samples = self.consumed_samples
         self.epoch = self.consumed_samples // self.active_total_samples
 
@@ -397,5 +574,6 @@ class RandomSampler:
             f"micro_batch_size={self.micro_batch_size}, "
             f"data_parallel_rank={self.data_parallel_rank}, "
             f"data_parallel_size={self.data_parallel_size}, "
-            f"data_sharding={self.data_sharding}, seed={self.seed})"
+            f"data_sharding={self.data_sharding}, seed={self.seed}"
+            f"{_schedule_repr(self.batch_size_schedule)})"
         )

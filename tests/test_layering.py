@@ -7,16 +7,18 @@ Floors of ``megadata_core`` (a room imports numpy, the standard library and the 
 0. ground: ``errors``, ``checks``, ``files`` (identity, atomic replace, locks, temporary
    names), ``handover`` (batches between processes)
 1. ``format`` (the .bin/.idx pair, byte sources)
-2. ``indices`` (pure functions over arrays), ``cache`` (everything under
+2. ``indices`` (pure functions over arrays), ``batch_size_schedule`` (Megatron's step
+   batch-size schedule: arithmetic on steps), ``cache`` (everything under
    ``path_to_cache``), ``preprocess`` (text to corpora); rooms of one floor do not
    import each other
 3. ``datasets``, ``samplers``
 4. ``build`` (a config and sizes to train/valid/test)
 
-Two more rules: ``indices`` does no file I/O (no ``open``, ``os.replace``, ``fcntl``,
-``mmap``, memory maps or ``.npy`` files: arrays in, arrays out), and no module of the
-core, the adapters or the tools imports a ``_private`` name from another module (a
-private submodule of its own package is fine: that is what it is for).
+Two more rules: ``indices`` and ``batch_size_schedule`` do no file I/O (no ``open``,
+``os.replace``, ``fcntl``, ``mmap``, memory maps or ``.npy`` files: arrays in, arrays
+out), and no module of the core, the adapters or the tools imports a ``_private`` name
+from another module (a private submodule of its own package is fine: that is what it is
+for).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ CORE = ROOT / "megadata_core"
 FLOORS = {
     "errors": 0, "checks": 0, "files": 0, "handover": 0,
     "format": 1,
-    "indices": 2, "cache": 2, "preprocess": 2,
+    "indices": 2, "batch_size_schedule": 2, "cache": 2, "preprocess": 2,
     "datasets": 3, "samplers": 3,
     "build": 4,
 }
@@ -45,10 +47,11 @@ MAY_IMPORT = {
     "handover": set(),
     "format": GROUND,
     "indices": {"checks"},
+    "batch_size_schedule": {"checks"},
     "cache": GROUND | {"format"},
     "preprocess": GROUND | {"format"},
     "datasets": GROUND | {"format", "indices", "cache"},
-    "samplers": GROUND,
+    "samplers": GROUND | {"batch_size_schedule"},
     "build": GROUND | {"format", "indices", "cache", "datasets"},
 }
 #: What ``indices`` may not touch: modules of file I/O, and calls that read or write files.
@@ -199,7 +202,9 @@ def test_every_room_has_a_floor():
         assert all(FLOORS[other] < FLOORS[room] for other in allowed), room
 
 
-INDICES = [item for item in _modules() if item[1].startswith("megadata_core.indices")]
+#: The pure rooms: arrays and numbers in, arrays and numbers out.
+PURE = ("megadata_core.indices", "megadata_core.batch_size_schedule")
+INDICES = [item for item in _modules() if item[1].startswith(PURE)]
 
 
 @pytest.mark.parametrize(("path", "module"), INDICES, ids=[module for _, module in INDICES])

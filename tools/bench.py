@@ -26,6 +26,10 @@ Suites (the first positional argument; ``--only`` picks items within one):
              RssAnon in fresh processes, cache-hit start, reads; beside megatron-core
     walk     module visits of one cold cached 3-split blend build (the house's
              structure: builder and gpt_dataset entries, returns to a module left)
+    schedule blend schedules: the already-trained samples a Megatron rebuild with new
+             weights serves again against an edited schedule's, Levanter's staged
+             MixtureDataset beside them (an overlay venv); a 20-stage schedule's cold
+             build and reads against a static blend
 
 The first positional argument names the suite; a suite is one function in
 ``bench.SUITES`` (tools/bench/: one module per suite, the shared harness, the peers'

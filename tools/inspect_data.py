@@ -12,13 +12,15 @@ text, and which part of each corpus the first batches read.
 a PNG of the length histogram and of tokens per document along the file. ``config``: the
 build_index tables of every split (weights requested and realized, samples, epochs,
 tokens) and, per blended split, a PNG of each dataset's share of the samples consumed so
-far against its weight, for both blend orders. ``samples``: the samples' text (token ids
-without ``--tokenizer_type``) with document boundaries, loss-masked positions and segment
-ids (when the samples carry ``segment_ids``) marked; ``--html`` also writes a colour-coded
-page. ``order``: a PNG heatmap of the corpus regions the first global batches read.
-Config-based commands take ``--config`` and Megatron's data flags as build_index does.
-Files go to ``--output_dir``; each command prints the paths it wrote. Bad input exits
-with status 1 and a one-line ``error:`` message.
+far against its weight, for both blend orders (for a blend schedule: each stage's
+requested weights against the realized shares of its samples so far). ``samples``: the
+samples' text (token ids without ``--tokenizer_type``) with document boundaries,
+loss-masked positions and segment ids (when the samples carry ``segment_ids``) marked;
+``--html`` also writes a colour-coded page. ``order``: a PNG heatmap of the corpus
+regions the first global batches read. Config-based commands take ``--config`` and
+Megatron's data flags as build_index does. Files go to ``--output_dir``; each command
+prints the paths it wrote. Bad input exits with status 1 and a one-line ``error:``
+message.
 """
 
 from __future__ import annotations
@@ -157,14 +159,60 @@ def _steps(size: int) -> np.ndarray:
     return np.unique(np.geomspace(1, size, 4096).astype(np.int64))
 
 
+def _schedule_steps(dataset) -> np.ndarray:
+    """4,096 evenly spaced sample counts, every stage's first and last ones, and the end."""
+    size = len(dataset)
+    starts = dataset.starts[dataset.starts < size]
+    marks = np.concatenate([
+        np.linspace(1, size, min(size, 4096)).astype(np.int64), starts + 1, starts,
+        [size],
+    ])
+    return np.unique(marks[(marks >= 1) & (marks <= size)])
+
+
+def _schedule_plot(split: str, dataset) -> str | None:
+    import inspect_plots
+
+    if not len(dataset):
+        return None
+    names = [member.indexed.path_prefix for member in dataset.datasets]
+    steps = _schedule_steps(dataset)
+    requested, realized, distance = inspection.schedule_shares(
+        np.asarray(dataset.dataset_index), dataset.starts, dataset.stage_weights, steps
+    )
+    ends = np.append(dataset.starts[1:], len(dataset))
+    print(f"\n{split}: each stage's weights (requested) and realized shares:")
+    for k, start in enumerate(dataset.starts.tolist()):
+        if start >= len(dataset):
+            print(f"  stage {k} from sample {start:,}: after the split's {len(dataset):,} samples")
+            continue
+        last = int(np.searchsorted(steps, min(int(ends[k]), len(dataset))))
+        worst = distance[np.searchsorted(steps, start + 1) : last + 1].max(axis=0)
+        print(f"  stage {k} from sample {start:,} (step {start // FLAGS.global_batch_size:,}):"
+              " requested " + " ".join(f"{w:.4f}" for w in dataset.stage_weights[k])
+              + "; realized " + " ".join(f"{r:.4f}" for r in realized[last])
+              + "; largest distance " + " ".join(f"{d:.3f}" for d in worst) + " samples")
+    figure = inspect_plots.schedule_figure(
+        split, names, steps, requested, realized, distance, dataset.starts,
+        FLAGS.global_batch_size,
+    )
+    return inspect_plots.save(figure, _output(f"{split}_schedule_shares.png"))
+
+
 def config_command() -> None:
     import inspect_plots
+
+    from megadata_core import ScheduledBlendedDataset
 
     config, sizes, datasets = _build()
     print_tables(built_tables(datasets), sizes, config)
     written = []
     for split, dataset in zip(SPLITS, datasets):
         if dataset is None or isinstance(dataset, list) or not hasattr(dataset, "datasets"):
+            continue
+        if isinstance(dataset, ScheduledBlendedDataset):
+            path = _schedule_plot(split, dataset)
+            written.extend([path] if path else [])
             continue
         names = [member.indexed.path_prefix for member in dataset.datasets]
         weights = np.asarray(dataset.weights, dtype=np.float64)

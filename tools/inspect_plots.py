@@ -109,6 +109,54 @@ def shares_figure(
     return figure
 
 
+def schedule_figure(
+    split: str,
+    names: list[str],
+    steps: np.ndarray,
+    requested: np.ndarray,
+    realized: np.ndarray,
+    distance: np.ndarray,
+    starts: np.ndarray,
+    batch_size: int,
+) -> Figure:
+    """A blend schedule: every dataset's requested share (its stage's weight, thin steps)
+    and realized share of the stage's samples so far (left), and the largest distance so
+    far of its count from weight x samples within the stage, in samples (right; under 1:
+    every prefix of every stage within one sample of its share). Stage starts are dotted
+    lines."""
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4), layout="constrained")
+    stage = np.searchsorted(np.asarray(starts), steps - 1, side="right") - 1
+    largest = distance.copy()  # the largest distance so far within each stage
+    for k in np.unique(stage):
+        rows = stage == k
+        largest[rows] = np.maximum.accumulate(distance[rows], axis=0)
+    distance = largest
+    for j, name in enumerate(names):
+        color = COLORS[j % len(COLORS)]
+        left.plot(steps, requested[:, j], color=color, lw=0.9, alpha=0.6, drawstyle="steps-pre")
+        left.plot(steps, realized[:, j], color=color, lw=1.4, label=_short(name, 32))
+        right.plot(steps, distance[:, j], color=color, lw=1.2, label=_short(name, 32))
+    for start in np.asarray(starts)[1:]:
+        if start <= steps[-1]:
+            for axis in (left, right):
+                axis.axvline(start, color="0.5", lw=0.8, ls=":")
+    right.axhline(1.0, color="0.4", lw=0.8, ls="--")
+    right.set_ylim(0, max(1.2, right.get_ylim()[1]))
+    for axis in (left, right):
+        axis.set_xlabel("samples consumed")
+        top = axis.secondary_xaxis(
+            "top", functions=(lambda x: x / batch_size, lambda x: x * batch_size)
+        )
+        top.set_xlabel(f"training step ({batch_size} samples each)", fontsize=8)
+    left.set_ylim(-0.02, 1.02)
+    left.set_ylabel("share")
+    left.set_title(f"{split}: requested (thin) vs realized share in each stage", fontsize=10)
+    right.set_ylabel("largest |count - weight x samples| in the stage")
+    right.set_title(f"{split}: distance from the stage's exact share, in samples", fontsize=10)
+    left.legend(fontsize=7, loc="upper right")
+    return figure
+
+
 def order_figure(
     split: str, names: list[str], regions: np.ndarray, batch_size: int
 ) -> Figure:

@@ -20,6 +20,7 @@ import os
 import sys
 import time
 
+import interrupts  # first of ours: Ctrl-C from here on is one line, not a traceback
 import progress_bars
 import tool_main
 from absl import app, flags
@@ -30,6 +31,7 @@ from adapters.text_tokenizers import TOKENIZER_TYPES, load_tokenizer
 from megadata_core import DataError
 from megadata_core.preprocess import (
     PreprocessSummary,
+    document_prefix,
     local_engine,
     open_input,
     open_raw,
@@ -37,6 +39,7 @@ from megadata_core.preprocess import (
     preprocess_tasks,
 )
 from megadata_core.preprocess.plan import input_identity, is_table
+from megadata_core.preprocess.workdir import MANIFEST_GLOB, work_directory
 
 OUR_TYPES = ["bytes", "huggingface", "tiktoken"]
 
@@ -521,9 +524,58 @@ def run_tasks(inputs, factory, splitter, progress, merge_bar) -> PreprocessSumma
     )
 
 
+def final_prefixes() -> list[str]:
+    """The corpora a run writes under their final names (Megatron's naming)."""
+    prefix = os.path.expanduser(FLAGS.output_prefix or "")
+    level = "sentence" if FLAGS.split_sentences else "document"
+    return [document_prefix(prefix, key, level) for key in FLAGS.json_keys]
+
+
+def _identities(prefixes: list[str]) -> list:
+    """What tells a run's own outputs from older files of the same names."""
+    found = []
+    for path in [p + ext for p in prefixes for ext in (".bin", ".idx")]:
+        try:
+            info = os.stat(path)
+            found.append((info.st_ino, info.st_mtime_ns, info.st_size))
+        except OSError:
+            found.append(None)
+    return found
+
+
+def interrupted_line(before: list, planned: bool) -> str:
+    """What an interrupted run left, in one line."""
+    finals = final_prefixes()
+    names = ", ".join(f"{p}.bin/.idx" for p in finals)
+    after = _identities(finals)
+    if None not in after and all(a != b for a, b in zip(after, before)):
+        return f"interrupted after the output was complete: kept {names}"
+    existed = " (the files of an earlier run are kept as they were)" if None not in before else ""
+    if planned:
+        directory = work_directory(os.path.expanduser(FLAGS.output_prefix))
+        done = len(glob.glob(os.path.join(glob.escape(directory), MANIFEST_GLOB)))
+        return (f"interrupted: nothing written to {names}{existed}; kept {done} finished "
+                f"task(s) in {directory}/ (the same command resumes from them and redoes "
+                "the unfinished ones)")
+    return (f"interrupted: removed this run's unfinished files; nothing written to "
+            f"{names}{existed}")
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    interrupts.during_work()
+    planned = FLAGS.task_size is not None or FLAGS.engine == "ray"
+    before = _identities(final_prefixes())
+    try:
+        _run()
+    except KeyboardInterrupt:
+        interrupts.report(interrupted_line(before, planned))
+    finally:  # done, or stopped by an error: a Ctrl-C now changes nothing
+        interrupts.after_work()
+
+
+def _run() -> None:
     try:
         if not FLAGS.input:
             raise DataError("--input is required")

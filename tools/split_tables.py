@@ -15,7 +15,9 @@ import progress_bars
 import megadata_core as mdc
 from megadata_core import DataError, IndexedDataset
 from megadata_core.build import member_size, plan_build
+from megadata_core.datasets.blend_schedule import schedule_arrays
 from megadata_core.indices import tokens_per_epoch
+from megadata_core.indices.schedule import stage_counts
 
 SPLITS = ("train", "valid", "test")
 
@@ -38,7 +40,7 @@ class Table:
     """One split: its length and members (``realized`` blend shares after a build)."""
 
     split: str
-    kind: str  # "single", "blend", or "none" (the split is not built)
+    kind: str  # "single", "blend", "schedule", or "none" (the split is not built)
     samples: int
     rows: list[Row]
     realized: list[float] | None = None
@@ -72,7 +74,9 @@ def planned_tables(recipes, config) -> list[Table]:
             if job.prefix not in opened:
                 opened[job.prefix] = IndexedDataset(job.prefix)
             rows.append(_planned_row(job, opened[job.prefix], config))
-        if recipe.kind == "single":
+        if recipe.kind == "schedule":
+            tables.append(_planned_schedule(recipe, rows, config))
+        elif recipe.kind == "single":
             tables.append(Table(split, "single", rows[0].built, rows))
         elif recipe.kind == "list":
             tables.extend(
@@ -92,15 +96,32 @@ def planned_tables(recipes, config) -> list[Table]:
     return tables
 
 
+def _planned_schedule(recipe, rows: list[Row], config) -> Table:
+    """A schedule's table from one-pass rows: each member asked for what the stages read
+    of it, built in as many passes as that takes (each one epoch, or the fewest epochs
+    that hold a sample)."""
+    _, starts, weights = schedule_arrays(config.blend_schedule)
+    reads = stage_counts(starts, weights, recipe.size, config.blend_order).sum(axis=0)
+    for row, count in zip(rows, reads.tolist()):
+        if row.built == 0 and count:
+            raise DataError(f"blend_schedule: the {recipe.jobs[0].split} split reads "
+                            f"{count} samples of {row.prefix!r}, whose split holds none")
+        passes = max(1, -(-count // max(row.built, 1)))
+        row.requested, row.built = count, row.built * passes
+        row.epochs, row.tokens = row.epochs * passes, row.tokens * passes
+        row.weight = count / max(1, recipe.size)
+    return Table(recipe.jobs[0].split, "schedule", recipe.size, rows)
+
+
 def _built_row(dataset, weight: float | None = None) -> Row:
-    """A member's row from the built GPTDataset."""
+    """A member's row from the built GPTDataset (or EpochChain)."""
     documents = len(dataset.indices)
     lengths = dataset.indexed.sequence_lengths
     epochs = dataset.epochs
     tokens = tokens_per_epoch(lengths, dataset.indices) * epochs if documents else 0
     return Row(
-        dataset.indexed.path_prefix, documents, weight, dataset.num_samples, len(dataset),
-        epochs, tokens,
+        dataset.indexed.path_prefix, documents, weight, getattr(dataset, "num_samples", None),
+        len(dataset), epochs, tokens,
     )
 
 
@@ -122,7 +143,12 @@ def built_tables(datasets) -> list[Table]:
             ]
             counts = np.bincount(np.asarray(dataset.dataset_index), minlength=len(members))
             realized = (counts / max(1, counts.sum())).tolist()
-            tables.append(Table(split, "blend", len(dataset), rows, realized))
+            scheduled = isinstance(dataset, mdc.ScheduledBlendedDataset)
+            if scheduled:  # a schedule asks each member for what its stages read
+                for row, count in zip(rows, counts.tolist()):
+                    row.requested = count
+            kind = "schedule" if scheduled else "blend"
+            tables.append(Table(split, kind, len(dataset), rows, realized))
         else:
             tables.append(Table(split, "single", len(dataset), [_built_row(dataset)]))
     return tables
@@ -139,7 +165,9 @@ def print_tables(tables: list[Table], sizes, config) -> None:
             print(f"\n{table.split}: not built")
             continue
         asked = requested[table.split.split("[")[0]]
-        what = "a blend of" if table.kind == "blend" else "from"
+        what = {"blend": "a blend of", "schedule": "a blend schedule of"}.get(
+            table.kind, "from"
+        )
         print(
             f"\n{table.split}: {_count(asked)} samples requested, {table.samples:,} built, "
             f"{what} {len(table.rows)} dataset(s)"
@@ -171,6 +199,13 @@ def print_tables(tables: list[Table], sizes, config) -> None:
         f"{f' - {extra}' if extra else ''}) // {length} samples (Megatron's GPTDataset); a "
         "blend reads only the samples it needs. tokens: E times the documents' tokens.",
     )
+    if config.blend_schedule is not None:
+        notes = (
+            "weight: a dataset's share of the split over all stages. requested: the samples "
+            "the stages read of it (each dataset on one cursor through its own order). built: "
+            "passes of one epoch each (or of the fewest epochs that hold a sample), every "
+            "pass shuffled with its own seed, as many as the reads need.",
+        ) + notes[1:]
     if config.packing == "best_fit":
         notes = notes[:1] + (
             "built: a dataset holds whole epochs of B samples, B = the bins of "
@@ -191,9 +226,10 @@ def plan_splits(config, sizes, extras) -> list | None:
     """
     if extras["mock"]:
         return None
-    if config.blend is None and config.blend_per_split is None:
+    if config.blend is None and config.blend_per_split is None and config.blend_schedule is None:
         raise DataError(
-            "data_path: the config names no data (data_path, train_data_path, ... or mock)"
+            "data_path: the config names no data (data_path, train_data_path, "
+            "blend_schedule, ... or mock)"
         )
     return plan_build(config, sizes)
 
@@ -202,6 +238,8 @@ def build_splits(config, sizes, extras, recipes, progress: bool) -> list:
     """``build_datasets`` of the config, with a bar of the member datasets built (see
     :mod:`progress_bars`)."""
     total = len({job for recipe in recipes or [] if recipe for job in recipe.jobs})
+    if config.blend_schedule is not None:
+        total = None  # the passes a schedule needs are known once the first ones are built
     with progress_bars.bar(
         progress and recipes is not None, total=total, unit="dataset", desc="building indices"
     ) as bar:

@@ -49,6 +49,7 @@ from megadata_core.build.bundle import BundledBuild
 from megadata_core.build.corpora import Corpora, run_all
 from megadata_core.build.members import Members
 from megadata_core.build.plan import check_sizes, distinct_jobs, plan_build
+from megadata_core.build.schedule import build_schedule
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
 from megadata_core.datasets.gpt_dataset import GPTDataset
 from megadata_core.datasets.mock import MockGPTLowLevelDataset
@@ -107,15 +108,20 @@ def build_datasets(
     sizes = check_sizes(sizes)
     if max_workers is not None and (not isinstance(max_workers, int) or max_workers < 1):
         raise DataError(f"max_workers: {max_workers!r} must be a positive int or None")
-    has_blend = config.blend is not None or config.blend_per_split is not None
+    has_blend = any(
+        source is not None
+        for source in (config.blend, config.blend_per_split, config.blend_schedule)
+    )
     if mock:
         if has_blend:
-            raise DataError("mock: mock data takes neither blend nor blend_per_split")
+            raise DataError(
+                "mock: mock data takes no blend, blend_per_split or blend_schedule"
+            )
         return _build_mock(config, sizes, vocab_size, token_dtype, max_workers)
     if not has_blend:
         raise DataError(
-            "blend: neither blend nor blend_per_split is given (mock=True builds Megatron's "
-            "mock data instead)"
+            "blend: none of blend, blend_per_split and blend_schedule is given (mock=True "
+            "builds Megatron's mock data instead)"
         )
     recipes = plan_build(config, sizes)
     if isinstance(in_memory_below, bool) or not isinstance(in_memory_below, int):
@@ -126,6 +132,8 @@ def build_datasets(
         max_open_files=config.max_open_files, max_workers=max_workers,
     )
     members = Members(config, corpora, token_dtype, max_workers, in_memory_below, progress)
+    if config.blend_schedule is not None:
+        return build_schedule(config, recipes, corpora, members)
     if config.path_to_cache is not None and any(
         recipe is not None and recipe.kind == "blend" for recipe in recipes
     ):

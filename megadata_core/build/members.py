@@ -30,6 +30,7 @@ from megadata_core.errors import DataError
 from megadata_core.indices import splits
 from megadata_core.indices.gpt import GPT_ARRAYS
 from megadata_core.indices.gpt_many import gpt_indices_many
+from megadata_core.indices.schedule import epoch_seed
 
 Arrays = dict[str, np.ndarray]
 
@@ -62,6 +63,19 @@ class Members:
         self.token_dtype, self.max_workers = token_dtype, max_workers
         self.in_memory_below = in_memory_below
         self.progress = progress or (lambda count: None)
+        self._epoch_configs: dict[tuple[int, int], object] = {}
+
+    def epoch_config(self, config, epoch: int):
+        """``config`` (the build's, or its in-memory copy) for a job's ``epoch``: its own
+        seed (:func:`~megadata_core.indices.schedule.epoch_seed`) past epoch 0."""
+        if epoch == 0:
+            return config
+        key = (id(config), epoch)
+        made = self._epoch_configs.get(key)
+        if made is None:
+            seed = epoch_seed(config.random_seed, epoch)
+            made = self._epoch_configs[key] = config.with_random_seed(seed)
+        return made
 
     def in_memory(self, jobs: list[Job]) -> set[Job]:
         """The jobs whose index is built in memory (all of them without a cache)."""
@@ -97,15 +111,16 @@ class Members:
         try:
             ids, described = document_ids(indexed, documents)
             return gpt_arrays(
-                self.memory_config, indexed, ids, described, job.num_samples, job.split
+                self.epoch_config(self.memory_config, job.epoch), indexed, ids, described,
+                job.num_samples, job.split,
             )
         except DataError as error:
             raise self._error(job, documents, error) from error
 
     def _small_arrays(self, jobs: list[Job]) -> dict[Job, Arrays]:
         """The arrays of ``jobs`` built in memory: Megatron-shuffled concat indices of all
-        of them at once; one at a time for the other orders and packings, or to name a
-        job that cannot be built."""
+        of them at once (each with its epoch's seed); one at a time for the other orders
+        and packings, or to name a job that cannot be built."""
         config = self.memory_config
         if len(jobs) < 2 or config.shuffle != "megatron" or config.packing != "concat":
             return {job: self._arrays(job) for job in jobs}
@@ -119,7 +134,7 @@ class Members:
                 [range(first, end) for first, end in zip(firsts.tolist(), ends.tolist())],
                 config.sequence_length,
                 [job.num_samples for job in jobs],
-                config.random_seed,
+                [epoch_seed(config.random_seed, job.epoch) for job in jobs],
                 add_extra_token=config.add_extra_token_to_sequence,
                 drop_last_partial_sequence=[drops_last(config, job.split) for job in jobs],
             )
@@ -137,6 +152,13 @@ class Members:
         (:meth:`GPTDataset.siblings`: their shared checks made once, whatever their split)."""
         if not jobs:
             return {}
+        epochs = sorted({job.epoch for job in jobs})
+        if len(epochs) > 1:  # siblings share their template's config, so its seed
+            made: dict[Job, GPTDataset] = {}
+            for epoch in epochs:
+                group = [job for job in jobs if job.epoch == epoch]
+                made.update(self.datasets(group, arrays, origin))
+            return {job: made[job] for job in jobs}
         first, rest = jobs[0], jobs[1:]
         template = self.dataset(first, self.memory_config, arrays[first], origin)
         opened = self.corpora.opened
@@ -160,6 +182,7 @@ class Members:
         field, the prefix, the split and the documents."""
         indexed = self.corpora.opened[job.prefix]
         documents = member_documents(job, len(indexed))
+        config = self.epoch_config(config, job.epoch)
         try:
             return GPTDataset(
                 indexed, documents, job.num_samples, config, job.split,

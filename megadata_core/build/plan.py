@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from megadata_core.datasets.blend_schedule import schedule_arrays
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
 from megadata_core.errors import DataError
 from megadata_core.indices import splits
@@ -29,22 +30,27 @@ Matrix = Sequence[tuple[float, float] | None]  # (begin, end) fractions per spli
 
 
 class Job(NamedTuple):
-    """One GPTDataset to build: the documents ``bookend`` of ``prefix`` for ``split``.
-    (A named tuple: a blend of 1,000 prefixes makes and hashes thousands of them.)"""
+    """One GPTDataset to build: the documents ``bookend`` of ``prefix`` for ``split``;
+    ``epoch`` > 0: a blend schedule's later pass, shuffled with its own seed
+    (:func:`megadata_core.indices.schedule.epoch_seed`). (A named tuple: a blend of
+    1,000 prefixes makes and hashes thousands of them.)"""
 
     prefix: str
     split: str
     bookend: tuple[float, float]
     num_samples: int | None
+    epoch: int = 0
 
 
 @dataclass
 class Recipe:
     """How one split is made from built GPTDatasets.
 
-    ``kind``: "single" (``jobs[0]`` itself), "list" (the datasets as a list) or "blend"
+    ``kind``: "single" (``jobs[0]`` itself), "list" (the datasets as a list), "blend"
     (a BlendedDataset with ``weights`` and ``size``; weights None = by dataset lengths,
-    then ``size`` is the cap, None for exhaustive).
+    then ``size`` is the cap, None for exhaustive) or "schedule" (a
+    ScheduledBlendedDataset of ``size`` samples over the config's ``blend_schedule``,
+    ``jobs`` the first epoch of every prefix, in the schedule's order).
     """
 
     kind: str
@@ -165,9 +171,31 @@ def plan_blend_per_split(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | N
     return recipes
 
 
+def plan_schedule(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
+    """Recipes of ``config.blend_schedule`` with ``config.split``: every split a schedule
+    over the same prefixes (the stages' starts in that split's samples)."""
+    prefixes = schedule_arrays(config.blend_schedule)[0]
+    recipes: list[Recipe | None] = []
+    for bookend, name, size in zip(config.split_matrix, SPLIT_NAMES, sizes):
+        if bookend is None:
+            recipes.append(None)
+            continue
+        if size is None:
+            raise DataError(
+                f"sizes[{name}]: None, but blend_schedule needs the samples of every split "
+                "it builds (its stages are positions in them)"
+            )
+        jobs = [Job(prefix, name, bookend, None) for prefix in prefixes]
+        recipes.append(Recipe("schedule", jobs, "blend_schedule", None, size))
+    return recipes
+
+
 def plan_build(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
-    """The recipes of the three splits of a config with a blend (``blend`` or
-    ``blend_per_split``)."""
+    """The recipes of the three splits of a config with a blend (``blend``,
+    ``blend_per_split`` or ``blend_schedule``). Megatron's own config classes, which
+    the drop-in plans with too, have no ``blend_schedule``."""
+    if getattr(config, "blend_schedule", None) is not None:
+        return plan_schedule(config, sizes)
     if config.blend is not None:
         return plan_blend(config, sizes)
     return plan_blend_per_split(config, sizes)

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from megadata_core.cache.hashing import json_digest
+import numpy as np
+
+from megadata_core.cache.hashing import array_digest, json_digest
 from megadata_core.cache.versions import (
     BLEND_ALGORITHM_VERSION,
     BLEND_RECORD_VERSION,
@@ -24,6 +26,7 @@ from megadata_core.cache.versions import (
     INDEX_ALGORITHM_VERSION,
     MEGATRON_BLEND_VERSION,
     PACKING_ALGORITHM_VERSION,
+    SCHEDULE_ALGORITHM_VERSION,
 )
 
 
@@ -84,6 +87,24 @@ def blend_description(
         "weights": weights,
         "size": size,
         "datasets": members,
+    }
+
+
+def schedule_description(
+    split: str, blend_order: str, starts: np.ndarray, weights: np.ndarray, size: int
+) -> dict:
+    """A blend schedule's dataset_index, dataset_sample_index and dataset_counts: the
+    stages' starts (int64 [K]) and weights (float64 [K, n]), the order and the size are
+    all their inputs (the members are not: their lengths are checked at every load)."""
+    return {
+        "kind": "megadata.BlendSchedule",
+        "algorithm": SCHEDULE_ALGORITHM_VERSION,
+        "blend_algorithm": BLEND_ALGORITHM_VERSION,
+        "split": split,
+        "blend_order": blend_order,
+        "starts": array_digest(np.asarray(starts, dtype=np.int64)),
+        "weights": array_digest(np.asarray(weights, dtype=np.float64)),
+        "size": size,
     }
 
 

@@ -23,6 +23,8 @@ INDEX_ALGORITHM_VERSION = 3
 PACKING_ALGORITHM_VERSION = 1
 #: A blend's dataset_index / dataset_sample_index / dataset_counts.
 BLEND_ALGORITHM_VERSION = 4
+#: A blend schedule's dataset_index / dataset_sample_index / dataset_counts.
+SCHEDULE_ALGORITHM_VERSION = 1
 #: The build bundle (one entry per build with a blend). 2: per-prefix lists as digests.
 BUNDLE_VERSION = 2
 #: The blend record (every corpus of a blend in one file). 2: identities as an array,

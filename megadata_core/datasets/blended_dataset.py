@@ -2,7 +2,8 @@
 ``BlendedDataset``), a whole batch at once.
 
 ``ds[i]`` is ``{"dataset_id": j, **datasets[j][k]}`` with ``(j, k) =
-(dataset_index[i], dataset_sample_index[i])``, as in Megatron. The two index arrays are
+(dataset_index[i], dataset_sample_index[i])``, as in Megatron (``j`` an int32, whatever the
+number of members: :data:`DATASET_ID_DTYPE`). The two index arrays are
 built by :mod:`megadata_core.indices.blending` in the order ``config.blend_order`` names:
 ``"megatron"`` (Megatron's values) or ``"balanced"`` (earliest deadline first: every dataset
 within one sample of its share in every prefix). They go through the on-disk cache
@@ -29,6 +30,7 @@ from megadata_core.checks import first_outside, out_of_range, unsigned
 from megadata_core.datasets import origins
 from megadata_core.datasets.config import BLEND_ORDERS, SPLIT_NAMES
 from megadata_core.datasets.lazy_members import LazyMembers
+from megadata_core.datasets.member_reads import member_lengths, read_members
 from megadata_core.datasets.positions import sample_positions
 from megadata_core.errors import DataError, OversampledError
 from megadata_core.handover.buffers import BufferPool
@@ -44,8 +46,14 @@ from megadata_core.indices.blending import (
 
 BLEND_ARRAYS = ("dataset_index", "dataset_sample_index", "dataset_counts")
 
+#: The dtype of the ``dataset_id`` of every sample and batch, whatever the number of
+#: members: int32 (``dataset_index`` itself is int16 up to 32,767 members, as Megatron's
+#: cache files hold it, and int32 past that; int16 cannot name 40,000 datasets). The
+#: Grain, torch and JAX adapters hand it on as int32 too.
+DATASET_ID_DTYPE = np.dtype(np.int32)
 
-def _split_of(datasets) -> str:
+
+def split_of(datasets) -> str:
     """The members' common split name (``.split``, a name or Megatron's ``Split``;
     "train" for members without one; a :class:`LazyMembers` says it for all)."""
     names = set()
@@ -68,13 +76,6 @@ def _integral_sizes(weights: list) -> list[int]:
             f"weights: {weights!r} must be whole numbers (samples per dataset) when size is None"
         )
     return [int(value) for value in values]
-
-
-def _lengths(datasets) -> np.ndarray:
-    """int64 [M]: ``len`` of every member (a :class:`LazyMembers` knows them unmade)."""
-    if isinstance(datasets, LazyMembers):
-        return datasets.lengths
-    return np.array([len(dataset) for dataset in datasets], dtype=np.int64).reshape(-1)
 
 
 class BlendedDataset:
@@ -128,7 +129,7 @@ class BlendedDataset:
         if order not in BLEND_ORDERS:
             raise DataError(f"blend_order: {order!r} is not one of {BLEND_ORDERS}")
         if weights is None:
-            weights = _lengths(datasets).tolist()
+            weights = member_lengths(datasets).tolist()
         try:
             weights = list(weights)
         except TypeError:
@@ -140,7 +141,7 @@ class BlendedDataset:
         self._buffers = BufferPool()
         self._entry = origin  # where given arrays that are not cache files came from
         self.blend_order = order
-        self.split = _split_of(datasets)
+        self.split = split_of(datasets)
         if size is None:
             self.weights = _integral_sizes(weights)
         else:
@@ -152,6 +153,11 @@ class BlendedDataset:
                 raise DataError(f"size: {size} must be >= 0")
             self.weights = megatron_normalize(weights).tolist()
         self.size = None if size is None else int(size)
+        self._start_indices(arrays, use_cache)
+
+    def _start_indices(self, arrays: dict | None, use_cache: bool) -> None:
+        """The blend's arrays: ``arrays`` as given (the bundle's), else the cache's, else
+        built here."""
         if arrays is not None:
             arrays = dict(arrays)
             if sorted(arrays) != sorted(BLEND_ARRAYS):
@@ -212,7 +218,7 @@ class BlendedDataset:
         self._arrays = arrays  # memory maps stay here (pickled as file names)
         self.dataset_index = np.asarray(arrays["dataset_index"])
         self.dataset_sample_index = np.asarray(arrays["dataset_sample_index"])
-        sizes = _lengths(self.datasets)
+        sizes = member_lengths(self.datasets)
         self._sizes = sizes.astype(np.uint64)
         counts = np.asarray(arrays["dataset_counts"]).astype(np.int64)
         if counts.shape != sizes.shape:
@@ -254,7 +260,7 @@ class BlendedDataset:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
             raise TypeError(f"sample index must be an int, got {type(index).__name__}")
         ids, samples = self._members(self._positions([index]))
-        dataset_id, sample_id = ids[0], int(samples[0])
+        dataset_id, sample_id = DATASET_ID_DTYPE.type(ids[0]), int(samples[0])
         return {"dataset_id": dataset_id, **self.datasets[int(dataset_id)][sample_id]}
 
     def _members(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -282,45 +288,12 @@ class BlendedDataset:
         return ids, samples
 
     def __getitems__(self, indices) -> dict[str, np.ndarray]:
-        """The samples at ``indices`` (B positions), stacked: ``dataset_id`` int16 [B] and
+        """The samples at ``indices`` (B positions), stacked: ``dataset_id`` int32 [B] and
         every member key with a leading batch axis. One ``__getitems__`` call per member
         read (members without one are read sample by sample and stacked)."""
         ids, samples = self._members(self._positions(indices))
-        order = np.argsort(ids, kind="stable")  # grouped by member, batch order inside
-        counts = np.bincount(ids, minlength=len(self.datasets))
-        ends = np.cumsum(counts).tolist()
-        parts = []
-        for member in np.flatnonzero(counts).tolist():
-            where = order[ends[member] - counts[member] : ends[member]]
-            parts.append((where, self._read(member, samples[where])))
-        batch = {"dataset_id": ids}
-        if not parts:
-            return batch
-        keys = list(parts[0][1])
-        for _, part in parts[1:]:
-            if list(part) != keys:
-                raise DataError(
-                    f"datasets: members return different keys ({keys} and {list(part)})"
-                )
-        if len(parts) == 1:  # one member: its batch is already in order
-            batch.update(parts[0][1])
-            return batch
-        for key in keys:
-            first = np.asarray(parts[0][1][key])
-            dtype = np.result_type(*(np.asarray(part[key]).dtype for _, part in parts))
-            out = self._buffers.empty((len(ids),) + first.shape[1:], dtype)
-            for where, part in parts:
-                out[where] = part[key]
-            batch[key] = out
-        return batch
-
-    def _read(self, member: int, samples: np.ndarray) -> dict:
-        dataset = self.datasets[member]
-        getitems = getattr(dataset, "__getitems__", None)
-        if getitems is not None:
-            return getitems(samples)
-        rows = [dataset[int(k)] for k in samples]
-        return {key: np.stack([np.asarray(row[key]) for row in rows]) for key in rows[0]}
+        batch = read_members(self.datasets, ids, samples, self._buffers)
+        return {"dataset_id": ids.astype(DATASET_ID_DTYPE), **batch}
 
     # -- pickling (workers): memory-mapped indices travel as file names -------------
 
@@ -343,7 +316,7 @@ class BlendedDataset:
         self.dataset_index = np.asarray(arrays["dataset_index"])
         self.dataset_sample_index = np.asarray(arrays["dataset_sample_index"])
         if "_sizes" not in state:  # pickled by an older version
-            self._sizes = _lengths(self.datasets).astype(np.uint64)
+            self._sizes = member_lengths(self.datasets).astype(np.uint64)
 
     def __repr__(self) -> str:
         weights = [round(w, 6) if isinstance(w, float) else w for w in self.weights]

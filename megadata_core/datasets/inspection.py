@@ -127,6 +127,32 @@ def prefix_counts(dataset_index: np.ndarray, datasets: int, steps: np.ndarray) -
     return counts
 
 
+def schedule_shares(
+    dataset_index: np.ndarray, starts: np.ndarray, stage_weights: np.ndarray, steps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A blend schedule's requested and realized shares after each of ``steps`` samples
+    (int [T], each in ``[1, size]``): ``(requested, realized, distance)``, float64 [T, n]
+    each. ``requested[t]``: the weights (normalized) of the stage that sample
+    ``steps[t] - 1`` is in; ``realized[t]``: each dataset's share of that stage's samples
+    so far; ``distance[t]``: ``|count - weight x samples|`` within the stage, in samples
+    (under 1 for the balanced order)."""
+    steps = np.asarray(steps, dtype=np.int64)
+    begin = np.asarray(starts, dtype=np.int64)
+    weights = np.asarray(stage_weights, dtype=np.float64)
+    n = weights.shape[1]
+    if steps.size and steps.min() < 1:
+        raise DataError(f"steps: must be >= 1, got {int(steps.min())}")
+    stage = np.searchsorted(begin, steps - 1, side="right") - 1
+    first = begin[stage]
+    counts = prefix_counts(dataset_index, n, steps)
+    before = prefix_counts(dataset_index, n, np.minimum(begin, len(dataset_index)))[stage]
+    within = (steps - first).astype(np.float64)[:, None]
+    requested = weights[stage]
+    realized = (counts - before) / within
+    distance = np.abs((counts - before) - requested * within)
+    return requested, realized, distance
+
+
 @dataclass(frozen=True)
 class SampleSources:
     """Where B samples of a split come from.

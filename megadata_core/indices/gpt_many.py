@@ -30,7 +30,7 @@ def gpt_indices_many(
     document_ids: Sequence[range],
     sequence_length: int,
     num_samples: Sequence[int | None],
-    random_seed: int,
+    random_seed: int | Sequence[int],
     *,
     add_extra_token: bool = True,
     drop_last_partial_sequence: Sequence[bool],
@@ -45,7 +45,8 @@ def gpt_indices_many(
         document_ids: per member, the ``range(lo, hi)`` of its documents (not empty).
         sequence_length: S >= 1.
         num_samples: per member, samples requested or None (one epoch).
-        random_seed: in ``[0, 2**32)``; every member's stream starts from it.
+        random_seed: in ``[0, 2**32)``; every member's stream starts from it (or one
+            seed per member, e.g. a blend schedule's passes, each its own epoch seed).
         drop_last_partial_sequence: per member.
 
     Returns:
@@ -55,12 +56,17 @@ def gpt_indices_many(
         DataError: a member (named by its position) with ids out of range, no
             documents or no tokens; a bad seed or sequence length.
     """
-    seed = check_int("random_seed", random_seed, 0)
-    if seed >= 1 << 32:
-        raise DataError(f"random_seed: {seed} must be < 2**32")
-    length = check_int("sequence_length", sequence_length, 1)
     count = len(document_ids)
-    if not len(sequence_lengths) == len(num_samples) == len(drop_last_partial_sequence) == count:
+    given = random_seed if isinstance(random_seed, Sequence) else [random_seed] * count
+    seeds = [check_int("random_seed", seed, 0) for seed in given]
+    for seed in seeds:
+        if seed >= 1 << 32:
+            raise DataError(f"random_seed: {seed} must be < 2**32")
+    length = check_int("sequence_length", sequence_length, 1)
+    if not (
+        len(sequence_lengths) == len(num_samples) == len(drop_last_partial_sequence)
+        == len(seeds) == count
+    ):
         raise DataError(f"document_ids: {count} members, other arguments differ in length")
     extra = 1 if add_extra_token else 0
     spans = [id_range(f"document_ids[{m}]", ids, len(lengths))
@@ -111,7 +117,7 @@ def gpt_indices_many(
     marks = np.concatenate([[0], np.cumsum(totals)]).tolist()
     documents, samples = [], []
     for member, (epochs_m, separate, total, first) in enumerate(plans):
-        rng = seeded_random_state(seed)  # the member's own stream, as Megatron's
+        rng = seeded_random_state(seeds[member])  # the member's own stream, as Megatron's
         order = orders[bounds[member] : bounds[member + 1]]
         if separate and epochs_m > 1:
             split = len(order) - len(spans[member])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import multiprocessing
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -12,6 +11,7 @@ import numpy as np
 from megadata_core.preprocess import threads
 from megadata_core.preprocess.block_encoding import tokenize_block
 from megadata_core.preprocess.encoding import TokenizedChunk
+from megadata_core.preprocess.processes import ProcessPool
 from megadata_core.preprocess.reading import Chunk, TableRows
 from megadata_core.preprocess.table_encoding import tokenize_table_rows
 from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
@@ -54,21 +54,16 @@ class _ChunkWorker:
         return self(chunk.path, chunk.first_line, chunk.data)
 
 
-_WORKER: _ChunkWorker | BaseException | None = None
+_WORKER: _ChunkWorker | None = None
 
 
 def _init_worker(tokenizer_factory: Callable[[], Tokenizer], *options) -> None:
-    """Pool initializer; a failure is kept and raised by the first task (no respawn loop)."""
+    """Each pool process builds its tokenizer once."""
     global _WORKER
-    try:
-        _WORKER = _ChunkWorker(tokenizer_factory(), *options)
-    except BaseException as error:  # noqa: BLE001 - reported through the first task
-        _WORKER = error
+    _WORKER = _ChunkWorker(tokenizer_factory(), *options)
 
 
 def _run_worker(path: str, first_line: int, data: bytes | TableRows) -> TokenizedChunk:
-    if isinstance(_WORKER, BaseException):
-        raise _WORKER
     return _WORKER(path, first_line, data)
 
 
@@ -84,10 +79,11 @@ def tokenized_in_order(
     """Yields (chunk, result) pairs in input order, tokenized by ``workers`` processes.
 
     ``workers == 1`` uses ``tokenizer`` in this process (in a few threads when it has a
-    native block encoder, ``threads``); otherwise each pool process
-    calls ``tokenizer_factory`` once. At most ``4 * workers`` chunks are in flight, so
-    memory stays bounded however large the input (``Pool.imap`` would read the whole
-    input ahead).
+    native block encoder, ``threads``); otherwise each pool process calls
+    ``tokenizer_factory`` once. Chunk k goes to process k mod ``workers``; at most
+    ``4 * workers`` chunks are in flight, so memory stays bounded however large the input.
+    Leaving the block stops the processes at once on an error or Ctrl-C
+    (:class:`~megadata_core.preprocess.processes.ProcessPool`).
     """
     if workers <= 1:
         worker = _ChunkWorker(tokenizer, *options)
@@ -98,22 +94,21 @@ def tokenized_in_order(
             return
         yield ((c, worker.run(c)) for c in chunks)
         return
-    context = multiprocessing.get_context(start_method)
     initargs = (tokenizer_factory, *options)
-    with context.Pool(workers, initializer=_init_worker, initargs=initargs) as pool:
+    with ProcessPool(workers, _run_worker, _init_worker, initargs, start_method) as pool:
         yield _windowed(pool, chunks, 4 * workers)
 
 
-def _windowed(pool, chunks: Iterable[Chunk], window: int):
+def _windowed(pool: ProcessPool, chunks: Iterable[Chunk], window: int):
     pending: collections.deque = collections.deque()
-    for chunk in chunks:
-        task = pool.apply_async(_run_worker, (chunk.path, chunk.first_line, chunk.data))
-        chunk.data = b""  # the pool has its own copy; keep main-process memory small
-        pending.append((chunk, task))
+    for number, chunk in enumerate(chunks):
+        worker = number % pool.size
+        pool.send(worker, (chunk.path, chunk.first_line, chunk.data))
+        chunk.data = b""  # the worker has its own copy; keep this process's memory small
+        pending.append((chunk, worker))
         if len(pending) >= window:
-            done, task = pending.popleft()
-            yield done, task.get()
+            done, worker = pending.popleft()
+            yield done, pool.receive(worker)
     while pending:
-        done, task = pending.popleft()
-        yield done, task.get()
-
+        done, worker = pending.popleft()
+        yield done, pool.receive(worker)

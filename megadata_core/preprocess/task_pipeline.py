@@ -20,6 +20,7 @@ import numpy as np
 from megadata_core.errors import DataError
 from megadata_core.files import temporary as temp_files
 from megadata_core.files.atomic import write_atomically
+from megadata_core.files.interrupts import interrupts_deferred
 from megadata_core.format import merge_datasets, optimal_dtype
 from megadata_core.preprocess.encoding import MAX_EXAMPLES
 from megadata_core.preprocess.outputs import Staging
@@ -115,7 +116,7 @@ def preprocess_tasks(
     plan = plan_command(paths, tasks, options, identities)
     print_ = fingerprint(plan)
     directory = work_directory(output_prefix)
-    with driver_lock(directory):  # one driver per work directory
+    with driver_lock(directory), contextlib.ExitStack() as stack:  # one driver per directory
         open_work_directory(directory, plan, print_)
         runner = TaskRunner(
             directory, print_, tokenizer_factory, keys, level, dtype, append_eod, skip_bad_lines,
@@ -132,7 +133,10 @@ def preprocess_tasks(
         for manifest in manifests.values():
             totals[0] += manifest["documents"]
             totals[1] += manifest["bytes"]
-        for manifest in (engine or local_engine(1))(runner, pending):
+        results = (engine or local_engine(1))(runner, pending)
+        if hasattr(results, "close"):  # on the way out at once: an error or Ctrl-C
+            stack.callback(results.close)  # stops the engine's workers
+        for manifest in results:
             index = manifest.get("index")
             if not (
                 isinstance(index, int) and 0 <= index < len(tasks)
@@ -160,7 +164,7 @@ def preprocess_tasks(
             if keep_shards:
                 summary.partition_prefixes = shards
             else:
-                with contextlib.suppress(FileNotFoundError):
+                with contextlib.suppress(FileNotFoundError), interrupts_deferred():
                     temp_files.remove_tree(directory)
         else:
             remove_strays(directory, _names(directory, tasks, keys, level))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import multiprocessing
 from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO
 
@@ -24,6 +23,7 @@ from megadata_core.preprocess.block_encoding import tokenize_block
 from megadata_core.preprocess.encoding import MAX_EXAMPLES, TokenizedChunk
 from megadata_core.preprocess.outputs import write_documents
 from megadata_core.preprocess.plan import TableReader, Task
+from megadata_core.preprocess.processes import ProcessPool
 from megadata_core.preprocess.reading import (
     cut_after_lines,
     lines_in,
@@ -216,9 +216,33 @@ def _run_pooled(task: Task) -> dict:
     return _RUNNER(task)
 
 
+def _unordered(pool: ProcessPool, tasks: Sequence[Task]) -> Iterator[dict]:
+    """Each worker runs one task at a time and gets the next as it answers; manifests in
+    the order they finish."""
+    queue = iter(tasks)
+    busy = []
+    for worker in range(pool.size):
+        task = next(queue, None)
+        if task is None:
+            break
+        pool.send(worker, (task,))
+        busy.append(worker)
+    while busy:
+        for worker in pool.ready(busy):
+            manifest = pool.receive(worker)
+            task = next(queue, None)
+            if task is None:
+                busy.remove(worker)
+            else:
+                pool.send(worker, (task,))
+            yield manifest
+
+
 def local_engine(workers: int = 1, start_method: str | None = None) -> Engine:
     """Run tasks in this process (``workers == 1``) or a pool of ``workers`` processes
-    (``start_method`` default: the platform's; spawn for inputs by URL)."""
+    (``start_method`` default: the platform's; spawn for inputs by URL), each taking the
+    next task as it finishes one (:class:`~megadata_core.preprocess.processes.ProcessPool`:
+    an error or Ctrl-C stops them at once)."""
     if not isinstance(workers, int) or workers < 1:
         raise DataError(f"workers: {workers!r} must be an integer >= 1")
 
@@ -230,9 +254,9 @@ def local_engine(workers: int = 1, start_method: str | None = None) -> Engine:
         if method is None and any(is_remote(task.path) for task in tasks):
             # The driver's TensorStore (planning read the objects) aborts in a forked child.
             method = "spawn"  # (not forkserver: its server keeps the environment it began with)
-        context = multiprocessing.get_context(method)
-        with context.Pool(min(workers, len(tasks)), _init_pool, (runner,)) as pool:
-            yield from pool.imap_unordered(_run_pooled, tasks)
+        with ProcessPool(min(workers, len(tasks)), _run_pooled, _init_pool, (runner,),
+                         method) as pool:
+            yield from _unordered(pool, tasks)
 
     return run
 

@@ -42,13 +42,13 @@ def test_bad_sizes(corpora, sizes, why):
 
 def test_neither_blend_nor_mock():
     config = mdc.GPTDataConfig(random_seed=1, sequence_length=8)
-    with pytest.raises(mdc.DataError, match="blend: neither blend nor blend_per_split"):
+    with pytest.raises(mdc.DataError, match="blend: none of blend, blend_per_split and"):
         build_datasets(config, [1, 1, 1])
 
 
 def test_mock_with_a_blend(corpora):
     config = ours_config(random_seed=1, sequence_length=8, blend=(corpora, None), split="1")
-    with pytest.raises(mdc.DataError, match="mock: mock data takes neither"):
+    with pytest.raises(mdc.DataError, match="mock: mock data takes no blend"):
         build_datasets(config, [1, 1, 1], mock=True, vocab_size=10)
 
 

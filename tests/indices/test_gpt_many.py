@@ -76,3 +76,25 @@ def test_bad_members_are_named():
     with pytest.raises(mdc.DataError, match="random_seed"):
         gpt_indices_many(lengths[:1], [range(0, 2)], 2, [None], -1,
                          drop_last_partial_sequence=[True])  # fmt: skip
+
+
+def test_a_seed_per_member():
+    """One seed per member equals each member built alone with its own seed."""
+    rng = np.random.default_rng(5)
+    lengths = [rng.integers(1, 30, 40) for _ in range(4)]
+    ids = [range(0, 40), range(3, 30), range(0, 40), range(10, 40)]
+    seeds = [1, 2, 3, 2**32 - 1]
+    many = gpt_indices_many(lengths, ids, 8, [None, 50, 7, None], seeds,
+                            drop_last_partial_sequence=[True] * 4)
+    for member, seed in enumerate(seeds):
+        alone = gpt_indices_many(lengths[member : member + 1], ids[member : member + 1], 8,
+                                 [[None, 50, 7, None][member]], seed,
+                                 drop_last_partial_sequence=[True])[0]
+        for got, want in zip(many[member], alone):
+            assert np.array_equal(got, want)
+    with pytest.raises(mdc.DataError, match="other arguments differ in length"):
+        gpt_indices_many(lengths, ids, 8, [None] * 4, seeds[:3],
+                         drop_last_partial_sequence=[True] * 4)
+    with pytest.raises(mdc.DataError, match="random_seed: 4294967296 must be < 2\\*\\*32"):
+        gpt_indices_many(lengths, ids, 8, [None] * 4, [1, 2, 3, 2**32],
+                         drop_last_partial_sequence=[True] * 4)

@@ -47,3 +47,28 @@ def test_olmo_overlay_that_cannot_install_is_a_reason_and_leaves_nothing(tmp_pat
     assert python is None
     assert reason.startswith(f"pip install {olmo.OLMO_CORE} failed: "), reason
     assert list(tmp_path.iterdir()) == [], "a half-built overlay was left in the cache"
+
+
+def test_levanter_overlay_that_cannot_install_is_a_reason_and_leaves_nothing(
+    tmp_path, monkeypatch
+):
+    from bench import levanter_side
+
+    monkeypatch.setenv("MEGADATA_BENCH_CACHE", str(tmp_path))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # offline: pip must fail, not hang
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "no-wheels"))
+    python, reason = levanter_side.overlay_python(create=False)
+    assert python is None and "does not exist" in reason
+    python, reason = levanter_side.overlay_python(create=True)
+    assert python is None
+    assert reason.startswith(f"pip install {levanter_side.LEVANTER} failed: "), reason
+    assert list(tmp_path.iterdir()) == [], "a half-built overlay was left in the cache"
+
+
+def test_levanter_block_size_is_its_default_or_fits_twice():
+    from bench.levanter_side import DEFAULT_BLOCK, block_size
+
+    assert block_size(6000) == DEFAULT_BLOCK == 2048
+    assert block_size(4096) == 2048
+    assert block_size(4095) == 1024
+    assert block_size(60) == 16

@@ -220,3 +220,19 @@ def test_bench_walk_counts_the_build(tmp_path):
     assert counts[f"{calls}: gpt_dataset entries"] >= 1
     assert counts["walk, every frame, calls and returns: stops"] > counts[f"{calls}: stops"]
     assert "config's path, calls, first stops: build/builder.py > build/plan.py" in out
+
+
+def test_bench_schedule_smoke(tmp_path):
+    out = _run_suite("schedule", tmp_path)
+    for metric in (
+        "2nd-half samples with a token already trained on (samples)",
+        "already-trained tokens served again in the 2nd half (tokens)",
+        "member samples skipped (read past, never served) (samples)",
+        "schedule: build_datasets cold, 20 stages vs static blend",
+        "schedule: 200 random batches of 32 (__getitems__)",
+    ):
+        assert metric in out, f"missing row {metric!r}:\n{out}"
+    assert "check schedule: the edited schedule serves no token twice and skips none: yes" in out
+    # Levanter: figures when its overlay venv exists in the bench cache, else n/a and why
+    assert "note: schedule: Levanter (" in out
+    assert "check schedule: Levanter's staged mixture serves no (dataset, index) twice" in out

@@ -171,3 +171,24 @@ def test_a_config_without_data_is_one_line(corpora):
     result = _run(f"--config={config}", "--config.data_path=", "--dry_run")
     assert result.returncode == 1
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+
+
+def test_blend_schedule_dry_run_matches_the_build(corpora):
+    """--blend_schedule replaces the config's blend: the dry run's table (from the .idx
+    files) asks each dataset for what the build's stages read of it, and builds as many
+    one-epoch passes as that takes."""
+    root, config = corpora
+    schedule = f"0: 0.9 {root / 'a'} 0.1 {root / 'b'}; 64K: 0.2 {root / 'a'} 0.8 {root / 'b'}"
+    dry = _run(f"--config={config}", "--dry_run", f"--blend_schedule={schedule}")
+    built = _run(f"--config={config}", f"--blend_schedule={schedule}")
+    assert dry.returncode == 0 and built.returncode == 0, dry.stderr + built.stderr
+    gpt = mdc.GPTDataConfig(random_seed=1234, sequence_length=64, split="90,8,2", eod_id=0,
+                            blend_schedule=schedule)
+    train = mdc.build_datasets(gpt, [2000, 100, 50])[0]
+    counts = np.bincount(np.asarray(train.dataset_index), minlength=2)
+    for out in (dry.stdout, built.stdout):
+        assert "train: 2,000 samples requested, 2,000 built, a blend schedule of 2" in out
+        for member, count in zip(train.datasets, counts.tolist()):
+            row = next(line for line in out.split("valid:")[0].splitlines()
+                       if member.indexed.path_prefix[-40:] in line)
+            assert f" {count:,} " in row and f" {len(member):,} " in row

@@ -361,3 +361,42 @@ def test_packed_samples_order_and_config(data):
     table = _run(data, "config", f"--config={data['small']}", *packed, out="packed_config")
     _wrote(table)
     assert "best-fit-decreasingpacks" in "".join(table.stdout.split())
+
+
+def test_config_of_a_blend_schedule_plots_requested_against_realized(data):
+    """--blend_schedule (as a string, then as a file): the per-stage shares it prints are
+    the core's, and the plot is written."""
+    a, b = data["root"] / "a", data["root"] / "b"
+    text = f"0: 0.8 {a} 0.2 {b}; 12.8K: 0.3 {a} 0.7 {b}"  # tokens: sample 200 at S=64
+    schedule_file = data["root"] / "schedule.txt"
+    schedule_file.write_text(f"# warm-up\n0: 0.8 {a} 0.2 {b}\n12.8K: 0.3 {a} 0.7 {b}\n")
+    for value in (text, str(schedule_file)):
+        result = _run(data, "config", f"--config={data['small']}", f"--blend_schedule={value}",
+                      out="schedule_out")
+        paths = sorted(_wrote(result))
+        assert [path.name for path in paths] == [
+            f"{split}_schedule_shares.png" for split in ("test", "train", "valid")
+        ]
+        _check_png(paths[1])
+        out = result.stdout
+        assert "a blend schedule of 2 dataset(s)" in out
+        config = mdc.GPTDataConfig(random_seed=1234, sequence_length=64, split="90,8,2",
+                                   blend_schedule=text, eod_id=0)
+        train = mdc.build_datasets(config, [500, 50, 10])[0]
+        index = np.asarray(train.dataset_index)
+        first = np.bincount(index[:200], minlength=2) / 200
+        second = np.bincount(index[200:], minlength=2) / 300
+        stages = [line for line in out.split("train: each stage")[1].splitlines()
+                  if line.startswith("  stage")]
+        assert "requested 0.8000 0.2000; realized " + f"{first[0]:.4f} {first[1]:.4f}" in stages[0]
+        assert stages[1].startswith("  stage 1 from sample 200 (step 6)")
+        assert f"realized {second[0]:.4f} {second[1]:.4f}" in stages[1]
+
+
+def test_a_bad_blend_schedule_is_one_line(data):
+    result = _run(data, "config", f"--config={data['small']}", "--blend_schedule=0: /a /b")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "error: blend_schedule[0] blend: no weights; every stage of a schedule states its "
+        "mixture (e.g. '0.7 /a 0.3 /b')"
+    ]
