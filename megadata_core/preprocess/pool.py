@@ -8,9 +8,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from megadata_core.preprocess.encoding import TokenizedChunk, tokenize_chunk
+from megadata_core.preprocess import threads
+from megadata_core.preprocess.block_encoding import tokenize_block
+from megadata_core.preprocess.encoding import TokenizedChunk
 from megadata_core.preprocess.processes import ProcessPool
-from megadata_core.preprocess.reading import Chunk
+from megadata_core.preprocess.reading import Chunk, TableRows
+from megadata_core.preprocess.table_encoding import tokenize_table_rows
 from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
 
 
@@ -25,26 +28,30 @@ class _ChunkWorker:
         dtype: np.dtype,
         skip_bad_lines: bool,
         splitter_factory: Callable[[], SentenceSplitter] | None = None,
+        keep_empty: bool = False,
+        table_reader=None,
     ) -> None:
         self.tokenizer = tokenizer
+        self.table_reader = table_reader
         self.json_keys = tuple(json_keys)
         self.append_eod = append_eod
         self.dtype = dtype
         self.skip_bad_lines = skip_bad_lines
         self.splitter = None if splitter_factory is None else splitter_factory()
+        self.keep_empty = keep_empty
 
-    def __call__(self, path: str, first_line: int, lines: list[bytes]) -> TokenizedChunk:
-        return tokenize_chunk(
-            lines,
-            self.tokenizer,
-            self.json_keys,
-            path=path,
-            first_line=first_line,
-            append_eod=self.append_eod,
-            dtype=self.dtype,
-            skip_bad_lines=self.skip_bad_lines,
-            splitter=self.splitter,
-        )
+    def __call__(self, path: str, first_line: int, data: bytes | TableRows) -> TokenizedChunk:
+        options = dict(append_eod=self.append_eod, dtype=self.dtype,
+                       skip_bad_lines=self.skip_bad_lines, splitter=self.splitter,
+                       keep_empty=self.keep_empty)
+        if isinstance(data, TableRows):
+            return tokenize_table_rows(self.table_reader, path, data, self.tokenizer,
+                                       self.json_keys, **options)
+        return tokenize_block(data, self.tokenizer, self.json_keys, path=path,
+                              first_line=first_line, **options)
+
+    def run(self, chunk: Chunk) -> TokenizedChunk:
+        return self(chunk.path, chunk.first_line, chunk.data)
 
 
 _WORKER: _ChunkWorker | None = None
@@ -56,8 +63,8 @@ def _init_worker(tokenizer_factory: Callable[[], Tokenizer], *options) -> None:
     _WORKER = _ChunkWorker(tokenizer_factory(), *options)
 
 
-def _run_worker(path: str, first_line: int, lines: list[bytes]) -> TokenizedChunk:
-    return _WORKER(path, first_line, lines)
+def _run_worker(path: str, first_line: int, data: bytes | TableRows) -> TokenizedChunk:
+    return _WORKER(path, first_line, data)
 
 
 @contextlib.contextmanager
@@ -71,15 +78,21 @@ def tokenized_in_order(
 ) -> Iterator[Iterator[tuple[Chunk, TokenizedChunk]]]:
     """Yields (chunk, result) pairs in input order, tokenized by ``workers`` processes.
 
-    ``workers == 1`` uses ``tokenizer`` in this process; otherwise each pool process
-    calls ``tokenizer_factory`` once. Chunk k goes to process k mod ``workers``; at most
+    ``workers == 1`` uses ``tokenizer`` in this process (in a few threads when it has a
+    native block encoder, ``threads``); otherwise each pool process calls
+    ``tokenizer_factory`` once. Chunk k goes to process k mod ``workers``; at most
     ``4 * workers`` chunks are in flight, so memory stays bounded however large the input.
     Leaving the block stops the processes at once on an error or Ctrl-C
     (:class:`~megadata_core.preprocess.processes.ProcessPool`).
     """
     if workers <= 1:
         worker = _ChunkWorker(tokenizer, *options)
-        yield ((c, worker(c.path, c.first_line, c.lines)) for c in chunks)
+        if worker.splitter is None and getattr(tokenizer, "block_encoder", None) is not None:
+            # a native encoder releases the GIL: a few threads overlap the blocks' stages
+            with threads.in_order(chunks, worker.run, threads.threads_for_native()) as results:
+                yield results
+            return
+        yield ((c, worker.run(c)) for c in chunks)
         return
     initargs = (tokenizer_factory, *options)
     with ProcessPool(workers, _run_worker, _init_worker, initargs, start_method) as pool:
@@ -90,8 +103,8 @@ def _windowed(pool: ProcessPool, chunks: Iterable[Chunk], window: int):
     pending: collections.deque = collections.deque()
     for number, chunk in enumerate(chunks):
         worker = number % pool.size
-        pool.send(worker, (chunk.path, chunk.first_line, chunk.lines))
-        chunk.lines = []  # the worker has its own copy; keep this process's memory small
+        pool.send(worker, (chunk.path, chunk.first_line, chunk.data))
+        chunk.data = b""  # the worker has its own copy; keep this process's memory small
         pending.append((chunk, worker))
         if len(pending) >= window:
             done, worker = pending.popleft()

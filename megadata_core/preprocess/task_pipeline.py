@@ -71,6 +71,7 @@ def preprocess_tasks(
     command: Mapping[str, object] | None = None,
     progress: Callable[[int, int], None] | None = None,
     merge_progress: Callable[[int], object] | None = None,
+    keep_empty: bool = False,
 ) -> PreprocessSummary:
     """Tokenize jsonl (.gz, .zst) and parquet files into ``{output_prefix}_{key}_document``.
 
@@ -84,6 +85,7 @@ def preprocess_tasks(
     repr, vocab_size and eod_id); a work directory of a different command is refused.
     ``progress(documents, bytes)`` gets running totals after each task;
     ``merge_progress(1)`` is called after each shard is merged (tasks x keys calls).
+    ``keep_empty``: Megatron's ``preprocess_data_fast.py`` documents (``preprocess_jsonl``).
     """
     paths, keys = check_arguments(inputs, output_prefix, json_keys, 1, 1, 1)
     output_prefix = os.fspath(output_prefix)
@@ -105,6 +107,7 @@ def preprocess_tasks(
     options = {
         "json_keys": keys, "append_eod": bool(append_eod), "skip_bad_lines": bool(skip_bad_lines),
         "level": level, "dtype": dtype.name, "task_size": task_size,
+        **({"keep_empty": True} if keep_empty else {}),
         **(dict(command) if command is not None else {
             "tokenizer": repr(tokenizer), "vocab_size": int(tokenizer.vocab_size),
             "eod_id": int(tokenizer.eod_id),
@@ -117,7 +120,7 @@ def preprocess_tasks(
         open_work_directory(directory, plan, print_)
         runner = TaskRunner(
             directory, print_, tokenizer_factory, keys, level, dtype, append_eod, skip_bad_lines,
-            open_binary, table_reader, splitter_factory,
+            open_binary, table_reader, splitter_factory, keep_empty,
         )
         manifests: dict[int, dict] = {}
         for task in tasks:
