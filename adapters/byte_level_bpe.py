@@ -136,8 +136,12 @@ def rank_encoder(
     vocab: Mapping[str, int],
     merges: Sequence[tuple[str, str]],
     added: Mapping[str, int] | None = None,
+    *,
+    proven: bool = False,
 ) -> tuple[RankEncoder | None, str]:
     """(RankEncoder, "") when the merges are canonical (see the module), else (None, why).
+    ``proven``: condition 3 was proven for these very merges before (a verdict kept by
+    ``adapters.proof_cache``), so its check (the costly one) is skipped.
 
     ``vocab``: token string (GPT-2's byte alphabet) -> id; ``merges``: pairs in
     priority order; ``added``: added tokens split out of the text before BPE (content
@@ -159,7 +163,7 @@ def rank_encoder(
             return None, f"merge {k + 1} makes {token!r}, which is not in the vocabulary"
         made[token] = 256 + k
         results.append(token)
-    if not _self_consistent(vocab, merges, results):
+    if not proven and not _self_consistent(vocab, merges, results):
         return None, "some merge result is not encoded to itself by its own merges"
     overlap = _overlapping(added or {})
     if overlap:
@@ -196,7 +200,9 @@ def _overlapping(added: Mapping[str, int]) -> tuple[str, str] | None:
     return None
 
 
-def tokenizer_json_encoder(config: Mapping) -> tuple[RankEncoder | None, str]:
+def tokenizer_json_encoder(
+    config: Mapping, *, proven: bool = False
+) -> tuple[RankEncoder | None, str]:
     """``rank_encoder`` for a parsed ``tokenizer.json``: only a plain GPT-2 style one.
 
     Plain: no normalizer, truncation or padding; the ByteLevel pre-tokenizer with its
@@ -238,4 +244,4 @@ def tokenizer_json_encoder(config: Mapping) -> tuple[RankEncoder | None, str]:
         made = {a + b for a, b in pairs} | set(bytes_to_unicode().values())
         if inner - made:
             return None, "ignore_merges with vocabulary tokens no merge makes"
-    return rank_encoder(vocab, pairs, added)
+    return rank_encoder(vocab, pairs, added, proven=proven)
