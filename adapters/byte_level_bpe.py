@@ -140,13 +140,15 @@ def rank_encoder(
     proven: bool = False,
 ) -> tuple[RankEncoder | None, str]:
     """(RankEncoder, "") when the merges are canonical (see the module), else (None, why).
-    ``proven``: condition 3 was proven for these very merges before (a verdict kept by
-    ``adapters.proof_cache``), so its check (the costly one) is skipped.
+    ``proven``: these checks passed before for the same tokenizer file and library
+    versions (a verdict kept by ``adapters.proof_cache``): they are skipped.
 
     ``vocab``: token string (GPT-2's byte alphabet) -> id; ``merges``: pairs in
     priority order; ``added``: added tokens split out of the text before BPE (content
     -> id), none of which may overlap another in any text.
     """
+    if proven:  # the same file passed every check below before
+        return RankEncoder(vocab, merges, added or {}), ""
     table = bytes_to_unicode()
     missing = [byte for byte, char in table.items() if char not in vocab]
     if missing:
@@ -163,7 +165,7 @@ def rank_encoder(
             return None, f"merge {k + 1} makes {token!r}, which is not in the vocabulary"
         made[token] = 256 + k
         results.append(token)
-    if not proven and not _self_consistent(vocab, merges, results):
+    if not _self_consistent(vocab, merges, results):
         return None, "some merge result is not encoded to itself by its own merges"
     overlap = _overlapping(added or {})
     if overlap:

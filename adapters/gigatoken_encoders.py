@@ -253,7 +253,7 @@ def _byte_level_config(vocab: Mapping[str, int], merges, added: Mapping[str, int
         "normalizer": None,
         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
         "model": {"type": "BPE", "byte_fallback": False, "vocab": dict(vocab),
-                  "merges": [list(pair) for pair in merges]},
+                  "merges": list(merges)},  # pairs: JSON arrays
     }
 
 
