@@ -136,13 +136,19 @@ def rank_encoder(
     vocab: Mapping[str, int],
     merges: Sequence[tuple[str, str]],
     added: Mapping[str, int] | None = None,
+    *,
+    proven: bool = False,
 ) -> tuple[RankEncoder | None, str]:
     """(RankEncoder, "") when the merges are canonical (see the module), else (None, why).
+    ``proven``: these checks passed before for the same tokenizer file and library
+    versions (a verdict kept by ``adapters.proof_cache``): they are skipped.
 
     ``vocab``: token string (GPT-2's byte alphabet) -> id; ``merges``: pairs in
     priority order; ``added``: added tokens split out of the text before BPE (content
     -> id), none of which may overlap another in any text.
     """
+    if proven:  # the same file passed every check below before
+        return RankEncoder(vocab, merges, added or {}), ""
     table = bytes_to_unicode()
     missing = [byte for byte, char in table.items() if char not in vocab]
     if missing:
@@ -196,7 +202,9 @@ def _overlapping(added: Mapping[str, int]) -> tuple[str, str] | None:
     return None
 
 
-def tokenizer_json_encoder(config: Mapping) -> tuple[RankEncoder | None, str]:
+def tokenizer_json_encoder(
+    config: Mapping, *, proven: bool = False
+) -> tuple[RankEncoder | None, str]:
     """``rank_encoder`` for a parsed ``tokenizer.json``: only a plain GPT-2 style one.
 
     Plain: no normalizer, truncation or padding; the ByteLevel pre-tokenizer with its
@@ -238,4 +246,4 @@ def tokenizer_json_encoder(config: Mapping) -> tuple[RankEncoder | None, str]:
         made = {a + b for a, b in pairs} | set(bytes_to_unicode().values())
         if inner - made:
             return None, "ignore_merges with vocabulary tokens no merge makes"
-    return rank_encoder(vocab, pairs, added)
+    return rank_encoder(vocab, pairs, added, proven=proven)

@@ -203,14 +203,24 @@ def byte_level(
     merges: Sequence[tuple[str, str]],
     added: Mapping[str, int],
     reference,
+    *,
+    proven: bool = False,
 ) -> tuple[GigaEncoder | None, str]:
     """gigatoken for a GPT-2 style byte-level BPE whose merges ``adapters.byte_level_bpe``
     proved canonical (see the module docstring); ``reference(text) -> ids`` is the
     encoder it must equal. ``vocab``: token (GPT-2's byte alphabet) -> id; ``added``:
-    added tokens split out of the text (content -> id)."""
+    added tokens split out of the text (content -> id). ``proven``: this proof passed
+    before for the same tokenizer file and library versions (``adapters.proof_cache``):
+    gigatoken is loaded, its checks skipped."""
     why = available()
     if why:
         return None, why
+    config = _byte_level_config(vocab, merges, added)
+    if proven:
+        tokenizer, why = _load(config, "BPETokenizer")
+        if tokenizer is None:
+            return None, why
+        return GigaEncoder(tokenizer, unassigned_14(), BYTE_LEVEL_PROOF), ""
     results = [left + right for left, right in merges]
     ids = np.fromiter((vocab[token] for token in results), np.int64, len(results))
     if ids.size and (np.diff(ids) <= 0).any():
@@ -221,14 +231,6 @@ def byte_level(
         raw = token_bytes(token) if is_byte_alphabet(token) else None
         if raw is not None and _whole_pretoken(raw):
             return None, f"vocabulary entry {token!r} is no merge's result but can be a pre-token"
-    config = {
-        "version": "1.0",
-        "added_tokens": [{"id": int(i), "content": c, "special": True} for c, i in added.items()],
-        "normalizer": None,
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
-        "model": {"type": "BPE", "byte_fallback": False, "vocab": dict(vocab),
-                  "merges": [list(pair) for pair in merges]},
-    }
     tokenizer, why = _load(config, "BPETokenizer")
     if tokenizer is None:
         return None, why
@@ -237,8 +239,22 @@ def byte_level(
     why = _battery(tokenizer, reference, extra=list(added))
     if why:
         return None, why
-    return GigaEncoder(tokenizer, unassigned_14(),
-                       "canonical byte-level BPE merges: same ids as pair merging"), ""
+    return GigaEncoder(tokenizer, unassigned_14(), BYTE_LEVEL_PROOF), ""
+
+
+BYTE_LEVEL_PROOF = "canonical byte-level BPE merges: same ids as pair merging"
+
+
+def _byte_level_config(vocab: Mapping[str, int], merges, added: Mapping[str, int]) -> dict:
+    """The ``tokenizer.json`` dict gigatoken is given for a byte-level BPE."""
+    return {
+        "version": "1.0",
+        "added_tokens": [{"id": int(i), "content": c, "special": True} for c, i in added.items()],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+        "model": {"type": "BPE", "byte_fallback": False, "vocab": dict(vocab),
+                  "merges": list(merges)},  # pairs: JSON arrays
+    }
 
 
 def _same_model(tokenizer, vocab: Mapping[str, int], merges) -> bool:

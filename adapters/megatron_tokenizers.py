@@ -37,6 +37,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from adapters import gigatoken_encoders as giga
+from adapters import proof_cache
 from adapters.byte_level_bpe import rank_encoder
 from megadata_core.errors import DataError
 
@@ -141,13 +142,23 @@ class RustTokenizer:
             if self._ranks is not None else f"tokenizers (not tiktoken: {self._why})"
         )
 
-    def _use_gigatoken(self, mode: str, unchecked=None) -> None:
+    def _use_gigatoken(self, mode: str, unchecked=None, cached=None) -> None:
         """Prove gigatoken for this BPE (after ``_use_ranks``, whose canonical merges it
         needs too), under ``mode`` (auto, gigatoken or reference; ``unchecked(why)``:
-        gigatoken as Megatron's ``--use-gigatoken`` runs it)."""
+        gigatoken as Megatron's ``--use-gigatoken`` runs it). ``cached``: (proof key,
+        verdict or None) of ``adapters.proof_cache`` for this tokenizer's file: a stored
+        verdict is reused, a new one stored."""
         ranks = self._ranks
+        proof_key, verdict = cached if cached is not None else (None, None)
         if ranks is not None and mode != "reference":
-            found = giga.byte_level(ranks.vocab, ranks.merges, ranks.added, self._pair_merging)
+            if verdict is not None and verdict["gigatoken"]:
+                found = None, verdict["gigatoken"]
+            else:
+                found = giga.byte_level(ranks.vocab, ranks.merges, ranks.added,
+                                        self._pair_merging,
+                                        proven=verdict is not None and not verdict["gigatoken"])
+                if proof_key is not None and verdict is None and not giga.available():
+                    proof_cache.store(proof_key, {"canonical": "", "gigatoken": found[1]})
         else:
             found = None, self._why
         reference = "tiktoken" if ranks is not None else "tokenizers"

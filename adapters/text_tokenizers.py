@@ -24,6 +24,7 @@ import numpy as np
 
 from adapters import gigatoken_encoders as giga
 from adapters import megatron_tokenizers as mt
+from adapters import proof_cache
 from adapters.byte_level_bpe import tokenizer_json_encoder
 from megadata_core.errors import DataError
 from megadata_core.preprocess import ByteTokenizer
@@ -119,10 +120,18 @@ class HuggingFaceTokenizer(mt.RustTokenizer):
         except Exception as error:  # tokenizers raises its own Exception type
             flag = "--tokenizer-model " if megatron else ""
             raise DataError(f"{flag}{self.path}: not a readable tokenizer.json: {error}") from error
-        with open(self.path, encoding="utf-8") as stream:  # readable: tokenizers just read it
-            config = json.load(stream)
-        self._use_ranks(tokenizer_json_encoder(config))
-        self._use_gigatoken(encoder, lambda why: giga.unchecked_byte_level(config, why))
+        with open(self.path, "rb") as stream:  # readable: tokenizers just read it
+            raw = stream.read()
+        config = json.loads(raw)
+        cached = None
+        if encoder != "reference" and not giga.available():
+            proof_key = proof_cache.key("byte-level BPE tokenizer.json", raw,
+                                        ("gigatoken", "tokenizers"))
+            cached = proof_key, proof_cache.load(proof_key, ("canonical", "gigatoken"))
+        verdict = cached[1] if cached else None
+        self._use_ranks(tokenizer_json_encoder(
+            config, proven=verdict is not None and not verdict["canonical"]))
+        self._use_gigatoken(encoder, lambda why: giga.unchecked_byte_level(config, why), cached)
         if megatron:  # Megatron (transformers) uses len(tokenizer)
             self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
         else:  # ids run up to the largest in the vocabulary, even when added tokens leave holes

@@ -28,6 +28,19 @@ settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(PROFILE)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _proof_cache_of_the_session(tmp_path_factory):
+    """Load-time proofs' verdicts (``adapters.proof_cache``) kept in this session's own
+    directory (subprocesses inherit it), never in the user's cache."""
+    before = os.environ.get("MEGADATA_CACHE")
+    os.environ["MEGADATA_CACHE"] = str(tmp_path_factory.mktemp("megadata-cache"))
+    yield
+    if before is None:
+        os.environ.pop("MEGADATA_CACHE", None)
+    else:
+        os.environ["MEGADATA_CACHE"] = before
+
+
 @pytest.fixture(autouse=True)
 def _sigint_handler_restored():
     """A tool run in-process sets its own SIGINT handler (``tools/interrupts``: ignored

@@ -11,6 +11,7 @@ or sentence splitting, takes the exact path for the whole block.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -47,17 +48,26 @@ def tokenize_block(
     native = getattr(tokenizer, "block_encoder", None) if splitter is None else None
     if native is None or not data:
         return tokenize_chunk(split_lines(data), tokenizer, json_keys, **options)
+    # the whole block is encoded while it is scanned (the encoder releases the GIL); that
+    # result is used when the scan leaves every line to it, as it mostly does
+    guesses = [_Background(native.encode_jsonl, data, key) for key in json_keys]
     scan = scan_block(data, json_keys, native.unproven)
     fast = np.flatnonzero(scan.kinds == NATIVE)
     slow = np.flatnonzero(scan.kinds == EXACT)
+    for guess in guesses:
+        guess.wait()
     lines = [data[scan.starts[i] : scan.ends[i] + 1] for i in slow]
     parsed = parse_lines(zip(slow.tolist(), lines), json_keys, path, first_line,
                          skip_bad_lines)  # a bad line raises here, as in tokenize_chunk
     buffer = data if not slow.size else _without(data, scan, slow)
     native_ids = {}
-    for key in json_keys:
-        ids, lengths = native.encode_jsonl(buffer, key) if fast.size else (
-            np.zeros(0, np.uint32), np.zeros(0, np.int64))
+    for key, guess in zip(json_keys, guesses):
+        if not fast.size:
+            ids, lengths = np.zeros(0, np.uint32), np.zeros(0, np.int64)
+        elif slow.size:  # some lines are not the native reader's: without them
+            ids, lengths = native.encode_jsonl(buffer, key)
+        else:
+            ids, lengths = guess.result()  # (its error, if any, raised here)
         if lengths.size != fast.size:  # the native reader stopped early: trust Python
             return tokenize_chunk(split_lines(data), tokenizer, json_keys, **options)
         native_ids[key] = (np.asarray(ids).reshape(-1), np.asarray(lengths, np.int64))
@@ -84,6 +94,32 @@ def tokenize_block(
         bad_lines=dict(parsed.bad),
         bad_examples=parsed.examples,
     )
+
+
+class _Background:
+    """``function(*args)`` run on a thread of its own; ``result()`` waits for its value
+    (or raises its error)."""
+
+    def __init__(self, function, *args) -> None:
+        self._value = self._error = None
+        self._thread = threading.Thread(target=self._run, args=(function, args), daemon=True,
+                                        name="megadata-encode")
+        self._thread.start()
+
+    def _run(self, function, args) -> None:
+        try:
+            self._value = function(*args)
+        except BaseException as error:  # handed to result()'s caller
+            self._error = error
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _without(data: bytes, scan, slow: np.ndarray) -> bytes:

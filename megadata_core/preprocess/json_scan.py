@@ -114,10 +114,7 @@ def scan_block(
     marks = np.frombuffer(data.translate(_MARKS), np.uint8)
     special = np.flatnonzero(marks.view(bool))  # (a bool view: the faster nonzero)
     kinds_at = marks[special]
-    by_kind = special[np.argsort(kinds_at, kind="stable")]
-    bounds = np.cumsum(np.bincount(kinds_at, minlength=6))
-    quotes, backslashes, newlines, controls, high = (
-        by_kind[bounds[k - 1] : bounds[k]] for k in range(1, 6))
+    quotes, backslashes, newlines, controls, high = (special[kinds_at == k] for k in range(1, 6))
     starts, ends = line_bounds(data, newlines)
     lines = ends.size
     bad = np.zeros(lines, bool)
@@ -129,12 +126,8 @@ def scan_block(
             bad[np.searchsorted(newlines, positions)] = True
 
     escaped, points = _escapes(a, backslashes, mark)
-    if escaped.size and quotes.size:  # a quote right after an escape's backslash
-        after = np.flatnonzero(a[np.maximum(quotes - 1, 0)] == 92)
-        where = np.minimum(np.searchsorted(escaped, quotes[after]), escaped.size - 1)
-        keep = np.ones(quotes.size, bool)
-        keep[after[escaped[where] == quotes[after]]] = False
-        quotes = quotes[keep]
+    if escaped.size and quotes.size:  # escaped quotes open or close no string
+        quotes = quotes[~_escaped(a, quotes, escaped)]
     opens, closes, outside = _strings(quotes, len(data), bad, None)
     if outside is None or np.count_nonzero(a[outside[0]] == 10) != newlines.size:
         # a string crossed a line end: pair the quotes within each line instead
@@ -166,6 +159,18 @@ def _inside(positions: np.ndarray, opens: np.ndarray, closes: np.ndarray) -> np.
         return np.zeros(positions.size, bool)
     slot = np.searchsorted(opens, positions, side="right") - 1
     return (slot >= 0) & (positions <= closes[np.maximum(slot, 0)])
+
+
+def _escaped(a: np.ndarray, quotes: np.ndarray, escaped: np.ndarray) -> np.ndarray:
+    """Which ``quotes`` are escaped characters (``escaped``: all of them, sorted): those
+    after a backslash, but for the few after two, looked up among ``escaped``."""
+    before = a[np.maximum(quotes - 1, 0)] == 92
+    before[quotes == 0] = False
+    doubt = np.flatnonzero(before & (a[np.maximum(quotes - 2, 0)] == 92) & (quotes >= 2))
+    if doubt.size:  # after a run of backslashes: escaped only when the last starts one
+        where = np.minimum(np.searchsorted(escaped, quotes[doubt]), escaped.size - 1)
+        before[doubt] = escaped[where] == quotes[doubt]
+    return before
 
 
 def _run_offsets(backslashes: np.ndarray, follows: np.ndarray) -> np.ndarray:

@@ -1,0 +1,113 @@
+"""Load-time proofs' verdicts kept on disk, so that a tokenizer proven once is not proven
+again by every process that loads it.
+
+A verdict (a dict of short strings: ``""`` for proven, else why not) is stored with the
+key it answers: what was proven (``kind``), the sha256 of the tokenizer file's bytes, the
+versions of the libraries whose ids the proof compared, and ``PROOF_VERSION`` (raised
+whenever a proof changes). A file is used only when it is readable JSON holding exactly
+that key and a verdict with the expected fields, all strings; anything else (a damaged,
+foreign or stale file) is ignored, and the proof runs and rewrites it (temp file +
+``os.replace``, the user's umask).
+
+Where: ``$MEGADATA_CACHE/proofs``, else ``$XDG_CACHE_HOME/megadata/proofs``, else
+``~/.cache/megadata/proofs``. ``MEGADATA_PROOF_CACHE=0`` turns the cache off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from importlib import metadata
+
+__all__ = ["PROOF_VERSION", "cache_dir", "key", "load", "store"]
+
+PROOF_VERSION = 1
+
+
+def cache_dir() -> str:
+    """The directory verdicts live in (see the module docstring)."""
+    root = os.environ.get("MEGADATA_CACHE")
+    if not root:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
+                                                                 ".cache")
+        root = os.path.join(base, "megadata")
+    return os.path.join(root, "proofs")
+
+
+def enabled() -> bool:
+    return os.environ.get("MEGADATA_PROOF_CACHE", "1") != "0"
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def key(kind: str, data: bytes, libraries: Sequence[str]) -> dict:
+    """The key of a proof of ``kind`` over a tokenizer file's bytes ``data``, made with
+    ``libraries`` (their installed versions are part of it)."""
+    return {"proof": PROOF_VERSION, "kind": kind, "sha256": hashlib.sha256(data).hexdigest(),
+            "libraries": {name: _version(name) for name in libraries}}
+
+
+def _path(proof_key: dict) -> str:
+    name = hashlib.sha256(json.dumps(proof_key, sort_keys=True).encode()).hexdigest()
+    return os.path.join(cache_dir(), name + ".json")
+
+
+def load(proof_key: dict, fields: Sequence[str]) -> dict | None:
+    """The verdict stored for ``proof_key`` (each of ``fields`` a string), or None when
+    there is none, or the file is unreadable, damaged or answers another key."""
+    if not enabled():
+        return None
+    try:
+        with open(_path(proof_key), encoding="utf-8") as stream:
+            stored = json.load(stream)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(stored, dict) or stored.get("key") != proof_key:
+        return None
+    verdict = stored.get("verdict")
+    if not isinstance(verdict, dict) or set(verdict) != set(fields):
+        return None
+    if not all(isinstance(value, str) for value in verdict.values()):
+        return None
+    return verdict
+
+
+def _umask() -> int:
+    """This process' umask, read without changing it where /proc tells it."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status") as stream:
+            for line in stream:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
+def store(proof_key: dict, verdict: dict) -> None:
+    """Write ``verdict`` for ``proof_key`` (temp file + ``os.replace``); a cache that
+    cannot be written is skipped silently (the proof simply runs again next time)."""
+    if not enabled():
+        return
+    path = _path(proof_key)
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".proof-")
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())
+            with os.fdopen(fd, "w", encoding="utf-8") as stream:
+                json.dump({"key": proof_key, "verdict": verdict}, stream, sort_keys=True)
+            os.replace(temp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(temp)
+            raise
