@@ -24,9 +24,11 @@ every bin of a class takes ``c // s`` pieces (the last bin used maybe fewer): a 
 of ``count[c] * (c // s)`` over the classes finds where the n_s pieces run out, and the
 pieces left open new bins of ``capacity // s`` pieces each. The Python work per size is
 one step per non-empty class the pieces reach (each such class but the last is emptied);
-the numpy work is over the classes >= s. The placement runs twice: once for the pieces
-per bin (the bin offsets), then again writing each piece's row, in placement order,
-into ``row`` (a working file when the build spills). Memory the build owns: the open
+the numpy work is over the classes >= s. In memory the placement runs once, recording
+its steps (the bins and the pieces each takes), and the rows are written from the record
+once the bin offsets are known; a build that spills places twice (once for the pieces per
+bin, then again writing each piece's row, in placement order, into ``row``, a working
+file), so that no record grows with the corpus. Memory the build owns: the open
 bins' ids and pieces per bin (~6 bytes a bin) and blocks of ``_BLOCK`` documents; what
 grows with the corpus (``row``, the results) can be file mappings.
 
@@ -180,9 +182,16 @@ def pack_layout(lengths: np.ndarray, capacity: int, empty: Allocate = in_memory)
         lengths = lengths.astype(np.int64)
     per_key, full_count = _remainder_counts(lengths, capacity)
     remainders = int(per_key[:-1].sum())
-    # Placed twice: first for the pieces per bin (so the bin offsets), then to write
-    # each piece's row in placement order, straight into ``row``.
-    filled, opened = _place(per_key[:-1], capacity)
+    # One placement pass when the build holds its arrays in memory: the placements are
+    # recorded (the bins of each step, ~6 bytes a bin) and turned into rows once the bin
+    # offsets are known. A build that spills places twice instead (first for the pieces
+    # per bin, then writing each piece's row straight into ``row``): no record grows
+    # with the corpus.
+    record: list[tuple[np.ndarray, int, np.ndarray]] | None = (
+        [] if empty is in_memory else None
+    )
+    emit = None if record is None else (lambda *placed: record.append(placed))
+    filled, opened = _place(per_key[:-1], capacity, emit)
     bin_offsets = empty("bin_offsets", (full_count + opened + 1,), np.int64)
     bin_offsets[0] = 0
     bin_offsets[1 : full_count + 1] = 1  # a full bin holds its one capacity-sized piece
@@ -191,7 +200,13 @@ def pack_layout(lengths: np.ndarray, capacity: int, empty: Allocate = in_memory)
     np.cumsum(bin_offsets, out=bin_offsets)
     pieces = int(bin_offsets[-1])
     row = empty(SCRATCH_PREFIX + "pack-rows", (remainders,), narrow_int(pieces))
-    _place(per_key[:-1], capacity, _RowWriter(row, bin_offsets, full_count))
+    writer = _RowWriter(row, bin_offsets, full_count)
+    if record is None:
+        _place(per_key[:-1], capacity, writer)
+    else:
+        for placed in record:
+            writer(*placed)
+        del record[:]
     return PackLayout(capacity, lengths, remainders, full_count, row, per_key, bin_offsets)
 
 
