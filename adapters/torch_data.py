@@ -10,7 +10,8 @@
 [B] in a batch), as Megatron-LM's ``GPTDataset`` returns them; ``segment_ids`` (no
 Megatron counterpart) ``torch.int32``, as flash-attention and Transformer Engine take
 sequence metadata; with ``packing_alignment`` (THD) also ``cu_seqlens_padded``
-``torch.int32`` [S + 1], Transformer Engine's ``cu_seqlens_q_padded``. Every tensor owns fresh memory (the core hands out read-only views and
+``torch.int32`` [S + 1], Transformer Engine's ``cu_seqlens_q_padded``. Every tensor
+owns fresh memory (the core hands out read-only views and
 shared constants; they are never written or aliased).
 
 Batches. ``torch.utils.data.DataLoader`` calls ``dataset.__getitems__(batch_indices)``

@@ -15,8 +15,7 @@ import numpy as np
 from megadata_core.build.plan import Job
 from megadata_core.datasets import gpt_arrays
 from megadata_core.indices import num_epochs, samples_in_epochs, splits
-from megadata_core.indices.packed_samples import packed_epochs
-from megadata_core.indices.packed_samples import packing_units
+from megadata_core.indices.packed_samples import packed_epochs, packing_units
 from megadata_core.indices.packing import pack_layout
 
 
