@@ -20,8 +20,8 @@ MaxText                     megadata
                             not padding, not a label that crosses a document)
 ==========================  ====================================================
 
-Every other key (``loss_mask``, ``cu_seqlens``, ``max_seqlen``, ``attention_mask``,
-``dataset_id``) keeps its name and array. Arrays are passed on, not copied (only
+Every other key (``loss_mask``, ``cu_seqlens``, ``cu_seqlens_padded``, ``max_seqlen``,
+``attention_mask``, ``dataset_id``) keeps its name and array. Arrays are passed on, not copied (only
 ``targets_segmentation``, and ``inputs_segmentation`` without ``segment_ids``, are new).
 """
 

@@ -182,13 +182,16 @@ def pack_layout(lengths: np.ndarray, capacity: int, empty: Allocate = in_memory)
         lengths = lengths.astype(np.int64)
     per_key, full_count = _remainder_counts(lengths, capacity)
     remainders = int(per_key[:-1].sum())
-    # One placement pass when the build holds its arrays in memory: the placements are
+    # One placement pass when ``row`` is in memory (not a spilled file): the placements are
     # recorded (the bins of each step, ~6 bytes a bin) and turned into rows once the bin
     # offsets are known. A build that spills places twice instead (first for the pieces
     # per bin, then writing each piece's row straight into ``row``): no record grows
     # with the corpus.
+    # P = F + R piece rows (one per full piece, one per remainder piece): ``row``'s
+    # dtype is known before the placement.
+    row = empty(SCRATCH_PREFIX + "pack-rows", (remainders,), narrow_int(full_count + remainders))
     record: list[tuple[np.ndarray, int, np.ndarray]] | None = (
-        [] if empty is in_memory else None
+        None if is_spilled(empty, row) else []
     )
     emit = None if record is None else (lambda *placed: record.append(placed))
     filled, opened = _place(per_key[:-1], capacity, emit)
@@ -198,8 +201,6 @@ def pack_layout(lengths: np.ndarray, capacity: int, empty: Allocate = in_memory)
     bin_offsets[full_count + 1 :] = filled[:opened]
     del filled
     np.cumsum(bin_offsets, out=bin_offsets)
-    pieces = int(bin_offsets[-1])
-    row = empty(SCRATCH_PREFIX + "pack-rows", (remainders,), narrow_int(pieces))
     writer = _RowWriter(row, bin_offsets, full_count)
     if record is None:
         _place(per_key[:-1], capacity, writer)
