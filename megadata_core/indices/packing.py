@@ -34,7 +34,9 @@ grows with the corpus (``row``, the results) can be file mappings.
 
 Which document of a size takes which place is a sort of the documents by (remainder
 size, rank in ``order``), one per order (epoch), done as a counting sort a block of
-``order`` at a time: :func:`fill_documents`.
+``order`` at a time: :func:`fill_documents`. The layout keeps every document's 16-bit
+sort key (2 bytes a document; capacities below 2**15), so a fill gathers those instead
+of the lengths.
 
 The padding fraction of a packing is ``1 - sum(lengths) / (B * capacity)``: B bins, each
 padded at its end.
