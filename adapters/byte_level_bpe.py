@@ -54,6 +54,26 @@ def bytes_to_unicode() -> dict[int, str]:
     return table
 
 
+@functools.cache
+def _to_latin1() -> dict[int, int]:
+    return {ord(char): byte for byte, char in bytes_to_unicode().items()}
+
+
+def token_bytes(token: str) -> bytes:
+    """The bytes a token of GPT-2's byte alphabet stands for (one C-level translate)."""
+    return token.translate(_to_latin1()).encode("latin-1")
+
+
+@functools.cache
+def _alphabet_removed() -> dict[int, None]:
+    return dict.fromkeys(_to_latin1())
+
+
+def is_byte_alphabet(token: str) -> bool:
+    """Whether every character of ``token`` is in GPT-2's byte alphabet."""
+    return not token.translate(_alphabet_removed())
+
+
 class RankEncoder:
     """tiktoken's encoder over canonical merges; ids mapped back to the vocabulary's.
 
@@ -62,23 +82,49 @@ class RankEncoder:
 
     name = "tiktoken"
 
-    def __init__(self, encoding, lookup: np.ndarray, specials: bool) -> None:
-        self._encoding = encoding
+    def __init__(
+        self, vocab: Mapping[str, int], merges: Sequence[tuple[str, str]],
+        added: Mapping[str, int],
+    ) -> None:
+        self.vocab, self.merges, self.added = vocab, list(merges), dict(added)
+
+    @functools.cached_property
+    def _encode(self):
+        """tiktoken's encode over the ranks (built on first use: loading stays cheap when
+        another encoder does the work)."""
+        import tiktoken
+
+        table = bytes_to_unicode()
+        ranks = {char: byte for byte, char in table.items()}
+        for k, (left, right) in enumerate(self.merges):
+            ranks[left + right] = 256 + k
+        lookup = np.empty(len(ranks) + len(self.added), dtype=np.int64)
+        for token, rank in ranks.items():
+            lookup[rank] = self.vocab[token]
+        specials = {}
+        for i, (content, token_id) in enumerate(sorted(self.added.items())):
+            specials[content] = len(ranks) + i
+            lookup[len(ranks) + i] = token_id
         self._lookup = lookup
+        encoding = tiktoken.Encoding(
+            name=f"canonical-bpe-{len(self.merges)}", pat_str=GPT2_PATTERN,
+            mergeable_ranks={token_bytes(token): rank for token, rank in ranks.items()},
+            special_tokens=specials,
+        )
         if specials:
-            self._encode = functools.partial(
-                encoding.encode, allowed_special="all", disallowed_special=()
-            )
-        else:
-            self._encode = encoding.encode_ordinary
+            return functools.partial(encoding.encode, allowed_special="all",
+                                     disallowed_special=())
+        return encoding.encode_ordinary
 
     def encode(self, text: str) -> np.ndarray:
         """int64[n] vocabulary ids of ``text``."""
-        return self._lookup[np.asarray(self._encode(text), dtype=np.int64)]
+        ranks = np.asarray(self._encode(text), dtype=np.int64)
+        return self._lookup[ranks]
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
-        lists = list(map(self._encode, texts))
+        encode = self._encode
+        lists = list(map(encode, texts))
         lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
         ranks = np.fromiter(
             itertools.chain.from_iterable(lists), dtype=np.int64, count=int(lengths.sum())
@@ -98,7 +144,6 @@ def rank_encoder(
     -> id), none of which may overlap another in any text.
     """
     table = bytes_to_unicode()
-    to_byte = {char: byte for byte, char in table.items()}
     missing = [byte for byte, char in table.items() if char not in vocab]
     if missing:
         return None, f"byte {missing[0]} has no token"
@@ -119,21 +164,7 @@ def rank_encoder(
     overlap = _overlapping(added or {})
     if overlap:
         return None, f"added tokens {overlap[0]!r} and {overlap[1]!r} can overlap in a text"
-    import tiktoken
-
-    ranks = {bytes(to_byte[c] for c in token): rank for token, rank in made.items()}
-    lookup = np.empty(len(made) + len(added or {}), dtype=np.int64)
-    for token, rank in made.items():
-        lookup[rank] = vocab[token]
-    specials = {}
-    for i, (content, token_id) in enumerate(sorted((added or {}).items())):
-        specials[content] = len(made) + i
-        lookup[len(made) + i] = token_id
-    encoding = tiktoken.Encoding(
-        name=f"canonical-bpe-{len(merges)}", pat_str=GPT2_PATTERN,
-        mergeable_ranks=ranks, special_tokens=specials,
-    )
-    return RankEncoder(encoding, lookup, bool(specials)), ""
+    return RankEncoder(vocab, merges, added or {}), ""
 
 
 def _self_consistent(vocab, merges, results: list[str]) -> bool:

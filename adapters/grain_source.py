@@ -37,6 +37,7 @@ its flags later (``app.run``) still does so normally.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -47,7 +48,7 @@ from adapters.maxtext_keys import check_key_names, rename_keys
 from megadata_core.checks import check_int
 from megadata_core.datasets.fingerprint import continues_schedule, fingerprint, resume_fields
 from megadata_core.errors import DataError
-from megadata_core.handover import pack
+from megadata_core.handover import orphans, pack, segments
 from megadata_core.handover.buffers import BufferPool
 
 __all__ = [
@@ -103,7 +104,8 @@ def unpack(packed: PackedMicroBatch, pool: BufferPool | None = None) -> dict[str
 
 class _Layout:
     """The small, array-free part of a shipped micro-batch: its keys and its constants'
-    recipes (a leaf for Grain's tree functions: it pickles through the pipe as it is)."""
+    recipes, None for a plain micro-batch (a leaf for Grain's tree functions: it pickles
+    through the pipe as it is)."""
 
     __slots__ = ("keys", "constants")
 
@@ -118,32 +120,46 @@ class _Layout:
         self.keys, self.constants = state
 
 
-def _ship(packed: PackedMicroBatch) -> dict[str, Any]:
-    """A worker's element: ``packed`` as a dict whose arrays are leaves, so Grain moves
-    each through a shared-memory block of its own and pickles only its name.
+def _ship(element: PackedMicroBatch | Mapping[str, Any]) -> dict[str, Any]:
+    """A worker's element: ``element``'s arrays in one shared-memory file of this worker
+    (:mod:`megadata_core.handover.segments`), so only its name goes through Grain's pipe;
+    :func:`_received` lays it out again in the consumer. The first call in a worker also
+    makes the worker end when its consumer does (:func:`orphans.exit_with_parent`: a
+    trainer killed with ``kill -9`` leaves no worker, and the worker removes its files
+    that nobody took).
 
-    Why it matters for shutdown: a worker hands its element to a ``multiprocessing``
-    queue whose feeder thread writes the pickle into a pipe, and a process joins that
-    thread when it exits. An element larger than the pipe's buffer (64 KiB on Linux; a
-    32 x 1025 uint16 micro-batch is 65.6 KB) that the consumer never reads -- it stopped
-    reading when it asked the workers to stop -- keeps the worker from exiting until
-    Grain's join gives up after 25 s and kills it, once per worker. Names of shared
-    memory blocks are a few hundred bytes: the pipe always takes them and the worker
-    exits at once (Grain unlinks the blocks of elements nobody read).
+    Why names and not bytes: a worker hands its element to a ``multiprocessing`` queue
+    whose feeder thread writes the pickle into a pipe, and a process joins that thread
+    when it exits. An element larger than the pipe's buffer (64 KiB on Linux; a 32 x 1025
+    uint16 micro-batch is 65.6 KB) that the consumer never reads -- it stopped reading
+    when it asked the workers to stop -- keeps the worker from exiting until Grain's join
+    gives up after 25 s and kills it, once per worker. Why not Grain's own shared memory
+    (``SharedMemoryArray``): its arrays close themselves in ``__del__``, which fails with
+    a message at interpreter exit for every batch still referenced then, and its blocks
+    live on after a ``kill -9`` until Python's resource tracker notices. Where
+    ``/dev/shm`` is full the arrays go as they are (Grain's shared memory).
     """
-    text = None if packed.text is None else np.ascontiguousarray(packed.text)
-    arrays = {key: np.ascontiguousarray(value) for key, value in packed.arrays.items()}
-    return {"text": text, "arrays": arrays, "layout": _Layout(packed.keys, packed.constants)}
+    orphans.exit_with_parent()
+    if isinstance(element, PackedMicroBatch):
+        arrays = {} if element.text is None else {_TEXT: element.text}
+        arrays.update((_ARRAY + key, value) for key, value in element.arrays.items())
+        layout = _Layout(element.keys, element.constants)
+    else:  # a plain micro-batch (a dataset without __getitems__)
+        arrays = {_ARRAY + key: np.asarray(value) for key, value in element.items()}
+        layout = _Layout(tuple(element), None)
+    ref = segments.write_segment(arrays)
+    if ref is not None:
+        return {"segment": ref, "layout": layout}
+    return {"inline": {key: np.ascontiguousarray(value) for key, value in arrays.items()},
+            "layout": layout}
+
+
+_TEXT, _ARRAY = "text", "array:"
 
 
 def _plain(array: Any) -> Any:
-    """A plain ndarray view of Grain's shared-memory array, its block's name removed now.
-
-    The mapping stays while a view of it lives (freed when the last one goes); without
-    a name nothing is left to clean up at exit. Grain would unlink the name only when
-    the array is collected, and names still registered when the process ends make
-    Python's resource tracker warn about "leaked shared_memory objects".
-    """
+    """A plain ndarray view of Grain's shared-memory array, its block's name removed now
+    (the mapping stays while a view of it lives): nothing is left to clean up at exit."""
     if not isinstance(array, np.ndarray):
         return array
     shm = getattr(array, "shm", None)
@@ -156,11 +172,19 @@ def _plain(array: Any) -> Any:
     return array.view(np.ndarray)
 
 
-def _received(element: Mapping[str, Any]) -> PackedMicroBatch:
-    """The :class:`PackedMicroBatch` a worker shipped with :func:`_ship`."""
+def _received(element: Mapping[str, Any]) -> PackedMicroBatch | dict[str, np.ndarray]:
+    """What a worker shipped with :func:`_ship`: a :class:`PackedMicroBatch`, or a plain
+    micro-batch, its arrays read-only views of the worker's file."""
     layout = element["layout"]
-    arrays = {key: _plain(value) for key, value in element["arrays"].items()}
-    return PackedMicroBatch(layout.keys, _plain(element["text"]), arrays, layout.constants)
+    if element.get("segment") is not None:
+        arrays = segments.read_segment(element["segment"])
+    else:
+        arrays = {key: _plain(value) for key, value in element["inline"].items()}
+    text = arrays.pop(_TEXT, None)
+    arrays = {key[len(_ARRAY):]: value for key, value in arrays.items()}
+    if layout.constants is None:
+        return arrays
+    return PackedMicroBatch(layout.keys, text, arrays, layout.constants)
 
 
 class _Unpack:
@@ -175,6 +199,8 @@ class _Unpack:
 
     def __call__(self, element: PackedMicroBatch | Mapping[str, Any]) -> dict[str, np.ndarray]:
         packed = element if isinstance(element, PackedMicroBatch) else _received(element)
+        if not isinstance(packed, PackedMicroBatch):  # a plain micro-batch
+            return _owned(packed, self._pool) if self.writable else packed
         if self.writable:
             return unpack(packed, self._pool)
         return pack.view_arrays(packed, self._constants)
@@ -195,7 +221,9 @@ class GrainSource:
     travel as file names and are reopened on load). ``key_names="maxtext"`` gives each
     sample under MaxText's names (:mod:`adapters.maxtext_keys`: ``inputs``, ``targets``,
     ``inputs_segmentation``, ``inputs_position``, ...); ``"megatron"`` (default) as the
-    core names them.
+    core names them. A worker process that the source's maker started (Grain's
+    ``DataLoader`` workers) ends when the maker does, even killed with ``kill -9``
+    (:func:`orphans.exit_with_parent`, from its first read).
     """
 
     def __init__(self, dataset: Any, *, key_names: str = "megatron") -> None:
@@ -208,7 +236,13 @@ class GrainSource:
         self.key_names = check_key_names(key_names)
         mark = fingerprint(dataset)
         self._repr = f"GrainSource({dataset!r}" + (f", fingerprint={mark!r})" if mark else ")")
+        self._maker = os.getpid()
         ensure_absl_flags_parsed()
+
+    def _in_worker(self) -> None:
+        """In a worker started by the process that made this source: end with it."""
+        if not orphans.watching() and os.getppid() == getattr(self, "_maker", None):
+            orphans.exit_with_parent()
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -223,10 +257,12 @@ class GrainSource:
         return i % length
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+        self._in_worker()
         return _writable(rename_keys(self.dataset[self._index(index)], self.key_names))
 
     def __getitems__(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
         """The samples at ``indices`` stacked along a leading batch axis (one core read)."""
+        self._in_worker()
         positions = [self._index(i) for i in indices]
         getitems = getattr(self.dataset, "__getitems__", None)
         if getitems is None:
@@ -247,7 +283,8 @@ class GrainSource:
         return self._repr
 
     def __getstate__(self) -> dict:
-        return {"dataset": self.dataset, "_repr": self._repr, "key_names": self.key_names}
+        return {"dataset": self.dataset, "_repr": self._repr, "key_names": self.key_names,
+                "_maker": getattr(self, "_maker", None)}
 
     def __setstate__(self, state: dict) -> None:
         self.key_names = "megatron"  # a source pickled before the option existed
@@ -516,11 +553,12 @@ def batched_dataset(
     cores), so ``worker_count=0`` is the fast choice for local ``.bin`` files; workers pay
     off when a batch is slow to read (remote storage, attention masks, heavy transforms).
     Workers ship each micro-batch packed (:class:`PackedMicroBatch`: the text once, the
-    core's constants as recipes), its arrays in Grain's shared memory blocks (only their
-    names go through the pipe), and this process lays it out again (a ``map`` after
-    ``mp_prefetch``). Closing the iterator (``close()``, dropping it, or leaving its
+    core's constants as recipes), its arrays in one shared-memory file of the worker's
+    (only its name goes through the pipe), and this process lays it out again (a ``map``
+    after ``mp_prefetch``). Closing the iterator (``close()``, dropping it, or leaving its
     ``with`` block) stops the workers at once: nothing large is ever left in a worker's
-    pipe for it to flush before it can exit.
+    pipe for it to flush before it can exit. Workers also end when this process does, even
+    killed without clean-up (``kill -9``), removing the files nobody read.
 
     The iterator's ``get_state()`` is ``{"consumed_samples", "total_samples"}`` (plain ints,
     counted at the batches handed out, not the prefetched ones); ``set_state`` accepts it

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from adapters import gigatoken_encoders as giga
 from adapters.byte_level_bpe import rank_encoder
 from megadata_core.errors import DataError
 
@@ -109,37 +110,84 @@ def flatten_ids(lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]
     return ids, lengths
 
 
+def _rebuild(cls, args: tuple, kwargs: dict):
+    return cls(*args, **kwargs)
+
+
 class RustTokenizer:
     """Shared encode/decode over a ``tokenizers.Tokenizer`` without added special tokens.
 
     ``_ranks``: a ``byte_level_bpe.RankEncoder`` giving the same ids faster, used when
-    set; ``encoder`` names the one in use (and why not tiktoken) for logs.
+    set; ``_giga``: a ``gigatoken_encoders.GigaEncoder`` proven to give them, used first
+    (``block_encoder`` hands it to the block pipeline); ``encoder`` names the one in use
+    (and why not the faster ones) for logs. Pickles as its constructor call.
     """
 
     _tokenizer = None
     _ranks = None
+    _why = ""
+    _giga = None
+    _arguments: tuple = ((), {})
     encoder = "tokenizers"
+
+    def __reduce__(self):
+        return _rebuild, (type(self), *self._arguments)
 
     def _use_ranks(self, found) -> None:
         """Take ``(RankEncoder | None, why)`` from ``byte_level_bpe``."""
-        self._ranks, why = found
+        self._ranks, self._why = found
         self.encoder = (
             "tiktoken (canonical byte-level BPE merges: same ids as tokenizers)"
-            if self._ranks is not None else f"tokenizers (not tiktoken: {why})"
+            if self._ranks is not None else f"tokenizers (not tiktoken: {self._why})"
         )
 
-    def encode(self, text: str) -> np.ndarray:
-        """int64[n] ids of ``text``."""
+    def _use_gigatoken(self, mode: str, unchecked=None) -> None:
+        """Prove gigatoken for this BPE (after ``_use_ranks``, whose canonical merges it
+        needs too), under ``mode`` (auto, gigatoken or reference; ``unchecked(why)``:
+        gigatoken as Megatron's ``--use-gigatoken`` runs it)."""
+        ranks = self._ranks
+        if ranks is not None and mode != "reference":
+            found = giga.byte_level(ranks.vocab, ranks.merges, ranks.added, self._pair_merging)
+        else:
+            found = None, self._why
+        reference = "tiktoken" if ranks is not None else "tokenizers"
+        self._giga, line = giga.choose(found, mode, reference, unchecked)
+        if self._giga is not None or mode == "reference":
+            self.encoder = line
+        elif ranks is None:
+            self.encoder = f"tokenizers (not tiktoken or gigatoken: {self._why})"
+        else:
+            self.encoder = f"tiktoken (canonical byte-level BPE merges; not gigatoken: {found[1]})"
+
+    @property
+    def block_encoder(self):
+        return self._giga
+
+    def _pair_merging(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+    def _reference(self, text: str) -> np.ndarray:
         if self._ranks is not None:
             return self._ranks.encode(text)
         return np.array(self._tokenizer.encode(text, add_special_tokens=False).ids, np.int64)
 
-    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
+    def _reference_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         if self._ranks is not None:
             return self._ranks.encode_batch(texts)
         encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
         return flatten_ids([encoding.ids for encoding in encodings])
+
+    def encode(self, text: str) -> np.ndarray:
+        """int64[n] ids of ``text``."""
+        if self._giga is not None and not self._giga.needs_reference(text):
+            return self._giga.encode(text)
+        return self._reference(text)
+
+    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
+        if self._giga is not None:
+            return giga.batch(self._giga, texts, self._reference_batch)
+        return self._reference_batch(texts)
 
     def decode(self, ids) -> str:
         return self._tokenizer.decode([int(i) for i in np.asarray(ids).reshape(-1)])
@@ -152,8 +200,10 @@ class GPT2BPETokenizer(RustTokenizer):
     its last line (empty after the final newline) are skipped.
     """
 
-    def __init__(self, vocab_file, merge_file) -> None:
+    def __init__(self, vocab_file, merge_file, encoder: str = "auto") -> None:
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+        self._arguments = ((vocab_file, merge_file), {"encoder": giga.check_mode(encoder)})
 
         self.vocab_file = local_path(vocab_file, "--vocab-file", "GPT-2 vocab.json file")
         self.merge_file = local_path(merge_file, "--merge-file", "GPT-2 merges.txt file")
@@ -194,6 +244,10 @@ class GPT2BPETokenizer(RustTokenizer):
         if "<|endoftext|>" not in vocab:
             raise DataError(f"--vocab-file {self.vocab_file}: no '<|endoftext|>' token (the EOD)")
         self._use_ranks(rank_encoder(vocab, merges))
+        self._use_gigatoken(encoder, lambda why: giga.unchecked_byte_level({
+            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+            "model": {"type": "BPE", "vocab": vocab, "merges": [list(m) for m in merges]},
+        }, why))
         self.eod_id = int(vocab["<|endoftext|>"])
         self.vocab_size = len(vocab)
 
@@ -211,6 +265,7 @@ class BertWordPieceTokenizer(RustTokenizer):
     def __init__(self, vocab_file, lower_case: bool) -> None:
         from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
+        self._arguments = ((vocab_file, lower_case), {})
         self.vocab_file = local_path(vocab_file, "--vocab-file", "BERT vocab.txt file")
         self.lower_case = bool(lower_case)
         text = _read_text(self.vocab_file, "--vocab-file", "BERT vocab.txt")
@@ -248,13 +303,18 @@ class BertWordPieceTokenizer(RustTokenizer):
 class SentencePieceTokenizer:
     """A SentencePiece ``.model`` (Megatron's SentencePieceTokenizer, GPTSentencePieceTokenizer,
     Llama2Tokenizer): plain ``encode`` ids, EOD = the model's eos id, vocab_size = its pieces.
-    A model without an eos piece has ``eod_id`` -1, which ``--append-eod`` refuses."""
+    A model without an eos piece has ``eod_id`` -1, which ``--append-eod`` refuses.
+    gigatoken encodes when its ids are proven sentencepiece's (``gigatoken_encoders``);
+    ``encoder`` says which runs."""
 
-    def __init__(self, model_file, type_name: str = "SentencePieceTokenizer") -> None:
+    def __init__(
+        self, model_file, type_name: str = "SentencePieceTokenizer", encoder: str = "auto"
+    ) -> None:
         import sentencepiece
 
         self.model_file = local_path(model_file, "--tokenizer-model", "SentencePiece .model file")
         self.type_name = type_name
+        self.mode = giga.check_mode(encoder)
         with open(self.model_file, "rb") as stream:
             proto = stream.read()
         self._processor = sentencepiece.SentencePieceProcessor()
@@ -267,25 +327,38 @@ class SentencePieceTokenizer:
         self.eod_id = int(self._processor.eos_id())
         self.vocab_size = int(self._processor.get_piece_size())
         self._threads = batch_threads()
+        found = (None, "--encoder reference") if self.mode == "reference" else giga.sentencepiece(
+            proto, self._reference)
+        self.block_encoder, self.encoder = giga.choose(found, self.mode, "sentencepiece")
 
-    def encode(self, text: str) -> np.ndarray:
-        """int64[n] ids of ``text``."""
-        return np.array(self._processor.encode(text, out_type=int), dtype=np.int64)
+    def _reference(self, text: str) -> list[int]:
+        return self._processor.encode(text, out_type=int)
 
-    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
+    def _reference_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         return flatten_ids(
             self._processor.encode(list(texts), out_type=int, num_threads=self._threads)
         )
+
+    def encode(self, text: str) -> np.ndarray:
+        """int64[n] ids of ``text``."""
+        if self.block_encoder is not None:
+            return self.block_encoder.encode(text)
+        return np.array(self._reference(text), dtype=np.int64)
+
+    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
+        if self.block_encoder is not None:
+            return giga.batch(self.block_encoder, texts, self._reference_batch)
+        return self._reference_batch(texts)
 
     def decode(self, ids) -> str:
         return self._processor.decode([int(i) for i in np.asarray(ids).reshape(-1)])
 
     def __getstate__(self):  # the processor itself does not pickle; reload from the file
-        return {"model_file": self.model_file, "type_name": self.type_name}
+        return {"model_file": self.model_file, "type_name": self.type_name, "mode": self.mode}
 
     def __setstate__(self, state) -> None:
-        self.__init__(state["model_file"], state["type_name"])
+        self.__init__(state["model_file"], state["type_name"], state.get("mode", "auto"))
 
     def __repr__(self) -> str:
         return f"SentencePieceTokenizer({self.model_file!r}, type_name={self.type_name!r})"

@@ -1,8 +1,10 @@
 """Parquet input for preprocessing: row groups and string columns read with pyarrow.
 
 ``ParquetReader()`` fills ``megadata_core.preprocess.TableReader``; pass it as
-``table_reader`` (tools/preprocess_data.py does for ``.parquet`` inputs). Columns are
-converted to Python strings by pyarrow in one call per column (no Python loop per row);
+``table_reader`` (tools/preprocess_data.py does for ``.parquet`` inputs). ``read_buffers``
+hands the columns over as Arrow stores them (numpy views of the UTF-8 data and offsets,
+for a native encoder); ``read_columns`` converts them to Python strings in one pyarrow
+call per column (no Python loop per row);
 rows where any wanted column is null are dropped and reported by position. A URL
 (``s3://``, ``gs://``) is read through ``megadata_core.preprocess.remote``'s ranged file:
 pyarrow fetches the footer and then only the column chunks of the row groups it reads.
@@ -47,9 +49,12 @@ class ParquetReader:
         metadata = self._open(path).metadata
         return [metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups)]
 
-    def read_columns(
-        self, path: str, first_group: int, stop_group: int, columns: Sequence[str]
-    ) -> tuple[list[list[str]], np.ndarray, int]:
+    def row_group_rows(self, path: str) -> list[int]:
+        metadata = self._open(path).metadata
+        return [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+
+    def _read(self, path: str, first_group: int, stop_group: int, columns: Sequence[str]):
+        """(pyarrow, the table of the row groups' ``columns``), checked: strings only."""
         pa = _pyarrow()
         file = self._open(path)
         names = file.schema_arrow.names
@@ -65,13 +70,38 @@ class ParquetReader:
             raise DataError(
                 f"{path}: cannot read row groups {first_group}-{stop_group - 1} ({error})"
             ) from None
-        valid = np.ones(table.num_rows, dtype=bool)
-        nbytes = 0
         for name in columns:
             column = table.column(name)
             if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
                 raise DataError(f"{path}: column {name!r} holds {column.type}, not strings")
-            valid &= column.is_valid().to_numpy(zero_copy_only=False)
+        return pa, table
+
+    def read_buffers(
+        self, path: str, group: int, columns: Sequence[str]
+    ) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+        """The row group's columns as Arrow stores them (numpy views of its buffers where it
+        can), and which rows have no null."""
+        pa, table = self._read(path, group, group + 1, columns)
+        valid = np.ones(table.num_rows, dtype=bool)
+        buffers = []
+        for name in columns:
+            array = table.column(name).combine_chunks()
+            valid &= array.is_valid().to_numpy(zero_copy_only=False)
+            _, offsets, data = array.buffers()
+            kind = np.int64 if pa.types.is_large_string(array.type) else np.int32
+            offsets = np.frombuffer(offsets, kind)[array.offset : array.offset + len(array) + 1]
+            data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+            buffers.append((data, offsets.astype(np.int64)))
+        return buffers, valid
+
+    def read_columns(
+        self, path: str, first_group: int, stop_group: int, columns: Sequence[str]
+    ) -> tuple[list[list[str]], np.ndarray, int]:
+        pa, table = self._read(path, first_group, stop_group, columns)
+        valid = np.ones(table.num_rows, dtype=bool)
+        nbytes = 0
+        for name in columns:
+            valid &= table.column(name).is_valid().to_numpy(zero_copy_only=False)
         if not valid.all():
             table = table.filter(pa.array(valid))
         texts = []

@@ -14,6 +14,7 @@ lengths)``. Worker processes build their own tokenizer from a picklable factory:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from adapters import gigatoken_encoders as giga
 from adapters import megatron_tokenizers as mt
 from adapters.byte_level_bpe import tokenizer_json_encoder
 from megadata_core.errors import DataError
@@ -83,14 +85,19 @@ class HuggingFaceTokenizer(mt.RustTokenizer):
 
     ``encode(text)`` -> int64[n] ids without added special tokens; ``eod_id`` is
     ``eod_token``'s id, or that of the first of EOD_CANDIDATES in the vocabulary. A
-    plain GPT-2 style byte-level BPE is encoded by tiktoken, with the same ids
-    (``adapters.byte_level_bpe``).
+    plain GPT-2 style byte-level BPE is encoded by gigatoken or tiktoken, with the same
+    ids (``adapters.gigatoken_encoders``, ``adapters.byte_level_bpe``); ``encoder``
+    (auto, gigatoken, reference) chooses as ``gigatoken_encoders.choose`` says.
     """
 
     def __init__(
-        self, path: str, eod_token: str | None = None, *, megatron: bool = False
+        self, path: str, eod_token: str | None = None, *, megatron: bool = False,
+        encoder: str = "auto",
     ) -> None:
         from tokenizers import Tokenizer as _HFTokenizer
+
+        self._arguments = ((path, eod_token), {"megatron": megatron,
+                                               "encoder": giga.check_mode(encoder)})
 
         if megatron:  # Megatron's HuggingFaceTokenizer: a directory or its tokenizer.json
             path = mt.local_path(
@@ -113,7 +120,9 @@ class HuggingFaceTokenizer(mt.RustTokenizer):
             flag = "--tokenizer-model " if megatron else ""
             raise DataError(f"{flag}{self.path}: not a readable tokenizer.json: {error}") from error
         with open(self.path, encoding="utf-8") as stream:  # readable: tokenizers just read it
-            self._use_ranks(tokenizer_json_encoder(json.load(stream)))
+            config = json.load(stream)
+        self._use_ranks(tokenizer_json_encoder(config))
+        self._use_gigatoken(encoder, lambda why: giga.unchecked_byte_level(config, why))
         if megatron:  # Megatron (transformers) uses len(tokenizer)
             self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
         else:  # ids run up to the largest in the vocabulary, even when added tokens leave holes
@@ -239,7 +248,41 @@ class TiktokenTokenizer:
         return f"TiktokenTokenizer({self.path!r}, eod_token={self.eod_token!r})"
 
 
+_LOADED: dict[tuple, object] = {}  # the last few tokenizers built, by arguments and files
+
+
+def _files_of(path, options: dict) -> tuple:
+    """Identities (path, size, mtime) of the files a tokenizer reads: a changed file is a
+    new tokenizer."""
+    names = [path, *(options.get(k) for k in ("vocab_file", "merge_file", "tokenizer_model"))]
+    found = []
+    for name in filter(None, names):
+        name = os.fspath(name)
+        members = [os.path.join(name, f) for f in ("tokenizer.json", "tokenizer_config.json",
+                                                   "special_tokens_map.json")]
+        for file in members if os.path.isdir(name) else [name]:
+            with contextlib.suppress(OSError):
+                stat = os.stat(file)
+                found.append((os.path.abspath(file), stat.st_size, stat.st_mtime_ns))
+    return tuple(found)
+
+
 def load_tokenizer(kind: str, path: str | None = None, **options):
+    """``build_tokenizer``, remembered: a second call with the same arguments and files
+    returns the same tokenizer, so pool workers forked after the first load (the driver
+    loads it to check it) inherit it instead of proving and loading it again."""
+    key = (kind, path, tuple(sorted((k, repr(v)) for k, v in options.items())),
+           _files_of(path, options))
+    tokenizer = _LOADED.get(key)
+    if tokenizer is None:
+        tokenizer = build_tokenizer(kind, path, **options)
+        while len(_LOADED) >= 4:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = tokenizer
+    return tokenizer
+
+
+def build_tokenizer(kind: str, path: str | None = None, **options):
     """A tokenizer by type name: ours (``bytes``, ``huggingface``, ``tiktoken``) or Megatron's.
 
     Megatron's types take keyword options named as its flags: ``vocab_file``,
@@ -247,7 +290,20 @@ def load_tokenizer(kind: str, path: str | None = None, **options):
     (``path`` is the same), ``tiktoken_pattern``, ``tiktoken_num_special_tokens``,
     ``vocab_size``. ``functools.partial(load_tokenizer, kind, path, **options)`` is a
     picklable factory for ``megadata_core.preprocess.preprocess_jsonl``.
+
+    ``encoder``: ``auto`` (default; gigatoken where its ids are proven the reference's,
+    for byte-level BPE and SentencePiece BPE types), ``reference`` (never gigatoken) or
+    ``gigatoken`` (Megatron's ``--use-gigatoken``: gigatoken's ids even unproven; a
+    DataError for types gigatoken cannot run).
     """
+    encoder = giga.check_mode(options.pop("encoder", "auto"))
+    if encoder != "auto" and kind in GIGATOKEN_TYPES:
+        options["encoder"] = encoder
+    elif encoder == "gigatoken":
+        raise DataError(
+            f"--use-gigatoken: gigatoken does not run --tokenizer-type {kind} (it runs "
+            f"{', '.join(sorted(GIGATOKEN_TYPES))})"
+        )
     if kind == "bytes":
         if options or path is not None:
             raise DataError(f"tokenizer 'bytes' takes no files or options, got {sorted(options)}")
@@ -264,14 +320,18 @@ def load_tokenizer(kind: str, path: str | None = None, **options):
     )
 
 
+# The types gigatoken can encode (where proven: adapters.gigatoken_encoders).
+GIGATOKEN_TYPES = {"huggingface", "GPT2BPETokenizer", "SentencePieceTokenizer",
+                   "GPTSentencePieceTokenizer", "Llama2Tokenizer", "HuggingFaceTokenizer"}
+
 _TAKES = {  # the options each Megatron type reads
-    "GPT2BPETokenizer": {"vocab_file", "merge_file"},
+    "GPT2BPETokenizer": {"vocab_file", "merge_file", "encoder"},
     "BertWordPieceLowerCase": {"vocab_file"},
     "BertWordPieceCase": {"vocab_file"},
-    "SentencePieceTokenizer": {"tokenizer_model"},
-    "GPTSentencePieceTokenizer": {"tokenizer_model"},
-    "Llama2Tokenizer": {"tokenizer_model"},
-    "HuggingFaceTokenizer": {"tokenizer_model", "eod_token"},
+    "SentencePieceTokenizer": {"tokenizer_model", "encoder"},
+    "GPTSentencePieceTokenizer": {"tokenizer_model", "encoder"},
+    "Llama2Tokenizer": {"tokenizer_model", "encoder"},
+    "HuggingFaceTokenizer": {"tokenizer_model", "eod_token", "encoder"},
     "TikTokenizer": {
         "tokenizer_model", "tiktoken_pattern", "tiktoken_num_special_tokens", "vocab_size"
     },
@@ -293,14 +353,16 @@ def _load_megatron(kind: str, path: str | None, options: dict):
             f"--tokenizer-type {kind} takes {TOKENIZER_TYPES[kind]}; {flags} does not apply"
         )
     get = options.get
+    encoder = get("encoder") or "auto"
     if kind == "GPT2BPETokenizer":
-        return mt.GPT2BPETokenizer(get("vocab_file"), get("merge_file"))
+        return mt.GPT2BPETokenizer(get("vocab_file"), get("merge_file"), encoder=encoder)
     if kind.startswith("BertWordPiece"):
         return mt.BertWordPieceTokenizer(get("vocab_file"), lower_case=kind.endswith("LowerCase"))
     if kind in ("SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer"):
-        return mt.SentencePieceTokenizer(get("tokenizer_model"), type_name=kind)
+        return mt.SentencePieceTokenizer(get("tokenizer_model"), type_name=kind, encoder=encoder)
     if kind == "HuggingFaceTokenizer":
-        return HuggingFaceTokenizer(get("tokenizer_model"), get("eod_token"), megatron=True)
+        return HuggingFaceTokenizer(get("tokenizer_model"), get("eod_token"), megatron=True,
+                                    encoder=encoder)
     if kind == "TikTokenizer":
         return mt.MegatronTikTokenizer(
             get("tokenizer_model"),

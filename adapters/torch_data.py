@@ -3,16 +3,17 @@
 :class:`TorchDataset` wraps a :class:`megadata_core.GPTDataset`, a
 :class:`megadata_core.BlendedDataset` (or anything with ``len``, ``ds[i]`` and optionally
 ``ds.__getitems__``) and returns torch tensors with Megatron's dtypes: ``tokens``,
-``labels``, ``position_ids`` and ``dataset_id`` ``torch.long``; ``loss_mask``
-``torch.float32``; ``attention_mask`` ``torch.bool``. With ``document_masking``:
-``cu_seqlens`` ``torch.int32`` [S + 1] (Megatron's padded layout) and ``max_seqlen``
-``torch.int32`` (a 0-d tensor per sample in Megatron-LM's ``inter_document_masking``, so
-[B] in a batch), as Megatron-LM's ``GPTDataset`` returns them; ``segment_ids`` (no
-Megatron counterpart) ``torch.int32``, as flash-attention and Transformer Engine take
-sequence metadata; with ``packing_alignment`` (THD) also ``cu_seqlens_padded``
-``torch.int32`` [S + 1], Transformer Engine's ``cu_seqlens_q_padded``. Every tensor
-owns fresh memory (the core hands out read-only views and
-shared constants; they are never written or aliased).
+``labels`` and ``position_ids`` ``torch.long``; ``loss_mask`` ``torch.float32``;
+``attention_mask`` ``torch.bool``; a blend's ``dataset_id`` ``torch.int32``, as the core
+and the Grain and JAX adapters give it (int16, Megatron's, cannot name 40,000 datasets).
+With ``document_masking``: ``cu_seqlens`` ``torch.int32`` [S + 1] (Megatron's padded
+layout) and ``max_seqlen`` ``torch.int32`` (a 0-d tensor per sample in Megatron-LM's
+``inter_document_masking``, so [B] in a batch), as Megatron-LM's ``GPTDataset`` returns
+them; ``segment_ids`` (no Megatron counterpart) ``torch.int32``, as flash-attention and
+Transformer Engine take sequence metadata; with ``packing_alignment`` (THD) also
+``cu_seqlens_padded`` ``torch.int32`` [S + 1], Transformer Engine's
+``cu_seqlens_q_padded``. Every tensor owns fresh memory (the core hands out read-only
+views and shared constants; they are never written or aliased).
 
 Batches. ``torch.utils.data.DataLoader`` calls ``dataset.__getitems__(batch_indices)``
 when the dataset has one and passes the result to ``collate_fn``.
@@ -51,7 +52,9 @@ Shutdown. :func:`loader` returns a :class:`Loader` (a DataLoader):
 ``loader.close()`` or leaving ``with torch_data.loader(...) as data:`` stops the workers
 of every iterator it handed out, persistent workers included, and lets go of their
 shared-memory rings; an iterator's own ``close()``/``with`` stops its workers; dropping
-either does the same. :class:`StatefulLoader` has ``close()`` and ``with`` too.
+either does the same. :class:`StatefulLoader` has ``close()`` and ``with`` too. A
+worker that reads a :class:`TorchDataset` (any DataLoader) ends at once when the loader's
+process ends without clean-up (``kill -9``, the OOM killer), removing its ring.
 
 Resume. The sampler's ``state_dict()`` / ``load_state_dict()`` (``consumed_samples``) is
 the resume state, as in torchdata's ``StatefulDataLoader``. A loader with workers pulls
@@ -88,7 +91,7 @@ from torch.utils.data._utils.collate import default_collate_fn_map
 from megadata_core.checks import check_int
 from megadata_core.datasets.fingerprint import continues_schedule, resume_fields
 from megadata_core.errors import DataError
-from megadata_core.handover import pack
+from megadata_core.handover import orphans, pack
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.handover.shm_ring import ConsumerRings, ProducerRing, SlotRef
 from megadata_core.samplers import PretrainingSampler
@@ -111,13 +114,15 @@ DTYPES: dict[str, np.dtype] = {
     "tokens": np.dtype(np.int64),
     "labels": np.dtype(np.int64),
     "position_ids": np.dtype(np.int64),
-    "dataset_id": np.dtype(np.int64),
+    "dataset_id": np.dtype(np.int32),
     "loss_mask": np.dtype(np.float32),
     "attention_mask": np.dtype(np.bool_),
     "cu_seqlens": np.dtype(np.int32),
     "cu_seqlens_padded": np.dtype(np.int32),
     "max_seqlen": np.dtype(np.int32),
     "segment_ids": np.dtype(np.int32),
+    "dataset_ids": np.dtype(np.int32),
+    "document_ids": np.dtype(np.int32),
 }
 
 
@@ -239,6 +244,7 @@ class TorchDataset(Dataset):
     def __getitem__(self, index) -> dict[str, torch.Tensor]:
         """Sample ``index`` (an int); a 1-d sequence of ints gives the stacked batch
         (``DataLoader(ds, sampler=<megadata sampler>, batch_size=None)`` asks so)."""
+        _in_worker()
         if isinstance(index, torch.Tensor):
             index = index.tolist()
         if isinstance(index, (int, np.integer)):
@@ -249,6 +255,7 @@ class TorchDataset(Dataset):
         """The samples at ``indices`` (a list of ints), read in one core call, as a
         :class:`Samples` (torch's default collate and :func:`batch_collate` give its
         stacked tensors as they are); a :class:`PackedBatch` in a :func:`loader` worker."""
+        _in_worker()
         if isinstance(indices, torch.Tensor):
             indices = indices.tolist()
         indices = list(indices)
@@ -284,6 +291,14 @@ class TorchDataset(Dataset):
         return f"TorchDataset({self.dataset!r})"
 
 
+def _in_worker() -> None:
+    """In a DataLoader worker: end it when the loader's process ends, even killed without
+    clean-up (``kill -9``; torch's own check runs every 5 s, and only between batches),
+    removing its shared-memory ring (:func:`orphans.exit_with_parent`)."""
+    if not orphans.watching() and get_worker_info() is not None:
+        orphans.exit_with_parent()
+
+
 #: This process's view of the workers' rings (the pin-memory thread unpacks too).
 _RINGS = ConsumerRings()
 
@@ -306,6 +321,7 @@ class _PackInWorker:
         self.slots = slots
 
     def __call__(self, worker_id: int) -> None:
+        orphans.exit_with_parent()  # the worker ends with this process (kill -9 included)
         info = get_worker_info()
         if info is not None and isinstance(info.dataset, TorchDataset):
             info.dataset._pack_in_worker = True

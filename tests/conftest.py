@@ -10,6 +10,7 @@ explicit ``@example`` so that the deterministic run keeps checking it.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import warnings
 
@@ -25,6 +26,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "hel
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(PROFILE)
+
+
+@pytest.fixture(autouse=True)
+def _sigint_handler_restored():
+    """A tool run in-process sets its own SIGINT handler (``tools/interrupts``: ignored
+    once its work is done); put back the one each test started with, so no test sees
+    another's."""
+    handler = signal.getsignal(signal.SIGINT)
+    yield
+    if signal.getsignal(signal.SIGINT) is not handler and handler is not None:
+        signal.signal(signal.SIGINT, handler)
 
 
 def pytest_report_header(config) -> str:

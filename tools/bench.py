@@ -30,6 +30,8 @@ Suites (the first positional argument; ``--only`` picks items within one):
              weights serves again against an edited schedule's, Levanter's staged
              MixtureDataset beside them (an overlay venv); a 20-stage schedule's cold
              build and reads against a static blend
+    provenance  inspect_data.py batch --step and where at 1,000 prefixes and 100M (1B
+             when named) documents; the read cost of source_ids (peer: without)
 
 The first positional argument names the suite; a suite is one function in
 ``bench.SUITES`` (tools/bench/: one module per suite, the shared harness, the peers'

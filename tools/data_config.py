@@ -8,12 +8,13 @@ that converts between them, so the core never imports ml_collections.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from typing import Any
 
 import ml_collections
 
-from megadata_core import GPTDataConfig
+from megadata_core import DataError, GPTDataConfig
 from megadata_core.datasets.blend_args import LEGACY_DEFAULT_SPLIT, blend_from_args
 
 #: Megatron-LM's data arguments (``--data-path`` etc.) as ConfigDict fields.
@@ -51,6 +52,19 @@ def base_config() -> ml_collections.ConfigDict:
     return config
 
 
+#: Every field a data config may hold.
+FIELDS = frozenset((*BLEND_FIELDS, *SIZE_FIELDS, *_GPT_FIELDS, "mock", "vocab_size"))
+
+
+def check_fields(values: dict[str, Any]) -> None:
+    """DataError naming the first field of ``values`` that is not a data config field,
+    with the closest one (``config.sequence_lenght`` -> ``config.sequence_length``)."""
+    for name in sorted(set(values) - FIELDS):
+        close = difflib.get_close_matches(name, sorted(FIELDS), n=1, cutoff=0.6)
+        hint = f"; did you mean config.{close[0]}?" if close else ""
+        raise DataError(f"config.{name}: no such data config field{hint}")
+
+
 def _field_type(name: str) -> type:
     return {"path_to_cache": str, "eod_id": int}.get(name, str)
 
@@ -62,9 +76,11 @@ def to_gpt_config(config: ml_collections.ConfigDict) -> tuple[GPTDataConfig, lis
     per-split paths, a data-args file); ``blend_schedule`` is the text form
     (``"0: 0.8 /a 0.2 /b; 50B: 0.5 /a 0.5 /c"``) or a file of it (one stage per line), and
     splits with Megatron's legacy default (``"969, 30, 1"``) when no split is given, as
-    a data path does. Unknown fields are a DataError from the core.
+    a data path does. A field that is none of these (a typo) is a DataError naming it and
+    the closest field.
     """
     values: dict[str, Any] = config.to_dict()
+    check_fields(values)
     blend = blend_from_args(**{name: values.pop(name, None) for name in BLEND_FIELDS})
     schedule = values.get("blend_schedule")
     if isinstance(schedule, str) and os.path.isfile(schedule):

@@ -45,9 +45,16 @@ def define() -> None:
 def gpt_config():
     """``(GPTDataConfig, sizes, extras)`` of ``--config`` with the flags' overrides
     (see :func:`data_config.to_gpt_config`); DataError without ``--config``."""
-    if FLAGS.config is None:
+    try:
+        config = FLAGS.config  # loaded at the first use; a failed load raises on use
+        if config is not None:
+            config.keys()
+    except Exception as error:  # noqa: BLE001 - ml_collections raises what the file raises
+        reason = str(error).strip().splitlines()[-1].strip()
+        given = FLAGS["config"].serialize()
+        raise DataError(f"{given}: cannot load the config ({reason})") from None
+    if config is None:
         raise DataError("config: give --config=configs/<name>.py")
-    config = FLAGS.config
     overrides = {name: FLAGS[name].value for name in BLEND_FIELDS if FLAGS[name].present}
     if set(overrides) - {"split"}:  # Megatron's data paths replace the config's whole blend
         for name in BLEND_FIELDS:

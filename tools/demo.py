@@ -36,15 +36,19 @@ from megadata_core.preprocess import ByteTokenizer, preprocess_jsonl
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", "demo_output", "Where the corpus and its .bin/.idx go.")
-flags.DEFINE_integer("max_documents", 2000, "Standard-library modules to include.")
+flags.DEFINE_integer("max_documents", 2000, "Standard-library modules to include.",
+                     lower_bound=1)
 flags.DEFINE_integer("workers", 2, "Tokenizer processes.", lower_bound=1)
-flags.DEFINE_integer("show", 3, "Documents to print.")
-flags.DEFINE_integer("sequence_length", 1024, "Tokens per GPT sample.")
-flags.DEFINE_integer("batch_size", 32, "Samples per batch in the throughput figure.")
-flags.DEFINE_integer("batches", 200, "Batches read for the throughput figure.")
-flags.DEFINE_integer("train_samples", 20_000, "Samples of the blended train split.")
+flags.DEFINE_integer("show", 3, "Documents to print.", lower_bound=0)
+flags.DEFINE_integer("sequence_length", 1024, "Tokens per GPT sample.", lower_bound=1)
+flags.DEFINE_integer("batch_size", 32, "Samples per batch in the throughput figure.",
+                     lower_bound=1)
+flags.DEFINE_integer("batches", 200, "Batches read for the throughput figure.", lower_bound=2)
+flags.DEFINE_integer("train_samples", 20_000, "Samples of the blended train split.",
+                     lower_bound=1)
 flags.DEFINE_integer("grain_workers", 2, "Grain worker processes.", lower_bound=0)
-flags.DEFINE_integer("valid_samples", 500, "Samples of the blended valid split.")
+flags.DEFINE_integer("valid_samples", 500, "Samples of the blended valid split.",
+                     lower_bound=0)
 flags.DEFINE_bool(
     "progress", True, "Progress bars for tokenizing and the first index build (on a "
     "terminal only; --noprogress: never)."
@@ -119,8 +123,31 @@ def _show_packing(config: mdc.GPTDataConfig, samples: int, eod: int) -> None:
     )
 
 
+def _config() -> mdc.GPTDataConfig:
+    """The demo's blend of the two corpora it writes (made before anything is written,
+    so a bad flag stops the demo first)."""
+    sources, docstrings = (os.path.join(FLAGS.workdir, f"{name}_text_document")
+                           for name in ("stdlib", "stdlib_docs"))
+    return mdc.GPTDataConfig(
+        random_seed=1234,
+        sequence_length=FLAGS.sequence_length,
+        blend=f"0.7 {sources} 0.3 {docstrings}",
+        split="98,2,0",
+        path_to_cache=os.path.join(FLAGS.workdir, "index_cache"),
+        eod_id=ByteTokenizer.eod_id,
+        create_attention_mask=False,
+    )
+
+
 def main(argv: list[str]) -> None:
-    del argv
+    if len(argv) > 1:
+        tool_main.fail(f"unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        config = _config()
+        if os.path.exists(FLAGS.workdir) and not os.path.isdir(FLAGS.workdir):
+            raise mdc.DataError(f"--workdir: {FLAGS.workdir} is not a directory")
+    except mdc.DataError as error:
+        tool_main.fail(str(error))
     started = time.perf_counter()
     os.makedirs(FLAGS.workdir, exist_ok=True)
     eod = ByteTokenizer.eod_id
@@ -133,16 +160,6 @@ def main(argv: list[str]) -> None:
     for index in range(min(FLAGS.show, len(corpus))):
         preview = " ".join(_decode(corpus[index], eod).split())[:120]
         print(f"      doc {index}: {len(corpus[index]):,} tokens | {preview}...")
-
-    config = mdc.GPTDataConfig(
-        random_seed=1234,
-        sequence_length=FLAGS.sequence_length,
-        blend=f"0.7 {sources} 0.3 {docstrings}",
-        split="98,2,0",
-        path_to_cache=os.path.join(FLAGS.workdir, "index_cache"),
-        eod_id=eod,
-        create_attention_mask=False,
-    )
     cached = bool(os.path.isdir(config.path_to_cache) and os.listdir(config.path_to_cache))
     start = time.perf_counter()
     with progress_bars.bar(

@@ -7,6 +7,11 @@ text, and which part of each corpus the first batches read.
         [--tokenizer_type bytes] [--html]
     python tools/inspect_data.py order --config=configs/demo_blend.py \
         [--global_batch_size 32 --batches 64]
+    python tools/inspect_data.py batch --config=configs/demo_blend.py --step 212 \
+        [--global_batch_size 32 | --step_batch_size_schedule "0:16 1M:32"] \
+        [--micro_batch_size 2 --data_parallel_size 4 --dp_rank 1] [--html]
+    python tools/inspect_data.py where --config=configs/demo_blend.py --prefix PREFIX \
+        --document 123 [--global_batch_size 32]
 
 ``corpus``: documents, sequences, tokens, dtype, EOD count, document length percentiles;
 a PNG of the length histogram and of tokens per document along the file. ``config``: the
@@ -17,10 +22,15 @@ requested weights against the realized shares of its samples so far). ``samples`
 samples' text (token ids without ``--tokenizer_type``) with document boundaries,
 loss-masked positions and segment ids (when the samples carry ``segment_ids``) marked;
 ``--html`` also writes a colour-coded page. ``order``: a PNG heatmap of the corpus
-regions the first global batches read. Config-based commands take ``--config`` and
-Megatron's data flags as build_index does. Files go to ``--output_dir``; each command
-prints the paths it wrote. Bad input exits with status 1 and a one-line ``error:``
-message.
+regions the first global batches read. ``batch``: every sample of training step
+``--step`` (all data-parallel ranks, or ``--dp_rank``) as its segments: dataset prefix,
+document id, token range inside the document, a decoded preview (``--html``: a
+colour-coded page of the step's samples). ``where``: the samples, steps and ranks that
+read document ``--document`` of ``--prefix``, and which of its tokens each holds.
+Steps are those of Megatron's sequential sampler (``tools/inspect_provenance.py``).
+Config-based commands take ``--config`` and Megatron's data flags as build_index does.
+Files go to ``--output_dir``; each command prints the paths it wrote. Bad input exits
+with status 1 and a one-line ``error:`` message.
 """
 
 from __future__ import annotations
@@ -39,7 +49,7 @@ from split_tables import SPLITS, build_splits, built_tables, plan_splits, print_
 from megadata_core import DataError, IndexedDataset
 from megadata_core.datasets import inspection
 
-COMMANDS = ("corpus", "config", "samples", "order")
+COMMANDS = ("corpus", "config", "samples", "order", "batch", "where")
 TOKENIZER_TYPES = ["bytes", "huggingface", "tiktoken"]
 
 FLAGS = flags.FLAGS
@@ -50,9 +60,24 @@ flags.DEFINE_integer("eod_id", None, "corpus: the EOD id to count (config comman
                      "config's eod_id).")
 flags.DEFINE_enum("which_split", "train", list(SPLITS), "samples, order: the split to read.")
 flags.DEFINE_list("indices", ["0"], "samples: sample indices of the split, comma-separated.")
-flags.DEFINE_bool("html", False, "samples: also write a colour-coded HTML page.")
-flags.DEFINE_integer("global_batch_size", 32, "order, config: samples per training step.",
+flags.DEFINE_bool("html", False, "samples, batch: also write a colour-coded HTML page.")
+flags.DEFINE_integer("global_batch_size", 32, "order, config, batch, where: samples per "
+                     "training step.", lower_bound=1)
+flags.DEFINE_integer("step", None, "batch: the training step (0-based).", lower_bound=0)
+flags.DEFINE_string("step_batch_size_schedule", None, "batch, where: Megatron's "
+                    "--step-batch-size-schedule ('0:768 250B:1536', thresholds in tokens); "
+                    "replaces --global_batch_size.")
+flags.DEFINE_integer("micro_batch_size", 1, "batch, where: samples per rank per micro "
+                     "batch.", lower_bound=1)
+flags.DEFINE_integer("data_parallel_size", 1, "batch, where: data-parallel ranks.",
                      lower_bound=1)
+flags.DEFINE_integer("dp_rank", None, "batch: show only this data-parallel rank's samples "
+                     "(default: every rank's).", lower_bound=0)
+flags.DEFINE_integer("preview_tokens", 12, "batch: tokens of each segment to preview.",
+                     lower_bound=0)
+flags.DEFINE_string("prefix", None, "where: the dataset prefix (as the config names it).")
+flags.DEFINE_integer("document", None, "where: the document id in that corpus.",
+                     lower_bound=0)
 flags.DEFINE_integer("batches", 64, "order: global batches to map.", lower_bound=1)
 flags.DEFINE_integer("regions", 50, "order: regions each corpus is cut into.", lower_bound=1)
 flags.DEFINE_string(
@@ -353,6 +378,61 @@ def order_command() -> None:
     _wrote([inspect_plots.save(figure, _output(f"{FLAGS.which_split}_read_order.png"))])
 
 
+# -- batch, where ------------------------------------------------------------------------
+
+
+def _step_plan(config):
+    import inspect_provenance
+
+    schedule = None
+    if FLAGS.step_batch_size_schedule is not None:
+        from megadata_core.batch_size_schedule import BatchSizeSchedule
+
+        schedule = BatchSizeSchedule.parse(FLAGS.step_batch_size_schedule,
+                                           config.sequence_length)
+    return inspect_provenance.Steps(FLAGS.global_batch_size, schedule,
+                                    FLAGS.micro_batch_size, FLAGS.data_parallel_size)
+
+
+def batch_command() -> None:
+    import inspect_provenance
+
+    if FLAGS.step is None:
+        raise DataError("--step: give the training step to show")
+    tokenizer = _tokenizer()
+    config, _, datasets = _build()
+    dataset = _split(datasets)
+    start = time.perf_counter()
+    lines, positions, segments = inspect_provenance.batch_report(
+        dataset, FLAGS.which_split, FLAGS.step, _step_plan(config), FLAGS.dp_rank,
+        FLAGS.preview_tokens, tokenizer,
+    )
+    print("\n".join(lines))
+    print(f"found in {time.perf_counter() - start:.3f} s")
+    if FLAGS.html:
+        path = inspect_provenance.batch_html(
+            _output(f"{FLAGS.which_split}_step_{FLAGS.step}.html"),
+            f"megadata: step {FLAGS.step} of {FLAGS.which_split}", dataset, positions,
+            segments, config.eod_id, tokenizer,
+        )
+        _wrote([path])
+
+
+def where_command() -> None:
+    import inspect_provenance
+
+    if FLAGS.prefix is None or FLAGS.document is None:
+        raise DataError("--prefix, --document: give the dataset prefix and the document id")
+    config, _, datasets = _build()
+    dataset = _split(datasets)
+    start = time.perf_counter()
+    lines, _ = inspect_provenance.where_report(
+        dataset, FLAGS.which_split, FLAGS.prefix, FLAGS.document, _step_plan(config)
+    )
+    print("\n".join(lines))
+    print(f"found in {time.perf_counter() - start:.3f} s")
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[1] not in COMMANDS:
         raise app.UsageError(f"give a command: {', '.join(COMMANDS)} (got {argv[1:]})")
@@ -368,6 +448,10 @@ def main(argv: list[str]) -> int:
             config_command()
         elif command == "samples":
             samples_command()
+        elif command == "batch":
+            batch_command()
+        elif command == "where":
+            where_command()
         else:
             order_command()
     except DataError as error:

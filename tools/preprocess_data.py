@@ -20,15 +20,18 @@ import os
 import sys
 import time
 
+import interrupts  # first of ours: Ctrl-C from here on is one line, not a traceback
 import progress_bars
 import tool_main
 from absl import app, flags
 
+from adapters.gigatoken_encoders import ENCODERS
 from adapters.sentence_splitters import ENGINES, load_splitter
 from adapters.text_tokenizers import TOKENIZER_TYPES, load_tokenizer
 from megadata_core import DataError
 from megadata_core.preprocess import (
     PreprocessSummary,
+    document_prefix,
     local_engine,
     open_input,
     open_raw,
@@ -36,14 +39,14 @@ from megadata_core.preprocess import (
     preprocess_tasks,
 )
 from megadata_core.preprocess.plan import input_identity, is_table
+from megadata_core.preprocess.workdir import MANIFEST_GLOB, work_directory
 
 OUR_TYPES = ["bytes", "huggingface", "tiktoken"]
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string(
-    "input", None, "Input files or globs (.jsonl, .jsonl.gz, .jsonl.zst; .parquet with "
-    "--task_size, --json_keys naming columns); comma-separated and/or repeated. Globs expand "
-    "in sorted order."
+    "input", None, "Input files or globs (.jsonl, .jsonl.gz, .jsonl.zst; .parquet, --json_keys "
+    "naming columns); comma-separated and/or repeated. Globs expand in sorted order."
 )
 flags.DEFINE_string(
     "output_prefix", None,
@@ -87,6 +90,25 @@ flags.DEFINE_string(
     "else sep_token, of tokenizer_config.json)."
 )
 flags.DEFINE_bool("append_eod", False, "Append the end-of-document id to every non-empty text.")
+flags.DEFINE_enum(
+    "encoder", "auto", list(ENCODERS),
+    "auto: gigatoken (pip install 'megadata[gigatoken]') for byte-level BPE and SentencePiece "
+    "BPE tokenizers where its ids are proven equal to the reference encoder's when the "
+    "tokenizer loads, the reference (tiktoken, tokenizers, sentencepiece) elsewhere; "
+    "reference: never gigatoken; gigatoken: as --use_gigatoken. The log says which runs."
+)
+flags.DEFINE_bool(
+    "use_gigatoken", False,
+    "Megatron-LM's --use-gigatoken: gigatoken encodes, with its own ids even where they are "
+    "not proven equal to the reference's (the log says so); an error for types gigatoken "
+    "cannot run."
+)
+flags.DEFINE_bool(
+    "keep_empty", False,
+    "Write what Megatron-LM's tools/preprocess_data_fast.py writes: every document gets the "
+    "EOD (with --append_eod) and a text that tokenizes to nothing is a document of one empty "
+    "sequence (preprocess_data.py gives it no sequence). tools/preprocess_data_fast.py sets it."
+)
 flags.DEFINE_bool(
     "split_sentences", False,
     "One sequence per sentence; outputs {output_prefix}_{key}_sentence.bin/.idx, in one run. "
@@ -339,9 +361,26 @@ def format_summary(summary: PreprocessSummary) -> str:
     return "\n".join(lines)
 
 
+def encoder_choice() -> str:
+    """The --encoder value, --use_gigatoken folded in."""
+    if FLAGS.use_gigatoken and FLAGS.encoder == "reference":
+        raise DataError("--use_gigatoken and --encoder reference contradict each other")
+    return "gigatoken" if FLAGS.use_gigatoken else FLAGS.encoder
+
+
 def tokenizer_factory():
-    """A picklable factory for the tokenizer the flags name; DataError on a bad combination."""
+    """A picklable factory for the tokenizer the flags name (its encoder logged); DataError
+    on a bad combination."""
+    factory = _tokenizer_factory()
+    tokenizer = factory()  # wrong or missing files fail here, before any output work
+    if hasattr(tokenizer, "encoder"):
+        print(f"encoder: {tokenizer.encoder}", file=sys.stderr)
+    return factory
+
+
+def _tokenizer_factory():
     kind = FLAGS.tokenizer_type
+    encoder = encoder_choice()
     megatron_files = {
         "vocab_file": FLAGS.vocab_file,
         "merge_file": FLAGS.merge_file,
@@ -364,11 +403,7 @@ def tokenizer_factory():
             options["tiktoken_num_special_tokens"] = FLAGS.tiktoken_num_special_tokens
         if FLAGS.eod_token is not None:
             options["eod_token"] = FLAGS.eod_token
-        factory = functools.partial(load_tokenizer, kind, **options)
-        tokenizer = factory()  # wrong or missing files fail here, before any output work
-        if hasattr(tokenizer, "encoder"):
-            print(f"encoder: {tokenizer.encoder}", file=sys.stderr)
-        return factory
+        return functools.partial(load_tokenizer, kind, encoder=encoder, **options)
     given = [f"--{name}" for name, value in megatron_files.items() if value is not None]
     if given:
         raise DataError(
@@ -382,7 +417,8 @@ def tokenizer_factory():
         options["eod_token"] = FLAGS.eod_token
     if kind != "bytes" and not FLAGS.tokenizer_file:
         raise DataError(f"--tokenizer_file is required for {kind}")
-    return functools.partial(load_tokenizer, kind, FLAGS.tokenizer_file, **options)
+    return functools.partial(load_tokenizer, kind, FLAGS.tokenizer_file, encoder=encoder,
+                             **options)
 
 
 def splitter_factory():
@@ -395,7 +431,8 @@ def splitter_factory():
     factory = functools.partial(
         load_splitter, FLAGS.lang, FLAGS.keep_newlines, FLAGS.sentence_splitter
     )
-    print(f"sentence splitter: {factory().name}", file=sys.stderr)
+    print(f"sentence splitter: {factory().name} (sentences take the per-line path: Python's "
+          "json and the splitter per document, slower than whole blocks)", file=sys.stderr)
     return factory
 
 
@@ -438,7 +475,19 @@ def output_command() -> dict:
                         "sentence_splitter")},
         # changes nothing without sentence splitting (Megatron ignores it then)
         "keep_newlines": FLAGS.keep_newlines and FLAGS.split_sentences,
+        "keep_empty": FLAGS.keep_empty,
+        # auto and reference give the same bytes; gigatoken's own ids may differ
+        "gigatoken_ids": encoder_choice() == "gigatoken",
     }
+
+
+def table_reader_for(inputs: list[str]):
+    """A ParquetReader when an input is .parquet (its rows are the documents), else None."""
+    if not any(is_table(path) for path in inputs):
+        return None
+    from adapters.parquet_records import ParquetReader
+
+    return ParquetReader()
 
 
 def run_tasks(inputs, factory, splitter, progress, merge_bar) -> PreprocessSummary:
@@ -452,11 +501,7 @@ def run_tasks(inputs, factory, splitter, progress, merge_bar) -> PreprocessSumma
     else:
         engine = local_engine(FLAGS.workers)
         task_progress = progress
-    table_reader = None
-    if any(is_table(path) for path in inputs):
-        from adapters.parquet_records import ParquetReader
-
-        table_reader = ParquetReader()
+    table_reader = table_reader_for(inputs)
     size = FLAGS.task_size if FLAGS.task_size is not None else 256
     return preprocess_tasks(
         inputs,
@@ -472,15 +517,65 @@ def run_tasks(inputs, factory, splitter, progress, merge_bar) -> PreprocessSumma
         splitter_factory=splitter,
         merge=not FLAGS.no_merge,
         keep_shards=FLAGS.keep_shards,
+        keep_empty=FLAGS.keep_empty,
         command=output_command(),
         progress=task_progress,
         merge_progress=merge_bar.update,
     )
 
 
+def final_prefixes() -> list[str]:
+    """The corpora a run writes under their final names (Megatron's naming)."""
+    prefix = os.path.expanduser(FLAGS.output_prefix or "")
+    level = "sentence" if FLAGS.split_sentences else "document"
+    return [document_prefix(prefix, key, level) for key in FLAGS.json_keys]
+
+
+def _identities(prefixes: list[str]) -> list:
+    """What tells a run's own outputs from older files of the same names."""
+    found = []
+    for path in [p + ext for p in prefixes for ext in (".bin", ".idx")]:
+        try:
+            info = os.stat(path)
+            found.append((info.st_ino, info.st_mtime_ns, info.st_size))
+        except OSError:
+            found.append(None)
+    return found
+
+
+def interrupted_line(before: list, planned: bool) -> str:
+    """What an interrupted run left, in one line."""
+    finals = final_prefixes()
+    names = ", ".join(f"{p}.bin/.idx" for p in finals)
+    after = _identities(finals)
+    if None not in after and all(a != b for a, b in zip(after, before)):
+        return f"interrupted after the output was complete: kept {names}"
+    existed = " (the files of an earlier run are kept as they were)" if None not in before else ""
+    if planned:
+        directory = work_directory(os.path.expanduser(FLAGS.output_prefix))
+        done = len(glob.glob(os.path.join(glob.escape(directory), MANIFEST_GLOB)))
+        return (f"interrupted: nothing written to {names}{existed}; kept {done} finished "
+                f"task(s) in {directory}/ (the same command resumes from them and redoes "
+                "the unfinished ones)")
+    return (f"interrupted: removed this run's unfinished files; nothing written to "
+            f"{names}{existed}")
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    interrupts.during_work()
+    planned = FLAGS.task_size is not None or FLAGS.engine == "ray"
+    before = _identities(final_prefixes())
+    try:
+        _run()
+    except KeyboardInterrupt:
+        interrupts.report(interrupted_line(before, planned))
+    finally:  # done, or stopped by an error: a Ctrl-C now changes nothing
+        interrupts.after_work()
+
+
+def _run() -> None:
     try:
         if not FLAGS.input:
             raise DataError("--input is required")
@@ -515,6 +610,8 @@ def main(argv: list[str]) -> None:
                     splitter_factory=splitter,
                     keep_sequential_samples=FLAGS.keep_sequential_samples,
                     merge_progress=merge_bar.update,
+                    keep_empty=FLAGS.keep_empty,
+                    table_reader=table_reader_for(inputs),
                 )
         finally:
             progress.close()

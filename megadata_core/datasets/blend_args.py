@@ -29,6 +29,7 @@ import os
 from collections.abc import Sequence
 
 from megadata_core.errors import DataError
+from megadata_core.indices import splits
 
 #: Megatron-LM's split when ``--data-path`` is given without ``--split``.
 LEGACY_DEFAULT_SPLIT = "969, 30, 1"
@@ -95,6 +96,37 @@ def blend_from_list(value: str | Sequence[str] | None, field: str = "data_path")
             f"at all (write a prefix named like a number as ./{numbers[0]})"
         )
     return items, None
+
+
+def checked_blend(value: object, field: str) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
+    """A blend as ``(prefixes, weights or None)`` tuples (hashable), shape-checked: a pair
+    or Megatron's ``--data-path`` string (``"0.3 /a 0.7 /b"`` or ``"/a /b"``).
+
+    Raises:
+        DataError: naming ``field``: not a pair, no prefixes, weights that are not
+            numbers, not one per prefix, or negative / all zero.
+    """
+    if isinstance(value, str):
+        value = blend_from_list(value, field)
+    try:
+        prefixes, weights = value
+    except (TypeError, ValueError):
+        raise DataError(f"{field}: {value!r} is not a (prefixes, weights) pair") from None
+    if isinstance(prefixes, (str, bytes)) or not prefixes:
+        raise DataError(f"{field}: prefixes {prefixes!r} must be a non-empty list of paths")
+    prefixes = tuple(os.fspath(prefix) for prefix in prefixes)
+    if weights is None:
+        return prefixes, None
+    try:
+        weights = tuple(float(weight) for weight in weights)
+    except (TypeError, ValueError):
+        raise DataError(f"{field}: weights {weights!r} must be numbers") from None
+    if len(weights) != len(prefixes):
+        raise DataError(
+            f"{field}: {len(prefixes)} prefixes but {len(weights)} weights ({weights!r})"
+        )
+    splits.check_weights(weights, f"{field} weights")
+    return prefixes, weights
 
 
 def read_data_args(path: str | os.PathLike, field: str = "data_args_path") -> list[str]:

@@ -33,7 +33,6 @@ import numpy as np
 from megadata_core.checks import megatron_count
 from megadata_core.datasets import blend_args
 from megadata_core.errors import DataError
-from megadata_core.indices import splits
 
 Stage = tuple[int, tuple[tuple[str, ...], tuple[float, ...]]]
 
@@ -69,27 +68,12 @@ def _start(value: object, sequence_length: int, field: str) -> int:
 
 
 def _stage_blend(value: object, field: str) -> tuple[tuple[str, ...], tuple[float, ...]]:
-    if isinstance(value, str):
-        value = blend_args.blend_from_list(value, field)
-    try:
-        prefixes, weights = value
-    except (TypeError, ValueError):
-        raise DataError(f"{field}: {value!r} is not a (prefixes, weights) pair") from None
-    if isinstance(prefixes, (str, bytes)) or not prefixes:
-        raise DataError(f"{field}: prefixes {prefixes!r} must be a non-empty list of paths")
-    prefixes = tuple(os.fspath(prefix) for prefix in prefixes)
+    prefixes, weights = blend_args.checked_blend(value, field)
     if weights is None:
         raise DataError(
             f"{field}: no weights; every stage of a schedule states its mixture "
             "(e.g. '0.7 /a 0.3 /b')"
         )
-    try:
-        weights = tuple(float(weight) for weight in weights)
-    except (TypeError, ValueError):
-        raise DataError(f"{field}: weights {weights!r} must be numbers") from None
-    if len(weights) != len(prefixes):
-        raise DataError(f"{field}: {len(prefixes)} prefixes but {len(weights)} weights")
-    splits.check_weights(weights, f"{field} weights")
     seen: set[str] = set()
     for prefix in prefixes:
         if prefix in seen:

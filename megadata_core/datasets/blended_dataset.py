@@ -2,7 +2,8 @@
 ``BlendedDataset``), a whole batch at once.
 
 ``ds[i]`` is ``{"dataset_id": j, **datasets[j][k]}`` with ``(j, k) =
-(dataset_index[i], dataset_sample_index[i])``, as in Megatron. The two index arrays are
+(dataset_index[i], dataset_sample_index[i])``, as in Megatron (``j`` an int32, whatever the
+number of members: :data:`DATASET_ID_DTYPE`). The two index arrays are
 built by :mod:`megadata_core.indices.blending` in the order ``config.blend_order`` names:
 ``"megatron"`` (Megatron's values) or ``"balanced"`` (earliest deadline first: every dataset
 within one sample of its share in every prefix). They go through the on-disk cache
@@ -31,6 +32,7 @@ from megadata_core.datasets.config import BLEND_ORDERS, SPLIT_NAMES
 from megadata_core.datasets.lazy_members import LazyMembers
 from megadata_core.datasets.member_reads import member_lengths, read_members
 from megadata_core.datasets.positions import sample_positions
+from megadata_core.datasets.source_ids import BLEND_SKIPS, with_member_ids
 from megadata_core.errors import DataError, OversampledError
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.indices.blending import (
@@ -44,6 +46,12 @@ from megadata_core.indices.blending import (
 )
 
 BLEND_ARRAYS = ("dataset_index", "dataset_sample_index", "dataset_counts")
+
+#: The dtype of the ``dataset_id`` of every sample and batch, whatever the number of
+#: members: int32 (``dataset_index`` itself is int16 up to 32,767 members, as Megatron's
+#: cache files hold it, and int32 past that; int16 cannot name 40,000 datasets). The
+#: Grain, torch and JAX adapters hand it on as int32 too.
+DATASET_ID_DTYPE = np.dtype(np.int32)
 
 
 def split_of(datasets) -> str:
@@ -146,6 +154,11 @@ class BlendedDataset:
                 raise DataError(f"size: {size} must be >= 0")
             self.weights = megatron_normalize(weights).tolist()
         self.size = None if size is None else int(size)
+        self._start_indices(arrays, use_cache)
+
+    def _start_indices(self, arrays: dict | None, use_cache: bool) -> None:
+        """The blend's arrays: ``arrays`` as given (the bundle's), else the cache's, else
+        built here."""
         if arrays is not None:
             arrays = dict(arrays)
             if sorted(arrays) != sorted(BLEND_ARRAYS):
@@ -248,8 +261,12 @@ class BlendedDataset:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
             raise TypeError(f"sample index must be an int, got {type(index).__name__}")
         ids, samples = self._members(self._positions([index]))
-        dataset_id, sample_id = ids[0], int(samples[0])
-        return {"dataset_id": dataset_id, **self.datasets[int(dataset_id)][sample_id]}
+        dataset_id, sample_id = DATASET_ID_DTYPE.type(ids[0]), int(samples[0])
+        sample = dict(self.datasets[int(dataset_id)][sample_id])
+        if "dataset_ids" in sample:  # source_ids: the member's id, not its own 0
+            sample["dataset_ids"] = np.where(sample["document_ids"] >= 0,
+                                             np.int32(dataset_id), np.int32(-1))
+        return {"dataset_id": dataset_id, **sample}
 
     def _members(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(dataset_index, dataset_sample_index)`` at ``positions``, range-checked:
@@ -276,11 +293,14 @@ class BlendedDataset:
         return ids, samples
 
     def __getitems__(self, indices) -> dict[str, np.ndarray]:
-        """The samples at ``indices`` (B positions), stacked: ``dataset_id`` int16 [B] and
+        """The samples at ``indices`` (B positions), stacked: ``dataset_id`` int32 [B] and
         every member key with a leading batch axis. One ``__getitems__`` call per member
         read (members without one are read sample by sample and stacked)."""
         ids, samples = self._members(self._positions(indices))
-        return {"dataset_id": ids, **read_members(self.datasets, ids, samples, self._buffers)}
+        parts: list = []  # with source_ids: the members' pieces, for the batch's keys
+        batch = read_members(self.datasets, ids, samples, self._buffers, BLEND_SKIPS, parts)
+        return {"dataset_id": ids.astype(DATASET_ID_DTYPE),
+                **with_member_ids(batch, ids, parts)}
 
     # -- pickling (workers): memory-mapped indices travel as file names -------------
 

@@ -43,6 +43,7 @@ _BOOL_FIELDS = (
     "full_validation",
     "document_masking",
     "mask_cross_document_labels",
+    "source_ids",
 )
 
 
@@ -54,28 +55,7 @@ def _bool(field: str, value: object) -> bool:
 
 def _blend(field: str, value: object) -> tuple | None:
     """``(prefixes, weights or None)`` as tuples (hashable), shape-checked."""
-    if value is None:
-        return None
-    if isinstance(value, str):  # Megatron's --data-path string: "0.3 /a 0.7 /b" or "/a /b"
-        value = blend_args.blend_from_list(value, field)
-    try:
-        prefixes, weights = value
-    except (TypeError, ValueError):
-        raise DataError(f"{field}: {value!r} is not a (prefixes, weights) pair") from None
-    if isinstance(prefixes, (str, bytes)) or not prefixes:
-        raise DataError(f"{field}: prefixes {prefixes!r} must be a non-empty list of paths")
-    prefixes = tuple(os.fspath(prefix) for prefix in prefixes)
-    if weights is not None:
-        try:
-            weights = tuple(float(weight) for weight in weights)
-        except (TypeError, ValueError):
-            raise DataError(f"{field}: weights {weights!r} must be numbers") from None
-        if len(weights) != len(prefixes):
-            raise DataError(
-                f"{field}: {len(prefixes)} prefixes but {len(weights)} weights ({weights!r})"
-            )
-        splits.check_weights(weights, f"{field} weights")
-    return (prefixes, weights)
+    return None if value is None else blend_args.checked_blend(value, field)
 
 
 def _seed(value: object) -> int:
@@ -153,6 +133,11 @@ class GPTDataConfig:
             that crosses into the next document piece (a document's last position,
             whose label is the next document's first token). Off by default, as in
             Megatron, whose loss mask trains on it.
+        source_ids: samples also carry ``dataset_ids`` (index into the blend's
+            prefixes) and ``document_ids`` (document in its corpus), int32 [S], the
+            source of every token, -1 on padding
+            (:mod:`megadata_core.datasets.source_ids`). Changes only what a sample
+            carries: not part of any cache key or fingerprint.
     """
 
     random_seed: int
@@ -180,6 +165,7 @@ class GPTDataConfig:
     document_masking: bool = False
     mask_cross_document_labels: bool = False
     packing_alignment: int | None = None
+    source_ids: bool = False
     max_open_files: int = DEFAULT_MAX_OPEN_FILES
 
     def __post_init__(self) -> None:

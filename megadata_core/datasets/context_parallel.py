@@ -22,7 +22,8 @@ __all__ = ["context_parallel_slice", "context_parallel_positions", "thd_position
 
 # Keys that always have a sequence axis: a 1-D one is an unbatched sample, an error.
 SEQUENCE_KEYS = frozenset(
-    ["tokens", "labels", "loss_mask", "position_ids", "attention_mask", "segment_ids"]
+    ["tokens", "labels", "loss_mask", "position_ids", "attention_mask", "segment_ids",
+     "dataset_ids", "document_ids"]
 )
 #: Keys kept whole on every rank: ``cu_seqlens`` [B, S + 1] describes the full sequence
 #: (Transformer Engine's THD attention takes the full-sequence cu_seqlens and finds each

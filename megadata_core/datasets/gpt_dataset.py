@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from megadata_core.cache.keys import document_ids
-from megadata_core.datasets import gpt_arrays, masks, origins, reading
+from megadata_core.datasets import gpt_arrays, masks, origins, reading, source_ids
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
 from megadata_core.datasets.document_masks import document_masks, segment_attention_mask
 from megadata_core.datasets.gpt_maps import MappedIndices
@@ -396,6 +396,13 @@ class GPTDataset(GPTSiblings, MappedIndices):
         text, padded, pieces = self._text(self._positions(indices))
         return self._samples(text, padded, pieces, self._packed is not None)
 
+    def read_with_pieces(self, indices) -> tuple[dict[str, np.ndarray], Pieces]:
+        """:meth:`__getitems__` without the ``source_ids`` keys, and the batch's pieces:
+        a blend makes those keys once for its whole batch from its members' pieces
+        (:func:`~megadata_core.datasets.source_ids.batch_sources`)."""
+        text, padded, pieces = self._text(self._positions(indices))
+        return self._samples(text, padded, pieces, self._packed is not None, False), pieces
+
     def samples_from_text(
         self, text: np.ndarray, lengths: list | None = None
     ) -> dict[str, np.ndarray]:
@@ -431,13 +438,16 @@ class GPTDataset(GPTSiblings, MappedIndices):
             first = np.concatenate([[0], np.cumsum(counts[:-1])]).astype(np.int64)
             pieces = Pieces(np.zeros(len(length), np.int64), length, first,
                             np.zeros(len(text), np.int64))
-        return self._samples(text, True, pieces, False)
+        return self._samples(text, True, pieces, False, sources=False)
 
     def _samples(
-        self, text: np.ndarray, padded: bool, pieces: Pieces | None, packed: bool
+        self, text: np.ndarray, padded: bool, pieces: Pieces | None, packed: bool,
+        sources: bool = True,
     ) -> dict[str, np.ndarray]:
         """The sample keys of a batch's ``text`` [B, S + extra] (token_dtype, pads =
-        pad_id; turned to 0 in place), whether it may hold pads, and its pieces."""
+        pad_id; turned to 0 in place), whether it may hold pads, and its pieces
+        (``sources``: they are the text's real pieces, for ``source_ids``; given text
+        has none, and its samples carry no source keys)."""
         config, pad, eod, dtype = self.config, self.pad_id, self.eod_id, self.token_dtype
         batch, length = len(text), config.sequence_length
         empty = self._buffers.empty
@@ -498,6 +508,12 @@ class GPTDataset(GPTSiblings, MappedIndices):
             for key in ("segment_ids", "cu_seqlens", "cu_seqlens_padded", "max_seqlen"):
                 if key in documents:
                     sample[key] = documents[key]
+        if config.source_ids and sources:
+            owned = source_ids.token_documents(
+                pieces, batch, length + self._extra, length
+            )
+            sample["dataset_ids"] = source_ids.dataset_zeros(owned, padded)
+            sample["document_ids"] = owned
         return sample
 
     def _constant(self, key: str, batch: int) -> np.ndarray:

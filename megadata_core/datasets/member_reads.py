@@ -26,11 +26,24 @@ def read_member(dataset, samples: np.ndarray) -> dict:
     return {key: np.stack([np.asarray(row[key]) for row in rows]) for key in rows[0]}
 
 
+def _sourced(dataset) -> bool:
+    """Whether a member reads with ``source_ids`` and can hand its pieces over instead."""
+    config = getattr(dataset, "config", None)
+    return bool(getattr(config, "source_ids", False)) and hasattr(dataset, "read_with_pieces")
+
+
 def read_members(
-    datasets, ids: np.ndarray, samples: np.ndarray, buffers: BufferPool
+    datasets, ids: np.ndarray, samples: np.ndarray, buffers: BufferPool,
+    skip: frozenset = frozenset(), pieces: list | None = None,
 ) -> dict[str, np.ndarray]:
     """The batch whose row b is sample ``samples[b]`` of member ``ids[b]`` (int [B] each,
-    in range): every member key with a leading batch axis, one read per member.
+    in range): every member key with a leading batch axis, one read per member (keys in
+    ``skip`` are not gathered from several members: the caller makes them).
+
+    ``pieces``: a list that, when every member read has ``source_ids`` on, receives
+    ``(rows int [b], Pieces, width, S)`` per member read, and the members' own source
+    keys are not made (the caller makes them for the whole batch at once,
+    :func:`~megadata_core.datasets.source_ids.batch_sources`); left empty otherwise.
 
     Raises:
         DataError: members that return different keys.
@@ -38,10 +51,20 @@ def read_members(
     order = np.argsort(ids, kind="stable")  # grouped by member, batch order inside
     counts = np.bincount(ids, minlength=len(datasets))
     ends = np.cumsum(counts).tolist()
+    touched = np.flatnonzero(counts).tolist()
+    handed = pieces is not None and all(_sourced(datasets[member]) for member in touched)
     parts = []
-    for member in np.flatnonzero(counts).tolist():
+    for member in touched:
         where = order[ends[member] - counts[member] : ends[member]]
-        parts.append((where, read_member(datasets[member], samples[where])))
+        dataset = datasets[member]
+        if handed:
+            batch, found = dataset.read_with_pieces(samples[where])
+            config = dataset.config
+            width = config.sequence_length + int(config.add_extra_token_to_sequence)
+            pieces.append((where, found, width, config.sequence_length))
+            parts.append((where, batch))
+        else:
+            parts.append((where, read_member(dataset, samples[where])))
     if not parts:
         return {}
     keys = list(parts[0][1])
@@ -52,6 +75,8 @@ def read_members(
         return dict(parts[0][1])
     batch = {}
     for key in keys:
+        if key in skip:
+            continue
         first = np.asarray(parts[0][1][key])
         dtype = np.result_type(*(np.asarray(part[key]).dtype for _, part in parts))
         out = buffers.empty((len(ids),) + first.shape[1:], dtype)

@@ -23,10 +23,16 @@ import numpy as np
 from megadata_core.cache.descriptions import blend_description, schedule_description
 from megadata_core.cache.entries import load_or_build
 from megadata_core.cache.hashing import canonical_json
-from megadata_core.datasets.blended_dataset import BLEND_ARRAYS, BlendedDataset, split_of
+from megadata_core.datasets.blended_dataset import (
+    BLEND_ARRAYS,
+    DATASET_ID_DTYPE,
+    BlendedDataset,
+    split_of,
+)
 from megadata_core.datasets.config import BLEND_ORDERS
 from megadata_core.datasets.epoch_chain import EpochChain
 from megadata_core.datasets.member_reads import read_members
+from megadata_core.datasets.source_ids import BLEND_SKIPS, with_member_ids
 from megadata_core.errors import DataError
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.indices.blending import blend_counts, megatron_normalize
@@ -163,15 +169,7 @@ class ScheduledBlendedDataset(BlendedDataset):
         self.weights = (overall / overall.sum()).tolist()
         self._identities: list[str] | None = None
         self._passes = PassTable.of(datasets)
-        if arrays is not None:
-            arrays = dict(arrays)
-            if sorted(arrays) != sorted(BLEND_ARRAYS):
-                raise DataError(f"arrays: got {sorted(arrays)}, expected {sorted(BLEND_ARRAYS)}")
-            self._set_arrays(arrays)
-        elif use_cache:
-            self._load_indices()
-        else:
-            self._set_arrays(self._build())
+        self._start_indices(arrays, use_cache)
 
     # -- indices ------------------------------------------------------------------------
 
@@ -222,10 +220,11 @@ class ScheduledBlendedDataset(BlendedDataset):
             return super().__getitems__(indices)
         ids, samples = self._members(self._positions(indices))
         passes, local = self._passes.locate(ids, samples)
-        return {
-            "dataset_id": ids,
-            **read_members(self._passes.passes, passes, local, self._buffers),
-        }
+        parts: list = []  # with source_ids: the passes' pieces, for the batch's keys
+        batch = read_members(self._passes.passes, passes, local, self._buffers, BLEND_SKIPS,
+                             parts)
+        return {"dataset_id": ids.astype(DATASET_ID_DTYPE),
+                **with_member_ids(batch, ids, parts)}
 
     # -- resume across edits --------------------------------------------------------------
 

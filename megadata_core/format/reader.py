@@ -14,6 +14,7 @@ from megadata_core.errors import DataError
 from megadata_core.files.identity import contents_stamp, identity, which_file
 from megadata_core.format import idx_layout
 from megadata_core.format.open_files import OpenFiles
+from megadata_core.format.prefixes import prefix_hint
 from megadata_core.format.sources import (
     ByteSource,
     LocalFileSource,
@@ -46,7 +47,8 @@ def _local_file_stat(path: str, what: str) -> os.stat_result:
     try:
         info = os.stat(path)
     except FileNotFoundError as error:
-        raise DataError(f"{path}: {what} file not found") from error
+        hint = prefix_hint(path[: -len(what)]) if path.endswith(what) else ""
+        raise DataError(f"{path}: {what} file not found{hint}") from error
     if not stat.S_ISREG(info.st_mode):
         raise DataError(f"{path}: {what} path is not a regular file")
     return info

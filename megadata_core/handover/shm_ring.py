@@ -9,8 +9,9 @@ the slot in place.
 The ring is a file in ``/dev/shm`` (memory, where it exists; else the temp directory),
 memory-mapped by both sides: no ``multiprocessing`` resource tracker is involved. The
 producer creates it on its first :meth:`ProducerRing.put` and removes it when its process
-exits; the consumer removes the name as soon as it has mapped it (the memory stays while
-either side maps it).
+exits (or its parent died); the consumer removes the name as soon as it has mapped it
+(the memory stays while either side maps it). Names and the clean-up of killed producers'
+rings: :mod:`~megadata_core.handover.shm_names`.
 
 Reuse is the caller's contract: ``put`` number k overwrites slot ``k % slots``, so the
 consumer must be done with the array put ``slots`` puts earlier before the producer is
@@ -23,16 +24,13 @@ from __future__ import annotations
 
 import mmap
 import os
-import tempfile
 import threading
-import uuid
 from dataclasses import dataclass
 from multiprocessing import util
 
 import numpy as np
 
-#: Where ring files go: memory-backed on Linux.
-SHM_DIR = "/dev/shm"
+from megadata_core.handover.shm_names import alive, new_path, owner, remove
 
 
 @dataclass(frozen=True)
@@ -44,19 +42,6 @@ class SlotRef:
     slot_bytes: int
     shape: tuple[int, ...]
     dtype: str
-
-
-def _ring_dir() -> str:
-    if os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK):
-        return SHM_DIR
-    return tempfile.gettempdir()
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 class ProducerRing:
@@ -80,7 +65,7 @@ class ProducerRing:
 
     def _create(self, nbytes: int) -> None:
         self.slot_bytes = max(int(nbytes), 1)
-        path = os.path.join(_ring_dir(), f"megadata-ring-{os.getpid()}-{uuid.uuid4().hex}")
+        path = new_path("ring")
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         size = self.slot_bytes * self.slots
         try:
@@ -91,15 +76,16 @@ class ProducerRing:
             self._map = mmap.mmap(descriptor, size)
         except OSError:
             self.failed = True  # no room: the caller ships bytes
-            _remove(path)
+            remove(path)
             return
         except BaseException:
-            _remove(path)
+            remove(path)
             raise
         finally:
             os.close(descriptor)
         self.path = path
-        util.Finalize(self, _remove, args=(path,), exitpriority=10)  # runs at worker exit
+        # removed when this ring goes or at its process's exit (shm_names.remove_own too)
+        util.Finalize(self, remove, args=(path,), exitpriority=10)
 
     def put(self, array: np.ndarray) -> SlotRef | None:
         """Copy ``array`` into the next slot; None when it is larger than a slot or the
@@ -132,7 +118,7 @@ class ConsumerRings:
             if entry is None:
                 with open(ref.path, "rb") as file:
                     ring = mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ)
-                _remove(ref.path)  # mapped on both sides now: the name is no longer needed
+                remove(ref.path)  # mapped on both sides now: the name is no longer needed
                 self._drop_dead()
                 entry = self._maps[ref.path] = (_producer_pid(ref.path), ring)
         array = np.ndarray(
@@ -153,7 +139,7 @@ class ConsumerRings:
     def _drop_dead(self) -> None:
         """Forget rings whose producer exited (unmapped once no array views them)."""
         for path, (pid, _) in list(self._maps.items()):
-            if not _alive(pid):
+            if not alive(pid):
                 del self._maps[path]
 
     def __len__(self) -> int:
@@ -161,15 +147,6 @@ class ConsumerRings:
 
 
 def _producer_pid(path: str) -> int:
-    """The producer's pid, from the ring's name (``megadata-ring-<pid>-<hex>``)."""
-    return int(os.path.basename(path).split("-")[2])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
+    """The producer's pid, from the ring's name (:func:`shm_names.owner`)."""
+    made_by = owner(path)
+    return -1 if made_by is None else made_by[1]

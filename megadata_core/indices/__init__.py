@@ -13,14 +13,16 @@ once. Lazy, O(1)-memory alternative: the Feistel bijection (:class:`FeistelShuff
 dataset's Feistel-mode arrays and orders in :mod:`.sample_order`).
 Blending: :func:`megatron_blending_indices`, :func:`megatron_exhaustive_blending_indices`
 (Megatron-exact) and :func:`balanced_blending_indices` (every dataset within one sample
-of its share in every prefix), and a schedule's stages of them
-(:func:`schedule_blending_indices`, each dataset on one cursor). Splits:
+of its share in every prefix), several of them at once (:func:`balanced_blending_stages`)
+and a schedule's stages of them (:func:`schedule_blending_indices`, each dataset on one
+cursor). Splits:
 :func:`parse_split`, :func:`split_matrix`, :func:`document_ranges`, and blend sizing
 (:func:`normalize_weights`, :func:`samples_per_dataset`), as Megatron's builder.
 """
 
 from megadata_core.indices.blending import (
     balanced_blending_indices,
+    balanced_blending_stages,
     megatron_blending_indices,
     megatron_exhaustive_blending_indices,
 )
@@ -54,6 +56,7 @@ from megadata_core.indices.splits import (
 __all__ = [
     "FeistelShuffle",
     "balanced_blending_indices",
+    "balanced_blending_stages",
     "megatron_blending_indices",
     "megatron_exhaustive_blending_indices",
     "document_index",

@@ -56,9 +56,15 @@ def deadline_order_counts(rates: np.ndarray, steps: np.ndarray, bound: float) ->
     of its window, not when its remainder is large, and a wrong guess for it lasts until
     its next sample.
     """
-    rates_ = rates[:, None]
+    return _deadline_counts(rates[:, None], steps, bound, len(rates) + 2.0)
+
+
+def _deadline_counts(rates_, steps, bound, width) -> np.ndarray:
+    """:func:`deadline_order_counts` with rates float64 [n, 1] or per column [n, K] (0: a
+    dataset the column never takes), ``bound`` and ``width`` (n + 2, the live datasets'
+    count) a float or per column [K]."""
     target = steps.astype(np.float64)
-    width = len(rates) + 2.0  # sum_j N_j(x) lies within n + 1 of x
+    # sum_j N_j(x) lies within n + 1 of x
     low, high = target - width, target + width
 
     def taken(threshold):  # deadlines <= threshold, per dataset
@@ -84,8 +90,9 @@ def _fix_sums(counts: np.ndarray, rates: np.ndarray, steps: np.ndarray, bound: f
         if not short.any():
             break
         grow = short > 0
-        next_deadline = np.where(counts >= 0, (counts + bound) / rates, np.inf)
-        last_deadline = np.where(counts > 0, (counts - 1 + bound) / rates, -np.inf)
+        with np.errstate(divide="ignore", invalid="ignore"):  # rate 0: never taken
+            next_deadline = np.where(counts >= 0, (counts + bound) / rates, np.inf)
+            last_deadline = np.where(counts > 0, (counts - 1 + bound) / rates, -np.inf)
         add = np.argmin(next_deadline, axis=0)
         drop = np.argmax(last_deadline, axis=0)
         counts[add[grow], columns[grow]] += 1
@@ -430,7 +437,7 @@ class Edf(Megatron):
         else:
             self._key(spent, 0, best)
             pick.fill(0)
-            for j in range(1, len(self.weights)):
+            for j in range(1, self.counts.shape[0]):
                 due = self._key(spent, j, self.key)
                 np.less(due, best, out=self.mask)
                 np.minimum(best, due, out=best)
@@ -447,12 +454,88 @@ class Edf(Megatron):
         np.take(self.flat, where, out=before)
         after = before + 1.0
         self.flat[where] = after
-        np.take(self.weights, pick, out=self.rate)
+        self._picked_rates(pick, where)
         self.release_flat[where] = (after + self.slack) / self.rate
         after += self.bound
         after /= self.rate
         self.deadline_flat[where] = after
         self.time += 1.0
+
+    def _picked_rates(self, pick: np.ndarray, where: np.ndarray) -> None:
+        """``self.rate``: the rate of each column's pick (``where``: its flat place)."""
+        np.take(self.weights, pick, out=self.rate)
+
+
+class EdfStages(Edf):
+    """EDF over K columns that belong to S independent runs, each with its own rates.
+
+    ``rates`` float64 [S, n]: run s's rates, 0 for a dataset it never takes (its release
+    and deadline are +inf); each run's bound D is Tijdeman's for its own count of rates
+    > 0, so a column follows :func:`scalar_edf` over that run's rates > 0 (value for
+    value: the same operations on the same floats). :meth:`start` takes each column's
+    run beside its counts and steps; the rates, bounds and slacks are per column.
+    """
+
+    def __init__(self, rates: np.ndarray) -> None:
+        self.table = np.ascontiguousarray(rates, dtype=np.float64)
+        self.live = np.count_nonzero(self.table > 0, axis=1)
+        self.bounds = np.array([edf_bound(int(count)) for count in self.live])
+        self.caps = None
+        self.wide = self.table.shape[1] > self.WIDE
+
+    def guess(self, steps: np.ndarray, runs: np.ndarray) -> np.ndarray:
+        """int64 [n, K]: :func:`deadline_order_counts` of each column's run."""
+        rates = self.table[runs].T
+        counts = _deadline_counts(rates, steps, self.bounds[runs], self.live[runs] + 2.0)
+        counts[rates == 0] = 0  # (a run with one dataset has D = 0: 0 / 0 above)
+        return counts
+
+    def start(self, counts: np.ndarray, steps: np.ndarray, runs: np.ndarray) -> None:
+        """Start K columns at steps ``steps`` (int64 [K]) of runs ``runs`` (int [K]) from
+        ``counts`` (int [n, K])."""
+        size, datasets = len(steps), self.table.shape[1]
+        self.offsets = np.arange(size, dtype=np.intp)
+        self.bound = self.bounds[runs]
+        self.slack = 1.0 - self.bound
+        rates = self.table[runs]  # [K, n]
+        if self.wide:  # [K, n] rows; .counts/.release/.deadline are [n, K] views
+            self.counts_t = np.ascontiguousarray(np.asarray(counts).T, dtype=np.float64)
+            self.counts, self.flat = self.counts_t.T, self.counts_t.reshape(-1)
+            self.scale, self.base = 1, self.offsets * datasets
+            with np.errstate(divide="ignore", invalid="ignore"):
+                self.release_t = (self.counts_t + self.slack[:, None]) / rates
+                self.deadline_t = (self.counts_t + self.bound[:, None]) / rates
+            self.release_t[rates == 0] = np.inf
+            self.deadline_t[rates == 0] = np.inf
+            self.release, self.deadline = self.release_t.T, self.deadline_t.T
+            self.release_flat = self.release_t.reshape(-1)
+            self.deadline_flat = self.deadline_t.reshape(-1)
+            self.rates_flat = rates.reshape(-1)
+            self.late_t = np.empty(self.counts_t.shape, dtype=bool)
+            self.due_t = np.empty(self.counts_t.shape)
+        else:  # [n, K]
+            self.counts = np.ascontiguousarray(counts, dtype=np.float64)
+            self.flat = self.counts.reshape(-1)
+            self.scale, self.base = size, self.offsets
+            rates = np.ascontiguousarray(rates.T)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                self.release = (self.counts + self.slack) / rates
+                self.deadline = (self.counts + self.bound) / rates
+            self.release[rates == 0] = np.inf
+            self.deadline[rates == 0] = np.inf
+            self.release_flat = self.release.reshape(-1)
+            self.deadline_flat = self.deadline.reshape(-1)
+            self.rates_flat = rates.reshape(-1)
+        self.time = steps.astype(np.float64) + 1.0  # x = t + 1, as Edf
+        self.best, self.key, self.x = np.empty(size), np.empty(size), np.empty(size)
+        self.mask = np.empty(size, dtype=bool)
+        self.late = np.empty(size, dtype=bool)
+        self.where = np.empty(size, dtype=np.intp)
+        self.move = np.empty(size, dtype=np.intp)
+        self.rate = np.empty(size)
+
+    def _picked_rates(self, pick: np.ndarray, where: np.ndarray) -> None:
+        np.take(self.rates_flat, where, out=self.rate)
 
 
 # -- plain Python: small sizes, and the sequential fallback ------------------------------

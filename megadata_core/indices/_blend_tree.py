@@ -208,17 +208,23 @@ def _depth(tree) -> int:
 
 
 def tree_order(
-    tree, size: int, index_dtype: np.dtype, threads: int | None = None
+    tree,
+    size: int,
+    index_dtype: np.dtype,
+    threads: int | None = None,
+    out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The first ``size`` steps (< MAX_SIZE) of the tree's order:
-    ``(dataset_index index_dtype [size], dataset_sample_index int64 [size])``.
+    ``(dataset_index index_dtype [size], dataset_sample_index int64 [size])``, written
+    into ``out`` (two such arrays) when given.
 
     Chunks are independent, so ranges of them run on ``threads`` threads (default: the
     usable cores, at most MAX_THREADS; numpy releases the GIL in these passes). The
     result does not depend on the thread count.
     """
-    out_index = np.empty(size, dtype=index_dtype)
-    out_sample = np.empty(size, dtype=np.int64)
+    if out is None:
+        out = np.empty(size, dtype=index_dtype), np.empty(size, dtype=np.int64)
+    out_index, out_sample = out
     if threads is None:
         threads = min(MAX_THREADS, _usable_cores(), -(-size // THREAD_MIN_STEPS))
     step = CHUNK if threads > 1 else CHUNK // 2

@@ -29,6 +29,7 @@ import numpy as np
 from megadata_core.errors import DataError
 from megadata_core.indices.blending import (
     balanced_blending_indices,
+    balanced_blending_stages,
     check_weights,
     dataset_index_dtype,
     megatron_blending_indices,
@@ -109,6 +110,12 @@ def schedule_blending_indices(
         size: samples in the blend (>= 0).
         order: ``"balanced"`` (every prefix of each stage within one sample of its
             shares) or ``"megatron"`` (megatron-core's rule within each stage).
+
+    The balanced stages are ordered all at once
+    (:func:`~megadata_core.indices.blending.balanced_blending_stages`: about the time of
+    one static blend of the same size), the megatron ones one after the other; each
+    stage's sample counts then grow by the samples the stages before it read of the same
+    dataset.
     """
     begin, rows = check_schedule(starts, weights)
     if order not in ("balanced", "megatron"):
@@ -116,16 +123,25 @@ def schedule_blending_indices(
     if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or size < 0:
         raise DataError(f"size: {size!r} must be an integer >= 0")
     datasets = rows.shape[1]
-    index = np.empty(int(size), dtype=dataset_index_dtype(datasets))
-    sample = np.empty(int(size), dtype=np.int64)
-    offsets = np.zeros(datasets, dtype=np.int64)  # each dataset's cursor
     lengths = stage_lengths(begin, int(size))
-    for k in np.flatnonzero(lengths).tolist():  # one vectorized order per stage
-        lo, hi = int(begin[k]), int(begin[k]) + int(lengths[k])
-        ids, counts = _stage_order(rows[k], hi - lo, order)
-        index[lo:hi] = ids
-        sample[lo:hi] = counts + offsets[ids]
-        offsets += np.bincount(ids, minlength=datasets)
+    stages = np.flatnonzero(lengths)
+    if order == "balanced":  # every stage at once (EDF stages side by side)
+        index, sample = balanced_blending_stages(rows[stages], lengths[stages])
+    else:
+        index = np.empty(int(size), dtype=dataset_index_dtype(datasets))
+        sample = np.empty(int(size), dtype=np.int64)
+        for k in stages.tolist():  # one vectorized order per stage
+            lo, hi = int(begin[k]), int(begin[k]) + int(lengths[k])
+            index[lo:hi], sample[lo:hi] = _stage_order(rows[k], hi - lo, order)
+    # each dataset's cursor: the samples the stages before read of it
+    ends = np.cumsum(lengths[stages]).tolist()
+    counts = np.zeros((len(stages), datasets), dtype=np.int64)
+    for row, end in enumerate(ends[:-1]):
+        counts[row] = np.bincount(index[end - int(lengths[stages[row]]) : end], minlength=datasets)
+    offsets = np.cumsum(counts, axis=0) - counts
+    for row, end in enumerate(ends[1:], start=1):  # stage 0 starts every cursor at 0
+        lo = end - int(lengths[stages[row]])
+        sample[lo:end] += offsets[row][index[lo:end]]
     return index, sample
 
 

@@ -1,4 +1,5 @@
-"""Tokenizing a chunk of consecutive lines into concatenated token arrays, per key."""
+"""Tokenizing a chunk of consecutive lines into concatenated token arrays, per key: the
+exact path (Python's ``json`` per line, the tokenizer's ``encode_batch``)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,46 @@ class TokenizedChunk:
         return result
 
 
+@dataclass
+class ParsedLines:
+    """What parsing some lines gave: the documents' line offsets (within the chunk) and
+    texts (one list per document, one entry per key), blank lines and bad lines."""
+
+    offsets: list[int] = field(default_factory=list)
+    texts: list[list[str]] = field(default_factory=list)
+    blank: int = 0
+    bad: collections.Counter = field(default_factory=collections.Counter)
+    examples: list[str] = field(default_factory=list)
+
+
+def parse_lines(
+    numbered, json_keys: Sequence[str], path: str, first_line: int, skip_bad_lines: bool
+) -> ParsedLines:
+    """Parse ``(offset, line)`` pairs (line ``first_line + offset`` of ``path``), in order:
+    blank lines counted, a bad line raised (BadLineError) or counted by kind."""
+    parsed = ParsedLines()
+    for offset, line in numbered:
+        if not line.strip():
+            parsed.blank += 1
+            continue
+        line_number = first_line + offset
+        try:
+            values = parse_record(line, json_keys, path, line_number)
+            if b"\\u" in line:  # an escape may hide a lone surrogate: check before encoding
+                for key, value in zip(json_keys, values):
+                    check_unicode(value, key, path, line_number)
+        except BadLineError as error:
+            if not skip_bad_lines:
+                raise
+            parsed.bad[error.kind] += 1
+            if len(parsed.examples) < MAX_EXAMPLES:
+                parsed.examples.append(str(error))
+            continue
+        parsed.offsets.append(offset)
+        parsed.texts.append(values)
+    return parsed
+
+
 def tokenize_chunk(
     lines: Sequence[bytes],
     tokenizer: Tokenizer,
@@ -63,6 +104,7 @@ def tokenize_chunk(
     dtype: np.typing.DTypeLike = np.int32,
     skip_bad_lines: bool = False,
     splitter: SentenceSplitter | None = None,
+    keep_empty: bool = False,
 ) -> TokenizedChunk:
     """Tokenize raw JSON-lines ``lines`` (line ``first_line + i`` of ``path``).
 
@@ -71,46 +113,25 @@ def tokenize_chunk(
     with it each sentence is one, and sentences that tokenize to nothing are
     dropped (Megatron). The EOD goes at the end of a document's last sequence. All
     texts of a key go through the tokenizer's ``encode_batch`` when it has one.
+    ``keep_empty``: a text that tokenizes to nothing is still one (empty) sequence, and
+    the EOD goes after every document (Megatron's ``preprocess_data_fast.py``).
     """
-    offsets: list[int] = []
-    texts: list[list] = []  # [document][key] -> str, or list[str] of sentences
-    blank = 0
-    bad: collections.Counter[str] = collections.Counter()
-    examples: list[str] = []
-    for offset, line in enumerate(lines):
-        if not line.strip():
-            blank += 1
-            continue
-        line_number = first_line + offset
-        try:
-            values = parse_record(line, json_keys, path, line_number)
-            if b"\\u" in line:  # an escape may hide a lone surrogate: check before encoding
-                for key, value in zip(json_keys, values):
-                    check_unicode(value, key, path, line_number)
-        except BadLineError as error:
-            if not skip_bad_lines:
-                raise
-            bad[error.kind] += 1
-            if len(examples) < MAX_EXAMPLES:
-                examples.append(str(error))
-            continue
-        offsets.append(offset)
-        texts.append(values)
-    columns = [[document[index] for document in texts] for index in range(len(json_keys))]
+    parsed = parse_lines(enumerate(lines), json_keys, path, first_line, skip_bad_lines)
+    columns = [[document[index] for document in parsed.texts] for index in range(len(json_keys))]
     tokens, sequence_lengths, document_sequences = encode_columns(
         columns, tokenizer, json_keys, path=path, first_line=first_line,
         last_line=first_line + len(lines) - 1, append_eod=append_eod, dtype=dtype,
-        splitter=splitter,
+        splitter=splitter, keep_empty=keep_empty,
     )
     return TokenizedChunk(
-        documents=len(texts),
+        documents=len(parsed.texts),
         tokens=tokens,
         sequence_lengths=sequence_lengths,
         document_sequences=document_sequences,
-        line_offsets=np.asarray(offsets, dtype=np.int64),
-        blank_lines=blank,
-        bad_lines=dict(bad),
-        bad_examples=examples,
+        line_offsets=np.asarray(parsed.offsets, dtype=np.int64),
+        blank_lines=parsed.blank,
+        bad_lines=dict(parsed.bad),
+        bad_examples=parsed.examples,
     )
 
 
@@ -125,6 +146,7 @@ def encode_columns(
     append_eod: bool,
     dtype: np.typing.DTypeLike,
     splitter: SentenceSplitter | None,
+    keep_empty: bool = False,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Texts of D documents, one column (list[str], length D) per key, to token arrays.
 
@@ -142,41 +164,65 @@ def encode_columns(
             pieces = [sentence for sentences in split for sentence in sentences]
             per_document = np.fromiter(map(len, split), np.int64, count=len(split))
         ids, lengths = encode_many(tokenizer, pieces, key, path, first_line)
-        ids, lengths, counts = _documents(ids, lengths, per_document, tokenizer, append_eod)
-        tokens[key] = _as_token_dtype(ids, np.dtype(dtype), path, first_line, last_line)
-        sequence_lengths[key], document_sequences[key] = lengths, counts
+        tokens[key], sequence_lengths[key], document_sequences[key] = assemble_documents(
+            ids, lengths, per_document, tokenizer, append_eod, np.dtype(dtype),
+            where=(path, first_line, last_line), keep_empty=keep_empty,
+        )
     return tokens, sequence_lengths, document_sequences
 
 
-def _documents(
-    ids: np.ndarray, lengths: np.ndarray, per_document: np.ndarray, tokenizer, append_eod: bool
+def assemble_documents(
+    ids: np.ndarray,
+    lengths: np.ndarray,
+    per_document: np.ndarray,
+    tokenizer: Tokenizer,
+    append_eod: bool,
+    dtype: np.dtype,
+    *,
+    where: tuple[str, int, int],
+    keep_empty: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Drop empty pieces, count sequences per document, put the EOD after each last one."""
-    keep = lengths > 0
-    kept_before = np.concatenate([[0], np.cumsum(keep)])
-    ends = np.cumsum(per_document)
-    counts = kept_before[ends] - kept_before[ends - per_document]
-    lengths = lengths[keep]
-    if append_eod and lengths.size:
-        last = np.cumsum(counts)[counts > 0] - 1  # each document's last sequence
-        positions = np.cumsum(lengths)[last]
-        ids = np.insert(ids, positions, int(tokenizer.eod_id))
-        lengths = lengths.copy()
-        lengths[last] += 1
-    return ids, lengths, counts
+    """Pieces' ids (``lengths`` each; ``per_document`` pieces per document) to a corpus
+    part: (tokens of ``dtype``, sequence lengths, sequences per document).
+
+    Pieces that tokenize to nothing are dropped (Megatron's preprocess_data.py) unless
+    ``keep_empty``; the EOD goes after each document's last sequence (after every
+    document with ``keep_empty``). Ids outside ``dtype`` are a DataError naming ``where``
+    (path, first line, last line)."""
+    ids = _checked_ids(ids, dtype, *where)
+    if keep_empty:
+        counts = per_document
+    else:
+        keep = lengths > 0
+        kept_before = np.concatenate([[0], np.cumsum(keep)])
+        ends = np.cumsum(per_document)
+        counts = kept_before[ends] - kept_before[ends - per_document]
+        lengths = lengths[keep]
+    if not append_eod:
+        return ids.astype(dtype, copy=False), lengths, counts
+    last = np.cumsum(counts)[counts > 0] - 1  # each document's last sequence
+    lengths = lengths.copy()
+    positions = np.cumsum(lengths)[last] + np.arange(last.size)  # where the EODs land
+    lengths[last] += 1
+    out = np.empty(ids.size + last.size, dtype)
+    fill = np.ones(out.size, bool)
+    fill[positions] = False
+    out[fill] = ids
+    out[positions] = int(tokenizer.eod_id)
+    return out, lengths, counts
 
 
-def _as_token_dtype(ids: np.ndarray, dtype: np.dtype, path: str, first: int, last: int):
-    """``ids`` as ``dtype``, checking the ids fit (one pass, vectorized)."""
+def _checked_ids(ids: np.ndarray, dtype: np.dtype, path: str, first: int, last: int):
+    """``ids`` when every id fits ``dtype`` (one reduction per bound needed)."""
     if not ids.size:
-        return np.empty(0, dtype=dtype)
+        return ids
     info = np.iinfo(dtype)
-    low, high = int(ids.min()), int(ids.max())
+    low = int(ids.min()) if ids.dtype.kind == "i" else 0
+    high = int(ids.max())
     if low < 0 or high > info.max:
         bad = low if low < 0 else high
         raise DataError(
             f"{path}, lines {first}-{last}: the tokenizer produced id {bad}, outside "
             f"[0, {info.max}] of the output dtype {dtype} (is vocab_size right?)"
         )
-    return ids.astype(dtype, copy=False)
-
+    return ids

@@ -18,6 +18,7 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.files import temporary as temp_files
+from megadata_core.files.interrupts import interrupts_deferred
 from megadata_core.format import IndexedDatasetWriter
 from megadata_core.format.reader import bin_path_of, idx_path_of
 
@@ -52,14 +53,19 @@ class Staging:
         return os.path.join(self.path, os.path.basename(final_prefix))
 
     def publish(self, final_prefixes: Sequence[str]) -> None:
-        """Rename the staged corpora onto their final names (.bin first, then .idx)."""
-        for prefix in final_prefixes:
-            staged = self.staged(prefix)
-            os.replace(bin_path_of(staged), bin_path_of(prefix))
-            os.replace(idx_path_of(staged), idx_path_of(prefix))
+        """Rename the staged corpora onto their final names (.bin first, then .idx), all
+        of them or (on an error) what was renamed before it; Ctrl-C waits until all are
+        (:func:`~megadata_core.files.interrupts.interrupts_deferred`), so a ``.bin`` never
+        sits beside another run's ``.idx``."""
+        with interrupts_deferred():
+            for prefix in final_prefixes:
+                staged = self.staged(prefix)
+                os.replace(bin_path_of(staged), bin_path_of(prefix))
+                os.replace(idx_path_of(staged), idx_path_of(prefix))
 
     def remove(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
+        """Remove the directory and whatever is left in it (Ctrl-C waits until it is)."""
+        with contextlib.suppress(FileNotFoundError), interrupts_deferred():
             temp_files.remove_tree(self.path)
 
     def __enter__(self) -> Staging:

@@ -30,6 +30,7 @@ from megadata_core.errors import DataError
 from megadata_core.format import IndexedDatasetWriter, merge_datasets, optimal_dtype
 from megadata_core.preprocess.encoding import MAX_EXAMPLES, TokenizedChunk
 from megadata_core.preprocess.outputs import Staging, write_documents
+from megadata_core.preprocess.plan import TableReader, is_table, plan_tasks
 from megadata_core.preprocess.pool import tokenized_in_order
 from megadata_core.preprocess.reading import Chunk, count_lines, open_input, read_chunks
 from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
@@ -115,11 +116,14 @@ def preprocess_jsonl(
     skip_bad_lines: bool = False,
     open_binary: Callable[[str], BinaryIO] = open_input,
     progress: Callable[[int, int], None] | None = None,
-    chunk_lines: int = 256,
+    chunk_lines: int = 1 << 16,
+    chunk_bytes: int = 4 << 20,
     start_method: str | None = None,
     splitter_factory: Callable[[], SentenceSplitter] | None = None,
     keep_sequential_samples: bool = False,
     merge_progress: Callable[[int], object] | None = None,
+    keep_empty: bool = False,
+    table_reader: TableReader | None = None,
 ) -> PreprocessSummary:
     """Tokenize JSON-lines files into ``{output_prefix}_{key}_document.bin/.idx``.
 
@@ -138,7 +142,12 @@ def preprocess_jsonl(
     keeps the input order. ``keep_partitions`` keeps the shards as
     ``{output_prefix}_{k}_{key}_{level}``. ``progress(documents, bytes)`` gets running
     totals after each chunk; ``merge_progress(1)`` is called after each shard is merged
-    (``partitions`` x keys calls in all).
+    (``partitions`` x keys calls in all). Lines are read in blocks of about
+    ``chunk_bytes`` (at most ``chunk_lines`` lines), each tokenized by
+    ``block_encoding.tokenize_block``: natively where the tokenizer has a block encoder and
+    the lines are proven to read the same, else line by line. ``keep_empty`` writes what
+    Megatron's ``preprocess_data_fast.py`` writes: a text that tokenizes to nothing is a
+    document of one empty sequence, and every document gets the EOD.
 
     All work happens in a hidden directory beside the outputs (``outputs.Staging``);
     finished corpora get their final names only at the end, so on any error, or
@@ -161,21 +170,29 @@ def preprocess_jsonl(
         if splitter_factory is not None:
             splitter_factory()  # a missing splitter fails here, before any work
         round_robin = partitions > 1 and not keep_sequential_samples
+        tables = [path for path in paths if is_table(path)]
+        if tables and table_reader is None:
+            plan_tasks(tables[:1], 1)  # raises the DataError saying what parquet needs
+        table_rows = table_reader.row_group_rows if table_reader is not None else None
         if partitions == 1:
             shard_starts = [0]
             shard_prefixes = [{key: staging.staged(finals[key]) for key in keys}]
         else:
             shard_starts = [0]
             if keep_sequential_samples:
-                total_lines = sum(count_lines(path, open_binary) for path in paths)
+                total_lines = sum(
+                    sum(table_rows(path)) if is_table(path) else count_lines(path, open_binary)
+                    for path in paths)
                 size = -(-total_lines // partitions)
                 shard_starts = [min(k * size, total_lines) for k in range(partitions)]
             shard_prefixes = [
                 {key: staging.staged(shards[key][k]) for key in keys} for k in range(partitions)
             ]
         counts = _Counts(keys)
-        options = (keys, bool(append_eod), dtype, bool(skip_bad_lines), splitter_factory)
-        chunks = read_chunks(paths, open_binary, shard_starts, chunk_lines, chunk_bytes=1 << 22)
+        options = (keys, bool(append_eod), dtype, bool(skip_bad_lines), splitter_factory,
+                   bool(keep_empty), table_reader)
+        chunks = read_chunks(paths, open_binary, shard_starts, chunk_lines, chunk_bytes,
+                             table_rows)
         with contextlib.closing(chunks), tokenized_in_order(
             chunks, tokenizer, tokenizer_factory, options, workers, start_method
         ) as results:
@@ -234,7 +251,7 @@ class _Counts:
             self.tokens_per_key[key] += int(tokens.size)
         self.documents += result.documents
         self.blank += result.blank_lines
-        self.bytes += chunk.nbytes
+        self.bytes += chunk.nbytes or result.nbytes  # a table's rows: known once read
         self.bad.update(result.bad_lines)
         self.examples.extend(result.bad_examples[: MAX_EXAMPLES - len(self.examples)])
 

@@ -51,6 +51,18 @@ class TableReader(Protocol):
         the texts). DataError naming ``path`` for a corrupt file or a missing column."""
         ...
 
+    def row_group_rows(self, path: str) -> list[int]:
+        """Rows of each row group, in file order."""
+        ...
+
+    def read_buffers(
+        self, path: str, group: int, columns: Sequence[str]
+    ) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+        """One row group's columns as they are stored: per column (uint8 UTF-8 data, int64
+        offsets: row i is ``data[offsets[i]:offsets[i + 1]]``), and bool[rows], whether no
+        column is null in the row. No Python object per row. DataError as read_columns."""
+        ...
+
 
 @dataclass(frozen=True)
 class Task:

@@ -8,7 +8,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
+import numpy as np
+
 from megadata_core.errors import DataError
+from megadata_core.preprocess.plan import TABLE_SUFFIXES
 from megadata_core.preprocess.remote import is_remote, open_remote
 
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, dropped from a file's first line
@@ -90,17 +93,77 @@ def naming_read_errors(path: str) -> Iterator[None]:
         raise DataError(f"{path}: cannot read input: {error}") from error
 
 
+@dataclass(frozen=True)
+class TableRows:
+    """Rows [start, stop) of row group ``group`` of a table input (read by the worker)."""
+
+    group: int
+    start: int
+    stop: int
+
+
 @dataclass
 class Chunk:
-    """Consecutive lines of one file: ``first_line`` is 1-based in ``path``,
-    ``first_index`` 0-based over all inputs."""
+    """Consecutive whole lines of one file, as one block of bytes: ``data`` holds ``count``
+    lines, each ending in ``\\n`` (a file's last line may not); ``first_line`` is 1-based
+    in ``path``, ``first_index`` 0-based over all inputs; ``nbytes`` counts the input bytes
+    (a dropped byte order mark included)."""
 
     shard: int
     path: str
     first_line: int
-    lines: list[bytes]
+    data: bytes | TableRows
+    count: int
     nbytes: int
     first_index: int = 0
+
+
+def lines_in(data: bytes) -> int:
+    """Lines of a block (a last line without newline counts)."""
+    return data.count(b"\n") + (bool(data) and not data.endswith(b"\n"))
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """The lines of a block, each with its ``\\n``, as iterating a binary file gives them."""
+    lines = data.split(b"\n")
+    last = lines.pop()
+    lines = [line + b"\n" for line in lines]
+    if last:
+        lines.append(last)
+    return lines
+
+
+def cut_after_lines(data: bytes, count: int) -> int:
+    """Byte offset just past the ``count``-th line end of ``data`` (its length if fewer)."""
+    ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
+    return int(ends[count - 1]) + 1 if count <= ends.size else len(data)
+
+
+def read_blocks(stream: BinaryIO, block_bytes: int, limit: int = -1) -> Iterator[bytes]:
+    """Whole lines of ``stream`` in blocks of about ``block_bytes`` (a longer line is one
+    block of its own), up to ``limit`` bytes when not negative (a plan's byte range ends on
+    a line end)."""
+    pieces: list[bytes] = []
+    remaining = limit
+    while remaining:
+        raw = stream.read(block_bytes if remaining < 0 else min(block_bytes, remaining))
+        if not raw:
+            break
+        remaining -= len(raw) if remaining > 0 else 0
+        cut = raw.rfind(b"\n") + 1
+        if not cut:  # no line end yet: a long line goes on
+            pieces.append(raw)
+            continue
+        if pieces:
+            pieces.append(raw[:cut])
+            yield b"".join(pieces)
+            pieces = [raw[cut:]] if cut < len(raw) else []
+        else:
+            yield raw if cut == len(raw) else raw[:cut]
+            if cut < len(raw):
+                pieces = [raw[cut:]]
+    if pieces:
+        yield b"".join(pieces)
 
 
 def read_chunks(
@@ -109,34 +172,54 @@ def read_chunks(
     shard_starts: Sequence[int],
     chunk_lines: int,
     chunk_bytes: int,
+    table_rows: Callable[[str], list[int]] | None = None,
 ) -> Iterator[Chunk]:
-    """Consecutive lines of all inputs, in order; no chunk spans two files or two shards.
+    """Consecutive lines of all inputs, in order, in blocks of at most ``chunk_lines``
+    lines and about ``chunk_bytes`` bytes; no chunk spans two files or two shards.
 
     ``shard_starts[k]`` is the global line index (over all files) where shard k begins.
+    A table input (``table_rows(path)``: rows per row group, for ``.parquet`` paths)
+    counts its rows as lines and gives one chunk of :class:`TableRows` per row group (cut
+    at shard starts), read by the worker.
     """
     line_index = 0
     shard = 0
     for path in paths:
-        lines: list[bytes] = []
-        nbytes = 0
         first_line = 1
-        line_number = 0
+        if table_rows is not None and path.endswith(TABLE_SUFFIXES):
+            for group, rows in enumerate(table_rows(path)):
+                start = 0
+                while start < rows:
+                    while shard + 1 < len(shard_starts) and line_index >= shard_starts[shard + 1]:
+                        shard += 1
+                    stop = rows
+                    if shard + 1 < len(shard_starts):
+                        stop = min(stop, start + shard_starts[shard + 1] - line_index)
+                    part = TableRows(group, start, stop)
+                    yield Chunk(shard, path, first_line, part, stop - start, 0, line_index)
+                    first_line += stop - start
+                    line_index += stop - start
+                    start = stop
+            continue
         with naming_read_errors(path), open_binary(path) as stream:
-            for line in stream:
-                line_number += 1
-                while shard + 1 < len(shard_starts) and line_index >= shard_starts[shard + 1]:
-                    if lines:
-                        yield Chunk(shard, path, first_line, lines, nbytes, line_index - len(lines))
-                        lines, nbytes, first_line = [], 0, line_number
-                    shard += 1
-                line_index += 1
-                nbytes += len(line)
-                if line_number == 1:
-                    line = strip_bom(line)
-                lines.append(line)
-                if len(lines) >= chunk_lines or nbytes >= chunk_bytes:
-                    yield Chunk(shard, path, first_line, lines, nbytes, line_index - len(lines))
-                    lines, nbytes, first_line = [], 0, line_number + 1
-        if lines:
-            yield Chunk(shard, path, first_line, lines, nbytes, line_index - len(lines))
-
+            for data in read_blocks(stream, chunk_bytes):
+                nbytes = len(data)
+                if first_line == 1:
+                    data = strip_bom(data)
+                while data:
+                    while shard + 1 < len(shard_starts) and line_index >= shard_starts[shard + 1]:
+                        shard += 1
+                    room = chunk_lines
+                    if shard + 1 < len(shard_starts):
+                        room = min(room, shard_starts[shard + 1] - line_index)
+                    count = lines_in(data)
+                    if count > room:
+                        cut = cut_after_lines(data, room)
+                        piece, data, count = data[:cut], data[cut:], room
+                    else:
+                        piece, data = data, b""
+                    size = nbytes if not data else len(piece)
+                    nbytes -= size
+                    yield Chunk(shard, path, first_line, piece, count, size, line_index)
+                    first_line += count
+                    line_index += count

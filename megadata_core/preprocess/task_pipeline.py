@@ -20,6 +20,7 @@ import numpy as np
 from megadata_core.errors import DataError
 from megadata_core.files import temporary as temp_files
 from megadata_core.files.atomic import write_atomically
+from megadata_core.files.interrupts import interrupts_deferred
 from megadata_core.format import merge_datasets, optimal_dtype
 from megadata_core.preprocess.encoding import MAX_EXAMPLES
 from megadata_core.preprocess.outputs import Staging
@@ -70,6 +71,7 @@ def preprocess_tasks(
     command: Mapping[str, object] | None = None,
     progress: Callable[[int, int], None] | None = None,
     merge_progress: Callable[[int], object] | None = None,
+    keep_empty: bool = False,
 ) -> PreprocessSummary:
     """Tokenize jsonl (.gz, .zst) and parquet files into ``{output_prefix}_{key}_document``.
 
@@ -83,6 +85,7 @@ def preprocess_tasks(
     repr, vocab_size and eod_id); a work directory of a different command is refused.
     ``progress(documents, bytes)`` gets running totals after each task;
     ``merge_progress(1)`` is called after each shard is merged (tasks x keys calls).
+    ``keep_empty``: Megatron's ``preprocess_data_fast.py`` documents (``preprocess_jsonl``).
     """
     paths, keys = check_arguments(inputs, output_prefix, json_keys, 1, 1, 1)
     output_prefix = os.fspath(output_prefix)
@@ -104,6 +107,7 @@ def preprocess_tasks(
     options = {
         "json_keys": keys, "append_eod": bool(append_eod), "skip_bad_lines": bool(skip_bad_lines),
         "level": level, "dtype": dtype.name, "task_size": task_size,
+        **({"keep_empty": True} if keep_empty else {}),
         **(dict(command) if command is not None else {
             "tokenizer": repr(tokenizer), "vocab_size": int(tokenizer.vocab_size),
             "eod_id": int(tokenizer.eod_id),
@@ -112,11 +116,11 @@ def preprocess_tasks(
     plan = plan_command(paths, tasks, options, identities)
     print_ = fingerprint(plan)
     directory = work_directory(output_prefix)
-    with driver_lock(directory):  # one driver per work directory
+    with driver_lock(directory), contextlib.ExitStack() as stack:  # one driver per directory
         open_work_directory(directory, plan, print_)
         runner = TaskRunner(
             directory, print_, tokenizer_factory, keys, level, dtype, append_eod, skip_bad_lines,
-            open_binary, table_reader, splitter_factory,
+            open_binary, table_reader, splitter_factory, keep_empty,
         )
         manifests: dict[int, dict] = {}
         for task in tasks:
@@ -129,7 +133,10 @@ def preprocess_tasks(
         for manifest in manifests.values():
             totals[0] += manifest["documents"]
             totals[1] += manifest["bytes"]
-        for manifest in (engine or local_engine(1))(runner, pending):
+        results = (engine or local_engine(1))(runner, pending)
+        if hasattr(results, "close"):  # on the way out at once: an error or Ctrl-C
+            stack.callback(results.close)  # stops the engine's workers
+        for manifest in results:
             index = manifest.get("index")
             if not (
                 isinstance(index, int) and 0 <= index < len(tasks)
@@ -157,7 +164,7 @@ def preprocess_tasks(
             if keep_shards:
                 summary.partition_prefixes = shards
             else:
-                with contextlib.suppress(FileNotFoundError):
+                with contextlib.suppress(FileNotFoundError), interrupts_deferred():
                     temp_files.remove_tree(directory)
         else:
             remove_strays(directory, _names(directory, tasks, keys, level))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import multiprocessing
 from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO
 
@@ -20,17 +19,20 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.format import IndexedDatasetWriter
-from megadata_core.preprocess.encoding import (
-    MAX_EXAMPLES,
-    TokenizedChunk,
-    encode_columns,
-    tokenize_chunk,
-)
+from megadata_core.preprocess.block_encoding import tokenize_block
+from megadata_core.preprocess.encoding import MAX_EXAMPLES, TokenizedChunk
 from megadata_core.preprocess.outputs import write_documents
 from megadata_core.preprocess.plan import TableReader, Task
-from megadata_core.preprocess.reading import naming_read_errors, strip_bom
-from megadata_core.preprocess.records import BadLineError
+from megadata_core.preprocess.processes import ProcessPool
+from megadata_core.preprocess.reading import (
+    cut_after_lines,
+    lines_in,
+    naming_read_errors,
+    read_blocks,
+    strip_bom,
+)
 from megadata_core.preprocess.remote import is_remote
+from megadata_core.preprocess.table_encoding import tokenize_rows
 from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
 from megadata_core.preprocess.workdir import (
     file_records,
@@ -43,8 +45,8 @@ from megadata_core.preprocess.workdir import (
 
 Engine = Callable[["TaskRunner", Sequence[Task]], Iterator[dict]]
 
-CHUNK_LINES = 256
-CHUNK_BYTES = 1 << 22
+CHUNK_LINES = 1 << 16
+CHUNK_BYTES = 4 << 20
 
 
 class TaskRunner:
@@ -63,8 +65,10 @@ class TaskRunner:
         open_binary: Callable[[str], BinaryIO],
         table_reader: TableReader | None = None,
         splitter_factory: Callable[[], SentenceSplitter] | None = None,
+        keep_empty: bool = False,
     ) -> None:
         self.directory = directory
+        self.keep_empty = bool(keep_empty)
         self.fingerprint = fingerprint
         self.tokenizer_factory = tokenizer_factory
         self.json_keys = tuple(json_keys)
@@ -138,11 +142,12 @@ class TaskRunner:
         with naming_read_errors(task.path), self.open_binary(task.path) as stream:
             if task.start:
                 stream.seek(task.start)
-            for first_line, lines, nbytes in _line_chunks(stream, task):
+            for first_line, data, nbytes in _line_chunks(stream, task):
                 encode = functools.partial(
-                    tokenize_chunk, lines, tokenizer, self.json_keys, path=task.path,
+                    tokenize_block, data, tokenizer, self.json_keys, path=task.path,
                     append_eod=self.append_eod, dtype=self.dtype,
                     skip_bad_lines=self.skip_bad_lines, splitter=splitter,
+                    keep_empty=self.keep_empty,
                 )
                 part = None
                 if before is None:
@@ -168,54 +173,35 @@ class TaskRunner:
     def _table_parts(self, task: Task) -> Iterator[TokenizedChunk]:
         tokenizer, splitter = self.tools()
         for group in range(task.start, task.stop):
-            columns, null_rows, nbytes = self.table_reader.read_columns(
-                task.path, group, group + 1, self.json_keys
+            buffers, valid = self.table_reader.read_buffers(task.path, group, self.json_keys)
+            yield tokenize_rows(
+                buffers, valid, tokenizer, self.json_keys,
+                where=f"{task.path} (row group {group})", append_eod=self.append_eod,
+                dtype=self.dtype, skip_bad_lines=self.skip_bad_lines, splitter=splitter,
+                keep_empty=self.keep_empty,
             )
-            where = f"{task.path} (row group {group})"
-            bad, examples = {}, []
-            if len(null_rows):
-                error = BadLineError(
-                    f"{where}, row {int(null_rows[0]) + 1}: a key of {list(self.json_keys)} "
-                    "holds null, not a string", "not_string",
-                )
-                if not self.skip_bad_lines:
-                    raise error
-                bad, examples = {"not_string": len(null_rows)}, [str(error)]
-            tokens, lengths, sequences = encode_columns(
-                columns, tokenizer, self.json_keys, path=where, first_line=1,
-                last_line=len(columns[0]), append_eod=self.append_eod, dtype=self.dtype,
-                splitter=splitter,
-            )
-            part = TokenizedChunk(
-                documents=len(columns[0]), tokens=tokens, sequence_lengths=lengths,
-                document_sequences=sequences, line_offsets=np.empty(0, np.int64),
-                bad_lines=bad, bad_examples=examples,
-            )
-            part.nbytes = nbytes
-            yield part
 
 
 def _line_chunks(stream: BinaryIO, task: Task):
-    """(first line number within the task, lines, bytes) of up to CHUNK_LINES lines."""
-    lines: list[bytes] = []
-    position = task.start
-    nbytes = 0
+    """(first line number within the task, block of whole lines, bytes) of the task's
+    byte range, in blocks of about CHUNK_BYTES and at most CHUNK_LINES lines."""
     first = 1
-    number = 0
-    for line in stream:
-        if 0 <= task.stop <= position:
-            break
-        position += len(line)
-        number += 1
-        nbytes += len(line)
-        if number == 1 and task.start == 0:
-            line = strip_bom(line)
-        lines.append(line)
-        if len(lines) >= CHUNK_LINES or nbytes >= CHUNK_BYTES:
-            yield first, lines, nbytes
-            lines, nbytes, first = [], 0, number + 1
-    if lines:
-        yield first, lines, nbytes
+    limit = task.stop - task.start if task.stop >= 0 else -1
+    for data in read_blocks(stream, CHUNK_BYTES, limit):
+        nbytes = len(data)
+        if first == 1 and task.start == 0:
+            data = strip_bom(data)
+        while data:
+            count = lines_in(data)
+            if count > CHUNK_LINES:
+                cut = cut_after_lines(data, CHUNK_LINES)
+                piece, data, count = data[:cut], data[cut:], CHUNK_LINES
+            else:
+                piece, data = data, b""
+            size = len(piece) if data else nbytes
+            nbytes -= size
+            yield first, piece, size
+            first += count
 
 
 _RUNNER: TaskRunner | None = None
@@ -230,9 +216,33 @@ def _run_pooled(task: Task) -> dict:
     return _RUNNER(task)
 
 
+def _unordered(pool: ProcessPool, tasks: Sequence[Task]) -> Iterator[dict]:
+    """Each worker runs one task at a time and gets the next as it answers; manifests in
+    the order they finish."""
+    queue = iter(tasks)
+    busy = []
+    for worker in range(pool.size):
+        task = next(queue, None)
+        if task is None:
+            break
+        pool.send(worker, (task,))
+        busy.append(worker)
+    while busy:
+        for worker in pool.ready(busy):
+            manifest = pool.receive(worker)
+            task = next(queue, None)
+            if task is None:
+                busy.remove(worker)
+            else:
+                pool.send(worker, (task,))
+            yield manifest
+
+
 def local_engine(workers: int = 1, start_method: str | None = None) -> Engine:
     """Run tasks in this process (``workers == 1``) or a pool of ``workers`` processes
-    (``start_method`` default: the platform's; spawn for inputs by URL)."""
+    (``start_method`` default: the platform's; spawn for inputs by URL), each taking the
+    next task as it finishes one (:class:`~megadata_core.preprocess.processes.ProcessPool`:
+    an error or Ctrl-C stops them at once)."""
     if not isinstance(workers, int) or workers < 1:
         raise DataError(f"workers: {workers!r} must be an integer >= 1")
 
@@ -244,9 +254,9 @@ def local_engine(workers: int = 1, start_method: str | None = None) -> Engine:
         if method is None and any(is_remote(task.path) for task in tasks):
             # The driver's TensorStore (planning read the objects) aborts in a forked child.
             method = "spawn"  # (not forkserver: its server keeps the environment it began with)
-        context = multiprocessing.get_context(method)
-        with context.Pool(min(workers, len(tasks)), _init_pool, (runner,)) as pool:
-            yield from pool.imap_unordered(_run_pooled, tasks)
+        with ProcessPool(min(workers, len(tasks)), _run_pooled, _init_pool, (runner,),
+                         method) as pool:
+            yield from _unordered(pool, tasks)
 
     return run
 

@@ -19,8 +19,33 @@ class Tokenizer(Protocol):
         """Token ids of ``text`` (1-D, integers in ``[0, vocab_size)``).
 
         A tokenizer may also have ``encode_batch(texts) -> (ids, lengths)``: every
-        text's ids concatenated and int64[len(texts)] lengths, used when present.
+        text's ids concatenated and int64[len(texts)] lengths, used when present, and a
+        ``block_encoder`` (a :class:`BlockEncoder`, or None), used for whole blocks.
         """
+        ...
+
+
+@runtime_checkable
+class BlockEncoder(Protocol):
+    """A native encoder of whole blocks, giving exactly the ids of its tokenizer's
+    ``encode`` for every text without a character in ``unproven``.
+
+    ``unproven``: int64 [k, 2] sorted, disjoint code point ranges [start, stop) where that
+    is not proven; texts holding one go through the tokenizer's ``encode_batch`` instead.
+    """
+
+    unproven: np.ndarray
+
+    def encode_jsonl(self, block: bytes, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, int64 lengths) of ``key``'s text on each non-empty line of ``block``, a
+        JSON-lines block whose every such line is an object holding ``key`` once, as a
+        string (``json_scan`` proves that first); fewer lengths than lines when the native
+        reader stops early."""
+        ...
+
+    def encode_utf8(self, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, int64 lengths) of the texts ``data[offsets[i]:offsets[i + 1]]`` (uint8
+        UTF-8, int64 offsets), as a string column of a table holds them."""
         ...
 
 

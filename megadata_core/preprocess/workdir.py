@@ -33,6 +33,8 @@ from megadata_core.preprocess.plan import Task, command_differences
 
 PLAN_FILE = "plan.json"
 LOCK_FILE = "driver.lock"
+#: The names of the manifests of finished tasks (``task000007.json``).
+MANIFEST_GLOB = "task*.json"
 
 
 def work_directory(output_prefix: str) -> str:

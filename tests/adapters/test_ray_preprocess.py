@@ -62,3 +62,28 @@ def test_worker_killed_mid_task_is_retried(cluster, tmp_path):
     assert files_of(summary.output_prefixes["text"]) == files_of(
         reference.output_prefixes["text"])
     assert not os.path.exists(tmp_path / "o.work")
+
+
+def test_ray_with_gigatoken_gives_the_reference_encoders_bytes(cluster, tmp_path):
+    pytest.importorskip("gigatoken")
+    import tokenizer_files
+
+    from adapters.text_tokenizers import load_tokenizer
+
+    hf = tokenizer_files.write_hf_directory(str(tmp_path))
+    paths = write_inputs(tmp_path, texts(60, {5: "Zürich 東京 😀 \U0001fae8", 9: "<s> and </s>"}))
+    factories = {encoder: functools.partial(load_tokenizer, "HuggingFaceTokenizer",
+                                            tokenizer_model=hf, encoder=encoder)
+                 for encoder in ("auto", "reference")}
+    assert factories["auto"]().encoder.startswith("gigatoken")
+    reference = preprocess_jsonl([paths["jsonl"]], str(tmp_path / "r"), factories["reference"],
+                                 append_eod=True)
+    summary = preprocess_tasks(
+        [paths["jsonl"], paths["parquet"]], str(tmp_path / "o"), factories["auto"],
+        append_eod=True, task_size=300, table_reader=ParquetReader(),
+        engine=ray_engine(max_in_flight=3, progress=False),
+    )
+    twice = preprocess_jsonl([paths["jsonl"], paths["jsonl"]], str(tmp_path / "t"),
+                             factories["reference"], append_eod=True)
+    assert files_of(summary.output_prefixes["text"]) == files_of(twice.output_prefixes["text"])
+    assert reference.documents * 2 == summary.documents

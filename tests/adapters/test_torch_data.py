@@ -21,7 +21,7 @@ DTYPES = {
     "tokens": torch.long,
     "labels": torch.long,
     "position_ids": torch.long,
-    "dataset_id": torch.long,
+    "dataset_id": torch.int32,
     "loss_mask": torch.float32,
     "attention_mask": torch.bool,
 }
@@ -112,7 +112,7 @@ def test_blended_dataset_ids(blended):
     _assert_batch(batch, _expected(blended, indices))
     assert set(batch["dataset_id"].tolist()) == {0, 1}
     sample = dataset[3]
-    assert sample["dataset_id"].dtype == torch.long and sample["dataset_id"].ndim == 0
+    assert sample["dataset_id"].dtype == torch.int32 and sample["dataset_id"].ndim == 0
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

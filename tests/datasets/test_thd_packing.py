@@ -260,3 +260,31 @@ def test_thd_hand_example():
         [0, 3, 4, 7]]
     assert mdc.context_parallel_slice(batch, 1, 2, layout="thd")["tokens"].tolist() == [
         [1, 2, 5, 6]]
+
+
+def test_source_ids_mark_the_padding_between_documents(tmp_path):
+    """With ``source_ids`` the pads inside the THD layout are -1 like the tail's, and every
+    real token names its document (its token says which), alone and in a blend."""
+    lengths = np.arange(1, 40)
+    prefix = _corpus(str(tmp_path / "c"), lengths)
+    dataset = _dataset(prefix, 16, 4, source_ids=True)
+    batch = dataset.__getitems__(list(range(len(dataset))))
+    real = batch["segment_ids"] != 0
+    assert (~real).any() and (batch["document_ids"][~real] == -1).all()
+    assert (batch["dataset_ids"][~real] == -1).all() and (batch["dataset_ids"][real] == 0).all()
+    np.testing.assert_array_equal(batch["document_ids"][real],
+                                  (batch["tokens"][real] - 1) // STRIDE)
+    config = mdc.GPTDataConfig(
+        random_seed=3, sequence_length=16, pad_id=0, packing="best_fit",
+        document_masking=True, packing_alignment=4, source_ids=True,
+        blend=([prefix, _corpus(str(tmp_path / "d"), lengths[::-1])], [0.5, 0.5]),
+        split="1,0,0",
+    )
+    train = mdc.build_datasets(config, [30, 0, 0])[0]
+    blended = train.__getitems__(list(range(30)))
+    real = blended["segment_ids"] != 0
+    assert (blended["document_ids"][~real] == -1).all()
+    assert (blended["dataset_ids"][~real] == -1).all()
+    assert set(np.unique(blended["dataset_ids"][real]).tolist()) == {0, 1}
+    np.testing.assert_array_equal(blended["document_ids"][real],
+                                  (blended["tokens"][real] - 1) // STRIDE)

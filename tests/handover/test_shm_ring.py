@@ -9,7 +9,7 @@ import pickle
 import numpy as np
 import pytest
 
-from megadata_core.handover import shm_ring
+from megadata_core.handover import shm_names, shm_ring
 
 
 def test_put_and_view_round_trip_and_reuse_slots():
@@ -90,4 +90,4 @@ def test_no_room_for_the_ring_means_shipping_bytes(monkeypatch):
     producer = shm_ring.ProducerRing(2)
     assert producer.put(np.zeros(10)) is None and producer.failed
     assert producer.put(np.zeros(10)) is None  # tried once, not on every batch
-    assert not [name for name in os.listdir(shm_ring._ring_dir()) if str(os.getpid()) in name]
+    assert not [name for name in os.listdir(shm_names.shm_dir()) if str(os.getpid()) in name]

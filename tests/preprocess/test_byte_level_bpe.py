@@ -1,4 +1,5 @@
-"""tiktoken's rank merging in place of pair merging (adapters.byte_level_bpe).
+"""tiktoken's rank merging in place of pair merging (adapters.byte_level_bpe), and gigatoken
+in front of it (adapters.gigatoken_encoders).
 
 Where the merges are canonical, GPT2BPETokenizer and plain HuggingFaceTokenizer files
 encode through tiktoken; the ids must be those of the ``tokenizers`` BPE model on any
@@ -57,8 +58,17 @@ def rust_ids(tokenizer, text):
 
 
 def test_trained_merges_take_tiktoken(tokenizers_pair):
-    for tokenizer in tokenizers_pair:
-        assert tokenizer.encoder.startswith("tiktoken"), tokenizer.encoder
+    gigatoken = pytest.importorskip("gigatoken", reason="without gigatoken tiktoken encodes")
+    assert gigatoken
+    for tokenizer in tokenizers_pair:  # gigatoken first; tiktoken for what it cannot prove
+        assert tokenizer.encoder.startswith("gigatoken"), tokenizer.encoder
+        assert "go to tiktoken" in tokenizer.encoder and tokenizer._ranks is not None
+
+
+def test_trained_merges_take_tiktoken_without_gigatoken(bpe_files):
+    tokenizer = load_tokenizer("GPT2BPETokenizer", vocab_file=bpe_files["vocab_file"],
+                               merge_file=bpe_files["merge_file"], encoder="reference")
+    assert tokenizer.encoder.startswith("tiktoken"), tokenizer.encoder
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -191,5 +201,5 @@ def test_loaded_tokenizer_json_with_normalizer_falls_back(tmp_path, bpe_files):
     config["normalizer"] = {"type": "Lowercase"}
     (tmp_path / "tokenizer.json").write_text(json.dumps(config), encoding="utf-8")
     tokenizer = load_tokenizer("huggingface", str(tmp_path / "tokenizer.json"))
-    assert tokenizer.encoder == "tokenizers (not tiktoken: it has a normalizer)"
+    assert tokenizer.encoder == "tokenizers (not tiktoken or gigatoken: it has a normalizer)"
     assert tokenizer.encode("ABC Def").tolist() == rust_ids(tokenizer, "abc def")

@@ -68,8 +68,10 @@ def write_bert_vocab(directory: str, vocab_size: int = 500, lowercase: bool = Tr
     return tokenizer.save_model(os.path.join(directory, name))[0]
 
 
-def write_sentencepiece_model(directory: str, vocab_size: int = 800, model_type="bpe") -> str:
-    """A SentencePiece .model (byte fallback, eos </s>) trained on the text."""
+def write_sentencepiece_model(directory: str, vocab_size: int = 800, model_type="bpe",
+                              normalization: str = "nmt_nfkc") -> str:
+    """A SentencePiece .model (byte fallback, eos </s>) trained on the text; ``identity``
+    normalization (and no whitespace removal) makes a BPE model gigatoken's proof covers."""
     import io
 
     import sentencepiece
@@ -78,9 +80,11 @@ def write_sentencepiece_model(directory: str, vocab_size: int = 800, model_type=
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(training_text()), model_writer=model, vocab_size=vocab_size,
         model_type=model_type, byte_fallback=True, character_coverage=1.0,
-        minloglevel=2, num_threads=1,
+        minloglevel=2, num_threads=1, normalization_rule_name=normalization,
+        remove_extra_whitespaces=normalization != "identity",
     )
-    path = os.path.join(directory, f"sp-{model_type}.model")
+    name = model_type if normalization == "nmt_nfkc" else f"{model_type}-{normalization}"
+    path = os.path.join(directory, f"sp-{name}.model")
     with open(path, "wb") as stream:
         stream.write(model.getvalue())
     return path

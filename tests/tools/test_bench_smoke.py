@@ -7,10 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run_suite(suite: str, tmp_path: Path) -> str:
+def _run_suite(suite: str, tmp_path: Path, *extra: str) -> str:
     """Run ``bench.py SUITE`` at scale 0.01; check exit 0, no failed check and a clean
     scratch directory; return its stdout."""
     command = [
@@ -23,6 +25,7 @@ def _run_suite(suite: str, tmp_path: Path) -> str:
         "1",
         "--workdir",
         str(tmp_path),
+        *extra,
     ]
     process = subprocess.run(
         command,
@@ -55,6 +58,22 @@ def test_bench_format_smoke(tmp_path):
     ):
         assert metric in out, f"missing row {metric!r}:\n{out}"
     assert "check " in out and ": NO" not in out
+
+
+def test_bench_preprocess_peers_smoke(tmp_path):
+    pytest.importorskip("gigatoken")
+    pytest.importorskip("sentencepiece")
+    out = _run_suite("preprocess", tmp_path, "--only", "peers,rss-2g")
+    for metric in (
+        "byte-level BPE 32k: ours 1 worker vs gigatoken whole file, end to end (MB/s)",
+        "SentencePiece BPE 16k: ours 2 workers vs gigatoken whole file, end to end (MB/s)",
+        "peak RSS above imports, ours 1 worker vs gigatoken (MiB)",
+        "ours 2 workers vs Megatron's preprocess_data.py loop, 2 workers (MB/s)",
+        "input: peak RSS, ours 1 worker vs gigatoken (MiB)",
+    ):
+        assert metric in out, f"missing row {metric!r}:\n{out}"
+    assert "check preprocess byte-level BPE 32k: gigatoken corpus == ours 1 worker: yes" in out
+    assert "where the time goes (s): ours, one thread: load (proof)" in out
 
 
 def test_bench_gpt_smoke(tmp_path):

@@ -2,12 +2,17 @@
 
 The blocks run in a scratch directory that links the repository's tools/ and configs/
 (so ``python tools/x.py`` and ``--config=configs/x.py`` resolve as in a clone) with this
-checkout's packages first on the path. Each Python block runs in a fresh interpreter
-(it must carry its own imports; JAX and TensorStore never start in this process). The
-object-storage block reads from moto's S3 server on 127.0.0.1, holding what the
-preprocessing block wrote. The set-up block (``bash tools/demo.sh`` / ``tools/test.sh``)
-is not run here (tests/tools/test_demo_smoke.py runs the demo); it is checked for its two
-commands.
+checkout's packages first on the path. Each Python block is saved to a file and run as
+``python block.py``, as a user who copies it runs it (a block that starts worker
+processes then needs the ``if __name__ == "__main__":`` guard: spawned workers import the
+script again), in a fresh interpreter (it must carry its own imports; JAX and TensorStore
+never start in this process); a block that starts workers also runs as ``python -c``.
+Nothing may be printed on stderr (at exit included: no ``Exception ignored in ...`` from
+a ``__del__``, no leaked-resource warnings); the only warnings filtered are megatron-core's
+own at import. The object-storage block reads from moto's S3 server on 127.0.0.1,
+holding what the preprocessing block wrote. The set-up block (``bash tools/demo.sh`` /
+``tools/test.sh``) is not run here (tests/tools/test_demo_smoke.py runs the demo); it is
+checked for its two commands.
 """
 
 from __future__ import annotations
@@ -49,8 +54,19 @@ def _environment() -> dict[str, str]:
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
     env.setdefault("JAX_PLATFORMS", "cpu")
-    env["PYTHONWARNINGS"] = "ignore"
+    # megatron-core warns at import on a machine without Transformer Engine; nothing else
+    # is filtered (the resource tracker's leak warnings must show)
+    env["PYTHONWARNINGS"] = "ignore:Transformer Engine and Apex are not installed"
     return env
+
+
+#: A block that starts worker processes (which must be guarded when run as a script).
+STARTS_WORKERS = re.compile(r"(worker_count|num_workers)=[1-9]|mp_prefetch|multiprocessing")
+GUARD = 'if __name__ == "__main__":'
+
+
+def starts_workers(code: str) -> bool:
+    return bool(STARTS_WORKERS.search(code))
 
 
 def _serve_s3(workdir: Path, env: dict[str, str]):
@@ -78,14 +94,21 @@ def _serve_s3(workdir: Path, env: dict[str, str]):
     return server
 
 
-def _run(command: list[str], workdir: Path, env: dict[str, str], where: str, code: str) -> None:
+def _run(
+    command: list[str], workdir: Path, env: dict[str, str], where: str, code: str,
+    quiet: bool = False,
+) -> None:
+    """Run ``command``: exit 0, and with ``quiet`` nothing on stderr; no traceback ever."""
     result = subprocess.run(
         command, cwd=workdir, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
     )
-    assert result.returncode == 0, (
-        f"{where} failed (exit {result.returncode}):\n{code}\n--- stdout\n{result.stdout[-3000:]}"
-        f"\n--- stderr\n{result.stderr[-5000:]}"
+    report = (
+        f"{where} ({' '.join(command[:2])}): exit {result.returncode}\n{code}\n--- stdout\n"
+        f"{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-5000:]}"
     )
+    assert result.returncode == 0, report
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, report
+    assert not (quiet and result.stderr), report
 
 
 def test_readme_blocks_run_as_written(tmp_path):
@@ -96,11 +119,15 @@ def test_readme_blocks_run_as_written(tmp_path):
     env = _environment()
     servers = []
     try:
-        for language, code, where in blocks:
+        for number, (language, code, where) in enumerate(blocks):
             if language == "python":
                 if "s3://" in code and not servers:
                     servers.append(_serve_s3(tmp_path, env))
-                _run([sys.executable, "-c", code], tmp_path, env, where, code)
+                script = tmp_path / f"readme_block_{number}.py"
+                script.write_text(code)
+                _run([sys.executable, script.name], tmp_path, env, where, code, quiet=True)
+                if starts_workers(code):
+                    _run([sys.executable, "-c", code], tmp_path, env, where, code, quiet=True)
             elif language == "bash" and not _is_setup(code):
                 _run(["bash", "-euo", "pipefail", "-c", code], tmp_path, env, where, code)
     finally:
@@ -108,6 +135,14 @@ def test_readme_blocks_run_as_written(tmp_path):
             server.stop()
     assert (tmp_path / "out" / "code_text_document.idx").exists()
     assert (tmp_path / "index_cache").is_dir()
+
+
+def test_python_blocks_that_start_workers_are_guarded():
+    guarded = [code for language, code, _ in readme_blocks()
+               if language == "python" and starts_workers(code)]
+    assert guarded  # the framework adapters' block
+    for code in guarded:
+        assert f"\n{GUARD}" in code, code[:200]
 
 
 def test_readme_has_exactly_two_newcomer_commands():

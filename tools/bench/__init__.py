@@ -1,7 +1,8 @@
 """The benchmark suites of ``python tools/bench.py SUITE``, one module each.
 
 ``format``, ``gpt``, ``builder``, ``blend``, ``loaders``, ``cloud``, ``megatron``,
-``preprocess``, ``packing``, ``scale``, ``walk``, ``schedule`` (:data:`SUITES`); the
+``preprocess``, ``packing``, ``scale``, ``walk``, ``schedule``, ``provenance``
+(:data:`SUITES`); the
 harness they share (:mod:`bench.harness`: the report, measuring, comparing), the cache
 states they time (:mod:`bench.cache_states`) and the peers' imports (:mod:`bench.peers`).
 Imported as ``bench`` with tools/ on the path (as ``python tools/bench.py`` runs): this
@@ -20,6 +21,7 @@ from bench.loaders import suite_loaders
 from bench.megatron import suite_megatron
 from bench.packing import suite_packing
 from bench.preprocess_scale import suite_preprocess_scale
+from bench.provenance import suite_provenance
 from bench.scale import suite_scale
 from bench.schedule import suite_schedule
 from bench.walk import suite_walk
@@ -38,4 +40,5 @@ SUITES: dict[str, Callable[[Bench], None]] = {
     "scale": suite_scale,
     "walk": suite_walk,
     "schedule": suite_schedule,
+    "provenance": suite_provenance,
 }

@@ -14,99 +14,21 @@ Each OLMo-core build runs in a fresh interpreter of that venv (:mod:`bench.olmo_
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
-import shutil
-import site
-import subprocess
-import sys
-import tempfile
 
 import numpy as np
 
-from bench.cloud import cache_dir
 from bench.harness import ChildFailedError, child_result
+from bench.overlays import Overlay, last_line
 
 OLMO_CORE = "ai2-olmo-core==3.0.0"
-INSTALL_TIMEOUT_S = 900
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "olmo_child.py")
 
 
-def overlay_dir() -> str:
-    """The overlay venv's path: keyed by this interpreter and its site-packages, so a
-    changed base environment gets a fresh overlay."""
-    key = json.dumps([sys.executable, sys.version, site.getsitepackages(), OLMO_CORE])
-    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-    tag = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return os.path.join(cache_dir(), f"olmo-venv-{tag}-{digest}")
-
-
-def overlay_python(create: bool) -> tuple[str | None, str]:
-    """(the overlay's python, "") or (None, why not). ``create``: build the overlay when
-    it does not exist yet (a minute or so: venv + pip install over the network)."""
-    target = overlay_dir()
-    python = os.path.join(target, "bin", "python")
-    if os.path.exists(python):
-        return python, ""
-    if not create:
-        return None, f"the overlay venv {target} does not exist (not created at this scale)"
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    building = tempfile.mkdtemp(
-        prefix=os.path.basename(target) + ".tmp-", dir=os.path.dirname(target)
-    )
-    os.chmod(building, 0o755)  # mkdtemp's 0700 would lock out other users of the cache
-    try:
-        reason = _build_overlay(building)
-        if reason:
-            return None, reason
-        try:
-            os.rename(building, target)
-        except OSError:
-            if not os.path.exists(python):  # not a concurrent run that finished first
-                raise
-        return python, ""
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-
-
-def _build_overlay(directory: str) -> str:
-    """Create the venv in ``directory`` and install OLMo-core into it; "" or why it failed."""
-    done = subprocess.run(
-        [sys.executable, "-m", "venv", directory], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        return f"python -m venv failed: {_last_line(done.stderr)}"
-    python = os.path.join(directory, "bin", "python")
-    purelib = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()
-    # addsitedir (not a bare path): the base's own .pth files are processed as well
-    lines = [f"import site; site.addsitedir({path!r})" for path in site.getsitepackages()]
-    with open(os.path.join(purelib, "zz_megadata_base.pth"), "w") as stream:
-        stream.write("\n".join(lines) + "\n")
-    try:
-        done = subprocess.run(
-            [python, "-m", "pip", "install", "--quiet", OLMO_CORE],
-            capture_output=True, text=True, check=False, timeout=INSTALL_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired:
-        return f"pip install {OLMO_CORE} timed out after {INSTALL_TIMEOUT_S} s"
-    if done.returncode != 0:
-        return f"pip install {OLMO_CORE} failed: {_last_line(done.stderr or done.stdout)}"
-    check = subprocess.run(
-        [python, "-I", "-c", "import olmo_core.data.numpy_dataset"],
-        capture_output=True, text=True, check=False,
-    )
-    if check.returncode != 0:
-        return f"import olmo_core fails in the overlay: {_last_line(check.stderr)}"
-    return ""
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:300] if lines else "(no output)"
+OVERLAY = Overlay("olmo", OLMO_CORE, (OLMO_CORE,), "olmo_core.data.numpy_dataset",
+                  pins=OLMO_CORE)
+overlay_python = OVERLAY.python
 
 
 # -- OLMo-core's inputs -----------------------------------------------------------------
@@ -157,4 +79,4 @@ def run_olmo(python: str, tokens: str, sequence_length: int, eos: int, vocab: in
     try:
         return child_result([python, "-I", CHILD, json.dumps(spec)], "OLMo-core build")
     except ChildFailedError as failure:
-        return f"fails: {_last_line(str(failure))}"
+        return f"fails: {last_line(str(failure))}"

@@ -1,11 +1,14 @@
-"""The ``preprocess`` suite: the task plan on its engines against the single-process path.
+"""The ``preprocess`` suite: ours beside gigatoken's whole-file path and Megatron's loop on
+real text (items ``peers``, ``rss-2g``: tools/bench/preprocess_peers.py), then the task
+plan on its engines against the single-process path (item ``scale``).
 
 Usage::
 
     python tools/bench.py preprocess --repeats 1            # ~100 MB, ~3-4 min on 2 cores
     python tools/bench.py preprocess --scale 0.05 --repeats 1
+    python tools/bench.py preprocess --only peers,rss-2g --repeats 3
 
-Rows (the "theirs" column of the scale-* rows is the single-process
+Rows of ``scale`` (the "theirs" column of the scale-* rows is the single-process
 ``preprocess_jsonl`` run of the same input, not Megatron):
 
 * ``scale-local1`` / ``scale-local2`` / ``scale-ray2``: documents/s and MB/s of
@@ -57,8 +60,14 @@ def _corpus(prefix: str) -> list[str]:
 
 
 def suite_preprocess_scale(bench: Bench) -> None:
-    """Task plan engines vs one process; Ray's start; a worker's memory vs corpus size."""
+    """Ours beside gigatoken and Megatron on real text (bench.preprocess_peers); the task
+    plan's engines vs one process; Ray's start; a worker's memory vs corpus size."""
     from bench.format import make_jsonl
+    from bench.preprocess_peers import peer_items
+
+    peer_items(bench)
+    if not bench.wants("scale"):
+        return
 
     source = bench.path("scale", "input.jsonl")
     documents = bench.scaled(175_000, 200)

@@ -67,6 +67,7 @@ NAMES = ("web", "code", "books")
 STAGES = 20
 GOALS = {"cold": 1.5, "read": 1 / 0.9}  # time ratios schedule / static blend
 BATCHES, BATCH = 200, 32
+READ_SLICES = 10  # reads timed in this many slices, the sides alternating
 
 
 # -- repeats against a Megatron rebuild ----------------------------------------------------
@@ -306,16 +307,26 @@ def _speed(bench) -> None:
     times = {kind: {side: [] for side in sides} for kind in GOALS}
     built = {}
     for repeat in range(bench.repeats):
-        for side in (sides if repeat % 2 == 0 else list(reversed(sides))):
+        order = sides if repeat % 2 == 0 else list(reversed(sides))
+        caches = {}
+        for side in order:
             progress(f"schedule: {side} cold build {repeat + 1}/{bench.repeats}")
-            cache = tempfile.mkdtemp(prefix=f"cache_{side}_", dir=bench.workdir)
-            seconds, built[side] = measure(lambda s=side, c=cache: sides[s](c))
+            caches[side] = tempfile.mkdtemp(prefix=f"cache_{side}_", dir=bench.workdir)
+            seconds, built[side] = measure(lambda s=side, c=caches[side]: sides[s](c))
             times["cold"][side].append(seconds)
-            train = built[side][0]
-            batches = np.random.default_rng(repeat).integers(0, len(train), (BATCHES, BATCH))
-            _read(train, batches[:5])  # first touches outside the timing
-            times["read"][side].append(measure(lambda t=train, b=batches: _read(t, b))[0])
-            shutil.rmtree(cache, ignore_errors=True)
+        # reads interleaved in slices, side against side, so a noisy neighbour's burst
+        # lands on both alike
+        batches = np.random.default_rng(repeat).integers(0, min(len(b[0]) for b in built.values()),
+                                                         (BATCHES, BATCH))
+        read = dict.fromkeys(sides, 0.0)
+        for side in order:
+            _read(built[side][0], batches[:5])  # first touches outside the timing
+        for chunk in np.array_split(batches, READ_SLICES):
+            for side in order:
+                read[side] += measure(lambda t=built[side][0], b=chunk: _read(t, b))[0]
+        for side in sides:
+            times["read"][side].append(read[side])
+            shutil.rmtree(caches[side], ignore_errors=True)
     label = f"{count:,} prefixes, {size:,} samples"
     bench.row(f"schedule: build_datasets cold, {STAGES} stages vs static blend, {label}", "s",
               "lower", median(times["cold"]["ours"]), median(times["cold"]["static"]),

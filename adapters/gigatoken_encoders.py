@@ -1,0 +1,564 @@
+"""gigatoken (a Rust tokenizer, extra ``gigatoken``) as the encoder wherever it provably
+gives the reference encoder's ids; the reference encoder everywhere else.
+
+A :class:`GigaEncoder` is built only after a proof made when the tokenizer loads
+(:func:`byte_level` for GPT-2 style byte-level BPE, :func:`sentencepiece` for
+SentencePiece BPE with byte fallback); the builders return ``(encoder, "")`` or
+``(None, why)``, and the tokenizer classes report which encoder runs and why.
+
+Byte-level BPE (``GPT2BPETokenizer``, a plain GPT-2 style ``tokenizer.json``): gigatoken
+splits added tokens out of the text first (as ``tokenizers`` does), pre-tokenizes with
+GPT-2's expression, then merges the adjacent pair whose result has the lowest vocabulary
+id, and emits a pre-token that is a vocabulary entry as that entry. It gives the ids of
+pair merging (``tokenizers``, and tiktoken's rank merging, ``adapters.byte_level_bpe``)
+when, besides the canonical merges that module proves (all bytes are tokens; each merge
+joins earlier results; no two merges make one token; each result's characters merge to
+it), the results' ids rise with the merge order (then "lowest id" is "first listed"), and
+no other vocabulary entry can be a pre-token (it is not valid UTF-8, or GPT-2's
+expression splits it when alone, hence in any text). The regular expressions' character
+classes follow the Unicode tables each library was built with, and gigatoken's are newer:
+texts holding a code point unassigned in Unicode 14.0 (``adapters.unicode_14``) go to the
+reference encoder; on every other code point the classes agree (``tests/adapters``
+compares every code point).
+
+SentencePiece BPE (``SentencePieceTokenizer``, ``GPTSentencePieceTokenizer``,
+``Llama2Tokenizer``): sentencepiece merges, over the characters of the whole normalized
+text, the adjacent pair whose concatenation is a normal piece of the highest score (the
+leftmost of equals), then spells every symbol that is not a piece in byte pieces.
+That is rank merging with rank = -score, so the same proof gives its ids to pair merging
+over *canonical* merges: for each normal piece (by falling score) the pair that rank
+merging of its own characters joins last. Conditions: a BPE model with byte fallback and
+all 256 byte pieces, no normalization rule (an empty character map), no extra-whitespace
+removal, whitespace escaped as a prefix (the dummy prefix either way), no user-defined or
+unused pieces, distinct scores, every character of a piece a piece; and gigatoken is
+given a ``tokenizer.json`` without added tokens (sentencepiece's ``encode`` does not
+split control pieces out of the text). No Unicode table takes part: nothing is unproven.
+
+Every proof ends with gigatoken loading that ``tokenizer.json`` and handing back the same
+vocabulary and merges, and with a battery of hard texts (every kind of character, spaces,
+special-token text) encoded the same as by the reference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import re
+import struct
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
+
+from adapters.byte_level_bpe import bytes_to_unicode, is_byte_alphabet, token_bytes
+from adapters.unicode_14 import unassigned_14
+
+__all__ = ["GigaEncoder", "available", "byte_level", "sentencepiece"]
+
+# Texts every proof checks against the reference encoder before it is trusted.
+BATTERY = [
+    "", " ", "  ", "\t\n", "Hello, world. This is a test.", "  leading and trailing  ",
+    "Zürich, São Paulo, Ångström, naïve café, résumé. ÀÉÎÕÜ àéîõü ß ﬁ",
+    "東京は日本の首都です。北京是中国的首都。서울은 한국의 수도입니다.",
+    "Привет, мир! Γειά σου κόσμε. مرحبا بالعالم हिन्दी ภาษาไทย",
+    "control\x00chars\x01\x07\x1b[31m and\u200bzero width\ufeffbom \ufffd",
+    "tabs\tand\nnewlines\r\nand\x0bvertical\x0cfeeds\x1f\x85nel\u2028ls\u3000",
+    "many     spaces\n\n\nand blank lines", "emoji 😀🎉👩\u200d👩\u200d👧 ∑∫√ “curly” ‘single’ —",
+    "numbers 1234567 3.14159 1,000,000 ١٢٣ ５６７", "don't can't I'm we'll they've she'd DON'T",
+    "combining e\u0301 a\u0308 n\u0303; Hangul \u1100\u1161", "def f(x):\n    return x**2  # c\n",
+    "special <|endoftext|> </s> <s> <unk> [SEP] <0x41> ▁ tokens in text", "▁▁ ▁x x▁",
+    "\U0010fffd\ue000\U000f0000 private use", "a" * 300, "👍🏽" * 20 + " " * 40,
+]
+
+
+def available() -> str | None:
+    """None when gigatoken imports, else why not."""
+    try:
+        import gigatoken  # noqa: F401
+    except ImportError:
+        return "gigatoken is not installed (pip install 'megadata[gigatoken]')"
+    return None
+
+
+def _arrays(result) -> tuple[np.ndarray, np.ndarray]:
+    """(uint32 ids, int64 lengths) of gigatoken's jagged result, without copying the ids."""
+    layout = result.layout
+    if type(layout).__name__ == "ListOffsetArray":
+        offsets = np.asarray(layout.offsets.data, np.int64)
+        ids = np.asarray(layout.content.data)[offsets[0] : offsets[-1]]
+        return ids, np.diff(offsets)
+    import awkward as ak
+
+    return np.asarray(ak.flatten(result)), np.asarray(ak.num(result, axis=1), np.int64)
+
+
+@contextlib.contextmanager
+def _memory_file(data: bytes) -> Iterator[str]:
+    """A path whose file holds ``data``: an anonymous in-memory file on Linux."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("megadata-block", os.MFD_CLOEXEC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    with tempfile.NamedTemporaryFile(suffix=".jsonl") as stream:
+        stream.write(data)
+        stream.flush()
+        yield stream.name
+
+
+def _character_class(ranges: np.ndarray) -> re.Pattern | None:
+    """A pattern finding any code point of ``ranges`` (None for no ranges)."""
+    if not len(ranges):
+        return None
+    parts = [f"{re.escape(chr(a))}-{re.escape(chr(b - 1))}" for a, b in ranges.tolist()
+             if not 0xD800 <= a < 0xE000]
+    return re.compile("[" + "".join(parts) + "]")
+
+
+class GigaEncoder:
+    """gigatoken's encoder (meets ``megadata_core.preprocess.tokenizers.BlockEncoder``).
+
+    ``unproven``: code point ranges whose texts the owner sends to its reference encoder;
+    ``proof``: what was proven (or, for Megatron's ``--use-gigatoken``, why not).
+    A batch or block is encoded on the calling thread (``parallel=False``): the pipeline's
+    threads and processes are the parallelism, and gigatoken's own pool, started per
+    4 MiB block, made the whole run about 1.5x slower on 2 cores.
+    """
+
+    def __init__(self, tokenizer, unproven: np.ndarray, proof: str) -> None:
+        import awkward  # noqa: F401 - gigatoken's results; imported once, before workers fork
+
+        self._tokenizer = tokenizer
+        self.unproven = unproven
+        self.proof = proof
+        self._finder = _character_class(unproven)
+
+    def needs_reference(self, text: str) -> bool:
+        """Whether ``text`` holds a character whose ids are not proven equal."""
+        return self._finder is not None and not text.isascii() and bool(
+            self._finder.search(text))
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self._tokenizer.encode(text), dtype=np.int64)
+
+    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(uint32 ids of all texts concatenated, int64 lengths)."""
+        return _arrays(self._tokenizer.encode_batch(list(texts), parallel=False))
+
+    def encode_jsonl(self, block: bytes, key: str) -> tuple[np.ndarray, np.ndarray]:
+        import gigatoken
+
+        with _memory_file(block) as path:
+            source = gigatoken.JsonlFileSource([path], key)
+            return _arrays(self._tokenizer.encode_files(source, parallel=False))
+
+    def encode_utf8(self, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        import awkward as ak
+
+        strings = ak.contents.ListOffsetArray(
+            ak.index.Index64(np.asarray(offsets, np.int64)),
+            ak.contents.NumpyArray(np.asarray(data, np.uint8), parameters={"__array__": "char"}),
+            parameters={"__array__": "string"},
+        )
+        return _arrays(self._tokenizer.encode_batch(ak.Array(strings), parallel=False))
+
+
+
+def _load(config: dict, backend: str):
+    """gigatoken's tokenizer for a ``tokenizer.json`` dict, or (None, why)."""
+    import gigatoken
+
+    try:
+        tokenizer = gigatoken.Tokenizer.from_json(json.dumps(config, ensure_ascii=False))
+    except Exception as error:  # gigatoken raises its own exception types
+        return None, f"gigatoken cannot load it ({error})"
+    if type(tokenizer.backend).__name__ != backend:
+        return None, f"gigatoken loaded it as {type(tokenizer.backend).__name__}, not {backend}"
+    return tokenizer, ""
+
+
+def _battery(tokenizer, reference, extra: Sequence[str] = ()) -> str:
+    """'' when gigatoken and ``reference(text) -> ids`` agree on every battery text."""
+    for text in [*BATTERY, *extra]:
+        mine = np.asarray(tokenizer.encode(text), np.int64)
+        theirs = np.asarray(reference(text), np.int64).reshape(-1)
+        if mine.shape != theirs.shape or not (mine == theirs).all():
+            return f"gigatoken and the reference differ on {text[:40]!r}"
+    return ""
+
+
+# -- byte-level BPE ------------------------------------------------------------------------
+
+
+def byte_level(
+    vocab: Mapping[str, int],
+    merges: Sequence[tuple[str, str]],
+    added: Mapping[str, int],
+    reference,
+) -> tuple[GigaEncoder | None, str]:
+    """gigatoken for a GPT-2 style byte-level BPE whose merges ``adapters.byte_level_bpe``
+    proved canonical (see the module docstring); ``reference(text) -> ids`` is the
+    encoder it must equal. ``vocab``: token (GPT-2's byte alphabet) -> id; ``added``:
+    added tokens split out of the text (content -> id)."""
+    why = available()
+    if why:
+        return None, why
+    results = [left + right for left, right in merges]
+    ids = np.fromiter((vocab[token] for token in results), np.int64, len(results))
+    if ids.size and (np.diff(ids) <= 0).any():
+        k = int(np.flatnonzero(np.diff(ids) <= 0)[0]) + 1
+        return None, f"merge {k + 1} makes id {ids[k]}, not above the previous merge's"
+    made = set(results) | set(bytes_to_unicode().values())
+    for token in set(vocab) - made - set(added):
+        raw = token_bytes(token) if is_byte_alphabet(token) else None
+        if raw is not None and _whole_pretoken(raw):
+            return None, f"vocabulary entry {token!r} is no merge's result but can be a pre-token"
+    config = {
+        "version": "1.0",
+        "added_tokens": [{"id": int(i), "content": c, "special": True} for c, i in added.items()],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+        "model": {"type": "BPE", "byte_fallback": False, "vocab": dict(vocab),
+                  "merges": [list(pair) for pair in merges]},
+    }
+    tokenizer, why = _load(config, "BPETokenizer")
+    if tokenizer is None:
+        return None, why
+    if not _same_model(tokenizer, vocab, merges):
+        return None, "gigatoken read another vocabulary or other merges"
+    why = _battery(tokenizer, reference, extra=list(added))
+    if why:
+        return None, why
+    return GigaEncoder(tokenizer, unassigned_14(),
+                       "canonical byte-level BPE merges: same ids as pair merging"), ""
+
+
+def _same_model(tokenizer, vocab: Mapping[str, int], merges) -> bool:
+    """Whether gigatoken holds ``vocab`` (as bytes, by id) and ``merges`` (as byte pairs,
+    in order): compared as two joined strings and their lengths each, no Python loop."""
+    got = tokenizer.vocab
+    ids = sorted(i for t, i in vocab.items() if is_byte_alphabet(t))
+    by_id = {i: t for t, i in vocab.items()}
+    mine = [by_id[i] for i in ids]
+    theirs = [got.get(i, b"") for i in ids]
+    if token_bytes("".join(mine)) != b"".join(theirs):
+        return False
+    if list(map(len, mine)) != list(map(len, theirs)):
+        return False
+    pairs = tokenizer.merges
+    if len(pairs) != len(merges):
+        return False
+    left = "".join(a for a, _ in merges)
+    right = "".join(b for _, b in merges)
+    return (token_bytes(left) == b"".join(a for a, _ in pairs)
+            and token_bytes(right) == b"".join(b for _, b in pairs)
+            and [len(a) for a, _ in merges] == [len(a) for a, _ in pairs]
+            and [len(b) for _, b in merges] == [len(b) for _, b in pairs])
+
+
+@functools.cache
+def _gpt2_pretokenizer():
+    from tokenizers import pre_tokenizers
+
+    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+
+
+def _whole_pretoken(raw: bytes) -> bool:
+    """Whether GPT-2's expression could match ``raw`` as one pre-token: never when it is
+    not valid UTF-8; else when it matches it whole when alone (a match ending at a text's
+    end is no shorter than the same match inside a text, so a string split alone is split
+    everywhere)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return len(_gpt2_pretokenizer().pre_tokenize_str(text)) == 1
+
+
+# -- SentencePiece BPE ---------------------------------------------------------------------
+
+_NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
+_BYTE_PIECE = re.compile(r"<0x[0-9A-F]{2}>")
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, at
+        shift += 7
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """(field number, value) of a protobuf message: ints for varints, bytes otherwise."""
+    at = 0
+    while at < len(data):
+        key, at = _varint(data, at)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, at = _varint(data, at)
+        elif wire == 1:
+            value, at = data[at : at + 8], at + 8
+        elif wire == 2:
+            length, at = _varint(data, at)
+            value, at = data[at : at + length], at + length
+        elif wire == 5:
+            value, at = data[at : at + 4], at + 4
+        else:
+            raise ValueError(f"protobuf wire type {wire}")
+        yield field, value
+
+
+def _piece(message: bytes) -> tuple[str, float, int]:
+    """(text, score, type) of a SentencePiece message (fields 1, 2, 3, usually in order)."""
+    if message[:1] == b"\x0a" and message[1] < 0x80:  # text of under 128 bytes, first
+        end = 2 + message[1]
+        if message[end : end + 1] == b"\x15" and len(message) in (end + 5, end + 7):
+            score = struct.unpack_from("<f", message, end + 1)[0]
+            kind = message[end + 6] if len(message) == end + 7 else _NORMAL
+            if len(message) == end + 5 or message[end + 5] == 0x18:
+                return message[2:end].decode("utf-8"), score, kind
+    entry = dict(_fields(message))
+    score = struct.unpack("<f", entry.get(2, b"\0\0\0\0"))[0]
+    return entry.get(1, b"").decode("utf-8"), score, entry.get(3, _NORMAL)
+
+
+def _model(proto: bytes) -> tuple[list[tuple[str, float, int]], dict, dict]:
+    """(pieces as (text, score, type), trainer spec fields, normalizer spec fields)."""
+    pieces, trainer, normalizer = [], {}, {}
+    for field, value in _fields(proto):
+        if field == 1:
+            pieces.append(_piece(value))
+        elif field == 2:
+            trainer = dict(_fields(value))
+        elif field == 3:
+            normalizer = dict(_fields(value))
+    return pieces, trainer, normalizer
+
+
+def sentencepiece(proto: bytes, reference) -> tuple[GigaEncoder | None, str]:
+    """gigatoken for a SentencePiece ``.model`` (its bytes) when the conditions of the
+    module docstring hold; ``reference(text) -> ids`` is sentencepiece's ``encode``."""
+    why = available()
+    if why:
+        return None, why
+    config, why = sentencepiece_config(proto)
+    if config is None:
+        return None, why
+    merges = config["model"]["merges"]
+    tokenizer, why = _load(config, "SentencePieceTokenizer")
+    if tokenizer is None:
+        return None, why
+    expected = [(left.encode(), right.encode()) for left, right in merges]
+    if tokenizer.merges != expected:
+        return None, "gigatoken read other merges"
+    why = _battery(tokenizer, reference)
+    if why:
+        return None, why
+    return GigaEncoder(tokenizer, np.zeros((0, 2), np.int64),
+                       "SentencePiece BPE over canonical merges: same ids as sentencepiece"), ""
+
+
+def sentencepiece_config(proto: bytes) -> tuple[dict | None, str]:
+    """(the ``tokenizer.json`` dict gigatoken is given for a SentencePiece ``.model``, "")
+    when the proof covers the model (see the module docstring), else (None, why)."""
+    found = _sentencepiece_model(hashlib.sha256(proto).hexdigest(), proto)
+    if isinstance(found, str):
+        return None, found
+    pieces, normalizer, merges = found
+    rules = [{"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]
+    if normalizer.get(3, 1):  # add_dummy_prefix
+        rules.insert(0, {"type": "Prepend", "prepend": "\u2581"})
+    return {
+        "version": "1.0",
+        "added_tokens": [],  # sentencepiece's encode does not split control pieces out
+        "normalizer": {"type": "Sequence", "normalizers": rules},
+        "pre_tokenizer": None,
+        "model": {"type": "BPE", "byte_fallback": True, "fuse_unk": True, "dropout": None,
+                  "unk_token": next((p for p, _, t in pieces if t == _UNKNOWN), None),
+                  "vocab": {piece: i for i, (piece, _, _) in enumerate(pieces)},
+                  "merges": [list(pair) for pair in merges]},
+    }, ""
+
+
+@functools.lru_cache(maxsize=8)
+def _sentencepiece_model(digest: str, proto: bytes):
+    """(pieces, normalizer spec, canonical merges) of a model, or why the proof does not
+    cover it; kept per process by content (``digest``): workers inherit it."""
+    try:
+        pieces, trainer, normalizer = _model(proto)
+    except (ValueError, IndexError, UnicodeDecodeError, struct.error) as error:
+        return f"its model could not be read ({error})"
+    why = _sentencepiece_spec(pieces, trainer, normalizer)
+    if why:
+        return why
+    merges, why = canonical_merges(pieces)
+    return why if merges is None else (pieces, normalizer, merges)
+
+
+def _sentencepiece_spec(pieces, trainer: dict, normalizer: dict) -> str:
+    """'' when the model is one the proof covers, else why not."""
+    if trainer.get(3, 1) != 2:
+        return "it is not a BPE model"
+    if not trainer.get(35, 0):
+        return "it has no byte fallback"
+    if trainer.get(24, 0):
+        return "it treats whitespace as a suffix"
+    if normalizer.get(2, b""):
+        return "it normalizes text (a character map: use normalization_rule_name=identity)"
+    if normalizer.get(4, 1):
+        return "it removes extra whitespace"
+    if not normalizer.get(5, 1):
+        return "it does not escape whitespace"
+    types = {kind for _, _, kind in pieces}
+    if types & {_USER_DEFINED, _UNUSED}:
+        return "it has user-defined or unused pieces"
+    bytes_found = {piece for piece, _, kind in pieces if kind == _BYTE}
+    if bytes_found != {f"<0x{b:02X}>" for b in range(256)}:
+        return "it lacks some of the 256 byte pieces"
+    if any(_BYTE_PIECE.fullmatch(piece) for piece, _, kind in pieces if kind != _BYTE):
+        return "a piece that is not a byte piece is spelled like one"
+    return ""
+
+
+def canonical_merges(pieces) -> tuple[list[tuple[str, str]] | None, str]:
+    """(merges, "") for SentencePiece ``pieces`` (text, score, type): for each normal piece
+    of two or more characters, by falling score, the pair that sentencepiece's merging of
+    its own characters joins last (pieces it cannot reach are left out); or (None, why)."""
+    normal = [(piece, score) for piece, score, kind in pieces if kind == _NORMAL]
+    score = dict(normal)
+    singles = {piece for piece in score if len(piece) == 1}
+    longer = sorted((piece for piece in score if len(piece) > 1), key=lambda p: -score[p])
+    values = [score[piece] for piece in longer]
+    if len(set(values)) != len(values):
+        return None, "two pieces share a score"
+    merges = []
+    for piece in longer:
+        if len(piece) == 2:
+            if piece[0] not in singles or piece[1] not in singles:
+                return None, f"piece {piece!r} holds a character that is no piece"
+            merges.append((piece[0], piece[1]))
+            continue
+        limit = score[piece]
+        symbols = list(piece)
+        while len(symbols) > 2:  # sentencepiece's merging, pieces scored above this one
+            best, best_score = -1, limit
+            for i in range(len(symbols) - 1):
+                found = score.get(symbols[i] + symbols[i + 1])
+                if found is not None and found > best_score:
+                    best, best_score = i, found
+            if best < 0:
+                break
+            symbols[best : best + 2] = [symbols[best] + symbols[best + 1]]
+        if len(symbols) != 2:
+            continue  # never made: its characters merge otherwise
+        missing = set(piece) - singles
+        if missing:
+            return None, f"piece {piece!r} holds {sorted(missing)[0]!r}, which is no piece"
+        merges.append((symbols[0], symbols[1]))
+    if not _pair_merging_keeps_whole(score, merges):
+        return None, "some piece is not merged whole from its characters"
+    return merges, ""
+
+
+def _pair_merging_keeps_whole(score: Mapping[str, float], merges) -> bool:
+    """Condition 3: pair merging (the ``tokenizers`` BPE model) gives each merge result
+    as one token."""
+    if not merges:
+        return True
+    from tokenizers import Tokenizer, models
+
+    vocab = {piece: i for i, piece in enumerate(score)}
+    model = models.BPE(vocab=vocab, merges=[tuple(pair) for pair in merges])
+    results = [left + right for left, right in merges]
+    encodings = Tokenizer(model).encode_batch_fast(results, add_special_tokens=False)
+    return all(e.ids == [vocab[r]] for e, r in zip(encodings, results))
+
+
+# -- using an encoder ----------------------------------------------------------------------
+
+ENCODERS = ("auto", "gigatoken", "reference")
+
+
+def check_mode(encoder: str) -> str:
+    """``encoder`` when it is one of ENCODERS (else a DataError naming the choices)."""
+    from megadata_core.errors import DataError
+
+    if encoder not in ENCODERS:
+        raise DataError(f"encoder: {encoder!r} is not one of {', '.join(ENCODERS)}")
+    return encoder
+
+
+def choose(found: tuple[GigaEncoder | None, str], mode: str, reference: str, unchecked=None):
+    """(encoder or None, the log line) for a proof's result under ``mode``: ``auto`` takes a
+    proven encoder, ``reference`` none, ``gigatoken`` (Megatron's ``--use-gigatoken``) a
+    proven one or else ``unchecked()`` (gigatoken's own ids, as Megatron gets them; a
+    DataError when gigatoken cannot load the tokenizer at all)."""
+    from megadata_core.errors import DataError
+
+    giga, why = found
+    if mode == "reference":
+        return None, f"{reference} (--encoder reference)"
+    if giga is not None and mode == "gigatoken" and len(giga.unproven):
+        return GigaEncoder(giga._tokenizer, np.zeros((0, 2), np.int64), giga.proof), (
+            f"gigatoken ({giga.proof}; every text, as Megatron's --use-gigatoken: texts with "
+            f"characters unassigned in Unicode 14.0 may get other ids than {reference}'s)")
+    if giga is not None:
+        return giga, f"gigatoken ({giga.proof}; {_unproven_note(giga, reference)})"
+    if mode == "gigatoken":
+        if unchecked is None or available():
+            raise DataError(f"--use-gigatoken: gigatoken cannot run this tokenizer ({why})")
+        return unchecked(why), (
+            f"gigatoken, as Megatron's --use-gigatoken runs it; its ids are NOT proven equal "
+            f"to {reference}'s: {why}")
+    return None, f"{reference} (not gigatoken: {why})"
+
+
+def _unproven_note(giga: GigaEncoder, reference: str) -> str:
+    if not len(giga.unproven):
+        return "every text"
+    return f"texts with characters unassigned in Unicode 14.0 go to {reference}"
+
+
+def unchecked_byte_level(config: Mapping, why: str) -> GigaEncoder:
+    """gigatoken on a ``tokenizer.json`` as it is, nothing proven (Megatron's fast path)."""
+    tokenizer, error = _load(dict(config), "BPETokenizer")
+    if tokenizer is None:
+        from megadata_core.errors import DataError
+
+        raise DataError(f"--use-gigatoken: {error}")
+    return GigaEncoder(tokenizer, np.zeros((0, 2), np.int64), f"not proven: {why}")
+
+
+def batch(
+    giga: GigaEncoder, texts: Sequence[str], reference_batch
+) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 ids, int64 lengths) of ``texts``: gigatoken's, but for the texts it must leave
+    to ``reference_batch(texts) -> (ids, lengths)``."""
+    texts = list(texts)
+    others = [i for i, text in enumerate(texts) if giga.needs_reference(text)]
+    if not others:
+        ids, lengths = giga.encode_batch(texts)
+        return ids.astype(np.int64), lengths
+    mine = np.ones(len(texts), bool)
+    mine[others] = False
+    first = giga.encode_batch([t for t, m in zip(texts, mine) if m])
+    second = reference_batch([texts[i] for i in others])
+    order = np.argsort(np.concatenate([np.flatnonzero(mine), others]), kind="stable")
+    ids = np.concatenate([np.asarray(first[0], np.int64), np.asarray(second[0], np.int64)])
+    lengths = np.concatenate([first[1], np.asarray(second[1], np.int64)])
+    starts = (np.cumsum(lengths) - lengths)[order]
+    lengths = lengths[order]
+    index = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(lengths.sum())
+    return ids[index], lengths

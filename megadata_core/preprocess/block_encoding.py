@@ -1,0 +1,119 @@
+"""Tokenizing a block of JSON lines with the tokenizer's native block encoder, exactly.
+
+:func:`tokenize_block` gives the same :class:`TokenizedChunk` as ``tokenize_chunk`` on the
+block's lines (the same documents, tokens, blank and bad lines, the same first error),
+with no Python per document on the lines ``json_scan`` proves the native reader takes
+as Python's ``json`` does: those go to the tokenizer's ``block_encoder`` in one call per
+key; the others (invalid or unusual lines, texts with unproven characters) go through
+the exact path, and both are merged in line order. A tokenizer without a block encoder,
+or sentence splitting, takes the exact path for the whole block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from megadata_core.preprocess.encoding import (
+    TokenizedChunk,
+    assemble_documents,
+    parse_lines,
+    tokenize_chunk,
+)
+from megadata_core.preprocess.json_scan import EXACT, NATIVE, scan_block
+from megadata_core.preprocess.reading import split_lines
+from megadata_core.preprocess.records import encode_many
+from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
+
+
+def tokenize_block(
+    data: bytes,
+    tokenizer: Tokenizer,
+    json_keys: Sequence[str],
+    *,
+    path: str = "<input>",
+    first_line: int = 1,
+    append_eod: bool = False,
+    dtype: np.typing.DTypeLike = np.int32,
+    skip_bad_lines: bool = False,
+    splitter: SentenceSplitter | None = None,
+    keep_empty: bool = False,
+) -> TokenizedChunk:
+    """``tokenize_chunk`` of the lines of ``data`` (a block of whole lines), natively
+    where proven exact (see the module docstring)."""
+    options = dict(path=path, first_line=first_line, append_eod=append_eod, dtype=dtype,
+                   skip_bad_lines=skip_bad_lines, splitter=splitter, keep_empty=keep_empty)
+    native = getattr(tokenizer, "block_encoder", None) if splitter is None else None
+    if native is None or not data:
+        return tokenize_chunk(split_lines(data), tokenizer, json_keys, **options)
+    scan = scan_block(data, json_keys, native.unproven)
+    fast = np.flatnonzero(scan.kinds == NATIVE)
+    slow = np.flatnonzero(scan.kinds == EXACT)
+    lines = [data[scan.starts[i] : scan.ends[i] + 1] for i in slow]
+    parsed = parse_lines(zip(slow.tolist(), lines), json_keys, path, first_line,
+                         skip_bad_lines)  # a bad line raises here, as in tokenize_chunk
+    buffer = data if not slow.size else _without(data, scan, slow)
+    native_ids = {}
+    for key in json_keys:
+        ids, lengths = native.encode_jsonl(buffer, key) if fast.size else (
+            np.zeros(0, np.uint32), np.zeros(0, np.int64))
+        if lengths.size != fast.size:  # the native reader stopped early: trust Python
+            return tokenize_chunk(split_lines(data), tokenizer, json_keys, **options)
+        native_ids[key] = (np.asarray(ids).reshape(-1), np.asarray(lengths, np.int64))
+    offsets, order = _line_order(fast, np.asarray(parsed.offsets, np.int64))
+    last_line = first_line + scan.lines - 1
+    tokens, sequence_lengths, document_sequences = {}, {}, {}
+    for index, key in enumerate(json_keys):
+        ids, lengths = native_ids[key]
+        if parsed.texts:
+            texts = [document[index] for document in parsed.texts]
+            exact_ids, exact_lengths = encode_many(tokenizer, texts, key, path, first_line)
+            ids, lengths = merge_documents(order, (ids, lengths), (exact_ids, exact_lengths))
+        tokens[key], sequence_lengths[key], document_sequences[key] = assemble_documents(
+            ids, lengths, np.ones(lengths.size, np.int64), tokenizer, append_eod,
+            np.dtype(dtype), where=(path, first_line, last_line), keep_empty=keep_empty,
+        )
+    return TokenizedChunk(
+        documents=int(offsets.size),
+        tokens=tokens,
+        sequence_lengths=sequence_lengths,
+        document_sequences=document_sequences,
+        line_offsets=offsets,
+        blank_lines=int((scan.kinds != NATIVE).sum()) - slow.size + parsed.blank,
+        bad_lines=dict(parsed.bad),
+        bad_examples=parsed.examples,
+    )
+
+
+def _without(data: bytes, scan, slow: np.ndarray) -> bytes:
+    """``data`` without the lines at ``slow`` (each run of kept lines copied once)."""
+    view = memoryview(data)
+    pieces = []
+    start = 0
+    for line in slow.tolist():  # one slice per line left to Python (few)
+        pieces.append(view[start : scan.starts[line]])
+        start = min(int(scan.ends[line]) + 1, len(data))
+    pieces.append(view[start:])
+    return b"".join(pieces)
+
+
+def _line_order(fast: np.ndarray, slow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(every document's line offset in order, the permutation that puts the native
+    documents then the exact ones in that order)."""
+    offsets = np.concatenate([fast, slow])
+    order = np.argsort(offsets, kind="stable")
+    return offsets[order], order
+
+
+def merge_documents(order: np.ndarray, *parts: tuple[np.ndarray, np.ndarray]):
+    """Documents of ``parts`` (ids, lengths each), concatenated then permuted by
+    ``order``: one gather of the ids."""
+    ids = np.concatenate([np.asarray(part[0], np.int64) for part in parts])
+    lengths = np.concatenate([part[1] for part in parts])
+    starts = np.cumsum(lengths) - lengths
+    lengths = lengths[order]
+    starts = starts[order]
+    out_starts = np.cumsum(lengths) - lengths
+    index = np.repeat(starts - out_starts, lengths) + np.arange(int(lengths.sum()))
+    return ids[index], lengths

@@ -1,0 +1,116 @@
+"""Tokenizing rows of a table (a parquet row group): string columns to token arrays.
+
+The columns come as stored (UTF-8 bytes and offsets, ``plan.TableReader.read_buffers``);
+with the tokenizer's block encoder the texts go to it in one call per column, without a
+Python string per row, but for the rows ``json_scan.exact_rows`` sends to the exact path
+(invalid UTF-8, unproven characters), which are decoded and encoded by ``encode_batch``.
+A row where a column is null is a bad line (``not_string``), as the JSON path reports a
+key that holds null.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from megadata_core.errors import DataError
+from megadata_core.preprocess.block_encoding import merge_documents
+from megadata_core.preprocess.encoding import TokenizedChunk, assemble_documents, encode_columns
+from megadata_core.preprocess.json_scan import exact_rows
+from megadata_core.preprocess.reading import TableRows
+from megadata_core.preprocess.records import BadLineError, encode_many
+from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
+
+
+def tokenize_rows(
+    buffers: Sequence[tuple[np.ndarray, np.ndarray]],
+    valid: np.ndarray,
+    tokenizer: Tokenizer,
+    json_keys: Sequence[str],
+    *,
+    where: str,
+    first_row: int = 0,
+    append_eod: bool = False,
+    dtype: np.typing.DTypeLike = np.int32,
+    skip_bad_lines: bool = False,
+    splitter: SentenceSplitter | None = None,
+    keep_empty: bool = False,
+) -> TokenizedChunk:
+    """Rows ``first_row`` + [0, len(valid)) of a table (``where`` names it in messages),
+    one (data, offsets) per key over exactly those rows; ``valid[i]``: no column is null."""
+    rows = int(valid.size)
+    kept = np.flatnonzero(valid)
+    bad, examples = {}, []
+    if kept.size < rows:
+        null = int(np.flatnonzero(~valid)[0])
+        error = BadLineError(f"{where}, row {first_row + null + 1}: a key of "
+                             f"{list(json_keys)} holds null, not a string", "not_string")
+        if not skip_bad_lines:
+            raise error
+        bad, examples = {"not_string": rows - int(kept.size)}, [str(error)]
+    native = getattr(tokenizer, "block_encoder", None) if splitter is None else None
+    last = first_row + rows
+    options = dict(append_eod=append_eod, dtype=np.dtype(dtype), keep_empty=keep_empty)
+    tokens, lengths, sequences = {}, {}, {}
+    if native is None:
+        columns = [_texts(data, offsets, kept, where, first_row) for data, offsets in buffers]
+        tokens, lengths, sequences = encode_columns(
+            columns, tokenizer, json_keys, path=where, first_line=first_row + 1,
+            last_line=last, splitter=splitter, **options)
+    for key, (data, offsets) in zip(json_keys, buffers if native is not None else ()):
+        exact = exact_rows(data, offsets, native.unproven)[kept]
+        fast = kept[~exact]
+        ids, counts = native.encode_utf8(*_select(data, offsets, fast, rows))
+        if exact.any():
+            texts = _texts(data, offsets, kept[exact], where, first_row)
+            order = np.argsort(np.concatenate([fast, kept[exact]]), kind="stable")
+            ids, counts = merge_documents(
+                order, (ids, counts), encode_many(tokenizer, texts, key, where, first_row + 1))
+        tokens[key], lengths[key], sequences[key] = assemble_documents(
+            ids, np.asarray(counts, np.int64), np.ones(kept.size, np.int64), tokenizer,
+            where=(where, first_row + 1, last), **options)
+    part = TokenizedChunk(
+        documents=int(kept.size), tokens=tokens, sequence_lengths=lengths,
+        document_sequences=sequences, line_offsets=kept.astype(np.int64), bad_lines=bad,
+        bad_examples=examples,
+    )
+    part.nbytes = sum(_text_bytes(offsets, kept) for _, offsets in buffers)
+    return part
+
+
+def _text_bytes(offsets: np.ndarray, rows: np.ndarray) -> int:
+    return int((offsets[rows + 1] - offsets[rows]).sum())
+
+
+def _select(data, offsets, rows: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """(data, offsets) of the texts at ``rows`` only (the column itself when all)."""
+    if rows.size == total:
+        return data, offsets
+    lengths = offsets[rows + 1] - offsets[rows]
+    out = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    index = np.repeat(offsets[rows] - out[:-1], lengths) + np.arange(int(out[-1]))
+    return np.asarray(data)[index], out
+
+
+def _texts(data, offsets, rows: np.ndarray, where: str, first_row: int) -> list[str]:
+    """Python strings of the texts at ``rows`` (the exact path)."""
+    texts = []
+    raw = memoryview(np.ascontiguousarray(data))
+    for row in rows.tolist():
+        try:
+            texts.append(str(raw[offsets[row] : offsets[row + 1]], "utf-8"))
+        except UnicodeDecodeError as error:
+            raise DataError(f"{where}, row {first_row + row + 1}: invalid UTF-8 at byte "
+                            f"{error.start} ({error.reason})") from None
+    return texts
+
+
+def tokenize_table_rows(table_reader, path: str, rows: TableRows, tokenizer: Tokenizer,
+                        json_keys: Sequence[str], **options) -> TokenizedChunk:
+    """``tokenize_rows`` of rows [start, stop) of one row group of ``path``."""
+    buffers, valid = table_reader.read_buffers(path, rows.group, json_keys)
+    window = [(data, offsets[rows.start : rows.stop + 1]) for data, offsets in buffers]
+    return tokenize_rows(window, valid[rows.start : rows.stop], tokenizer, json_keys,
+                         where=f"{path} (row group {rows.group})", first_row=rows.start,
+                         **options)

@@ -1,0 +1,207 @@
+"""Ctrl-C at random moments of ``tools/preprocess_data.py``, and what each one must leave.
+
+:func:`interrupt_runs` sends SIGINT to the tool's process group (as a terminal's Ctrl-C
+does) at moments drawn uniformly over 0.9 of a clean run's duration, from the process's
+start. The tool starts with SIGINT blocked (it unblocks it first thing, so a signal sent
+while the interpreter itself starts up waits for the tool's handler instead of being
+Python's start-up failure). Each run must end (a watchdog fails a hang; no time is asserted),
+print exactly one line that starts ``interrupted`` (or finish normally, if the moment
+came after its end), leave no process of its session, and leave what its line says: the
+directory as it was (``nothing was written``, ``removed this run's unfinished files``), the
+complete corpus (``after the output was complete``) or the finished tasks (``kept N
+finished task(s)``); a rerun of the command without an interrupt then gives the clean
+run's bytes. Exit times are recorded (reported, not asserted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TOOL = REPO / "tools" / "preprocess_data.py"
+#: A run still going this long after its SIGINT hangs (a watchdog, not a timing check).
+WATCHDOG_S = 60
+#: Its processes must be gone within this after it ended (a watchdog too).
+GONE_S = 10
+
+
+def explore() -> bool:
+    """``tools/test.sh --explore``: the long version of the tests."""
+    return os.environ.get("MEGADATA_HYPOTHESIS") == "explore"
+
+
+def write_input(path: Path, documents: int, seed: int = 0) -> Path:
+    """A jsonl of ``documents`` texts of English-like words (~500 bytes each)."""
+    rng = random.Random(seed)
+    words = ["data", "token", "corpus", "shard", "merge", "index", "sample", "blend",
+             "écrit", "naïve", "über", "zoë", "the", "of", "and", "a", "to", "in"]
+    with open(path, "w", encoding="utf-8") as stream:
+        for _ in range(documents):
+            text = " ".join(rng.choice(words) for _ in range(rng.randint(20, 140)))
+            stream.write(json.dumps({"text": text}) + "\n")
+    return path
+
+
+def environment() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tools")])}
+
+
+def session_processes(session: int) -> set[int]:
+    """Live (not zombie) processes of ``session``."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # state ppid pgrp session ...
+        if int(fields[3]) == session and fields[0] not in "ZX":
+            found.add(int(entry))
+    return found
+
+
+def snapshot(directory: Path) -> dict[str, str]:
+    """Every file and directory under ``directory`` (hidden ones included), with a
+    digest of each file."""
+    found = {}
+    for root, dirs, files in os.walk(directory):
+        for name in dirs:
+            found[os.path.relpath(os.path.join(root, name), directory) + "/"] = ""
+        for name in files:
+            path = os.path.join(root, name)
+            with contextlib.suppress(FileNotFoundError):
+                found[os.path.relpath(path, directory)] = hashlib.sha256(
+                    Path(path).read_bytes()
+                ).hexdigest()
+    return found
+
+
+def corpus(prefix: Path) -> tuple[bytes, bytes]:
+    return Path(f"{prefix}_text_document.bin").read_bytes(), Path(
+        f"{prefix}_text_document.idx"
+    ).read_bytes()
+
+
+@dataclass
+class Outcome:
+    delay: float  # when the SIGINT was sent, from the start
+    status: int
+    stderr: str
+    exit_s: float  # from the SIGINT to the end of the process
+
+
+def _start(command: list[str], cwd: Path) -> subprocess.Popen:
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:  # the child starts with SIGINT blocked (see the module docstring)
+        return subprocess.Popen(
+            command, cwd=cwd, env=environment(), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def interrupt_at(command: list[str], cwd: Path, delay: float) -> Outcome:
+    """Run ``command``, SIGINT its process group ``delay`` s after the start; its outcome,
+    once every process of its session is gone (a hang fails here)."""
+    process = _start(command, cwd)
+    try:
+        time.sleep(delay)
+        sent = time.monotonic()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGINT)
+        try:
+            _, stderr = process.communicate(timeout=WATCHDOG_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"{' '.join(command[2:])}: still running {WATCHDOG_S} s after a SIGINT sent "
+                f"{delay:.2f} s after its start"
+            ) from None
+        exit_s = time.monotonic() - sent
+        end = time.monotonic() + GONE_S
+        while (left := session_processes(process.pid)) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not left, f"processes {sorted(left)} outlive the run (SIGINT at {delay:.2f} s)"
+        return Outcome(delay, process.returncode, stderr, exit_s)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # whatever a failure left
+
+
+def run_tool(command: list[str], cwd: Path) -> float:
+    """Run ``command`` to its end (status 0); its wall time."""
+    started = time.monotonic()
+    result = subprocess.run(command, cwd=cwd, env=environment(), capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    return time.monotonic() - started
+
+
+def interrupt_runs(
+    work: Path, source: Path, args: list[str], count: int, seed: int,
+    rerun_args: list[str] | None = None,
+) -> list[Outcome]:
+    """``count`` interrupted runs of ``preprocess_data.py --input source ... args`` in
+    ``work/out`` (see the module docstring), each followed by an uninterrupted rerun
+    (with ``rerun_args`` instead of ``args`` if given) when it left anything; returns
+    the outcomes."""
+    base = [sys.executable, str(TOOL), "--input", str(source), "--noprogress"]
+    (work / "clean").mkdir()
+    clean_prefix = work / "clean" / "o"
+    duration = run_tool([*base, "--output_prefix", str(clean_prefix), *args], work)
+    clean = corpus(clean_prefix)
+    out = work / "out"
+    out.mkdir()
+    prefix = out / "o"
+    command = [*base, "--output_prefix", str(prefix), *args]
+    rerun = [*base, "--output_prefix", str(prefix), *(args if rerun_args is None else rerun_args)]
+    rng = random.Random(seed)
+    outcomes = []
+    for number in range(count):
+        before = snapshot(out)
+        outcome = interrupt_at(command, work, rng.uniform(0, 0.9 * duration))
+        outcomes.append(outcome)
+        where = (f"SIGINT {number} at {outcome.delay:.2f} s: exit status {outcome.status}, "
+                 f"stderr {outcome.stderr!r}")
+        assert "Traceback" not in outcome.stderr, where
+        if outcome.status == 0:  # the run had ended when the signal came
+            assert corpus(prefix) == clean, where
+            continue
+        lines = outcome.stderr.splitlines()
+        assert outcome.status == 130 and len(lines) == 1, where
+        line = lines[0]
+        if line == "interrupted: nothing was written" or line.startswith(
+            "interrupted: removed this run's unfinished files"
+        ):
+            assert snapshot(out) == before, where  # nothing of the run is left
+        elif line.startswith("interrupted after the output was complete: kept "):
+            assert corpus(prefix) == clean, where
+        else:
+            assert line.startswith("interrupted: nothing written to ") and (
+                "finished task(s) in" in line
+            ), where
+        if snapshot(out) != before or number % 10 == 9:
+            run_tool(rerun, work)
+            assert corpus(prefix) == clean, f"the rerun after {where}"
+            assert sorted(snapshot(out)) == ["o_text_document.bin", "o_text_document.idx"]
+    return outcomes
+
+
+def summary(outcomes: list[Outcome]) -> str:
+    """One line for the test log: how many were interrupted, and their exit times."""
+    stopped = [o.exit_s for o in outcomes if o.status == 130]
+    slowest = max(stopped, default=0.0)
+    return (f"{len(outcomes)} SIGINTs: {len(stopped)} interrupted runs, "
+            f"{len(outcomes) - len(stopped)} had finished; slowest exit {slowest:.2f} s")

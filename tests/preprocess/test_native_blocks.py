@@ -1,0 +1,219 @@
+"""The native block path (json_scan + a tokenizer's block encoder, gigatoken where proven)
+gives the exact path's documents, and one corpus whatever runs it: the encoder
+(gigatoken or the reference), threads, workers, partitions, the task plan's task sizes,
+jsonl or parquet."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+
+import numpy as np
+import pytest
+import tokenizer_files as files
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from preprocess_helpers import files_of, read_documents
+
+from adapters.text_tokenizers import load_tokenizer
+from megadata_core import DataError
+from megadata_core.preprocess import local_engine, preprocess_jsonl, preprocess_tasks, threads
+from megadata_core.preprocess.block_encoding import tokenize_block
+from megadata_core.preprocess.encoding import tokenize_chunk
+from megadata_core.preprocess.reading import split_lines
+
+pytest.importorskip("gigatoken", reason="the native block path is gigatoken's")
+
+# Raw lines that a native JSON reader and Python's json may read differently, or not at all.
+ODD_LINES = [
+    b'{"text": "plain ascii"}\n',
+    b'{"text": "caf\\u00e9 \\ud83d\\ude00 escaped"}\n',
+    b'{"text": "lone \\ud800 surrogate"}\n',
+    b'{"text": "first", "text": "duplicate key"}\n',
+    b'{"text": 12}\n',
+    b'{"other": "no text"}\n',
+    b'["not", "an", "object"]\n',
+    b"\n",
+    b"   \n",
+    b'{"text": ""}\n',
+    b'{"text": "bad utf-8 \xff\xfe"}\n',
+    b'{"text": "tab\\tnewline\\n quote\\" slash\\/ back\\\\"}\n',
+    '{"text": "unassigned in 14.0: \U0001fae8 \U0001fabb"}\n'.encode(),
+    '{"text": "Zürich 東京 😀 \u2028 \x85"}\n'.encode(),
+    b'{ "text" : "spaces around" , "id" : [1, {"x": null}] }\n',
+    b'{"text": "truncated\n',
+    b'{"text": "no newline at the end"}',
+]
+WORDS = ["the", " cat", "Zürich", "東京", "😀", "\t", "\n", "  ", "<s>", "</s>", "\\", '"',
+         "\U0001fae8", "\u00e9", "e\u0301", "123"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_options(tmp_path_factory):
+    directory = str(tmp_path_factory.mktemp("tok"))
+    vocab, merges = files.write_gpt2_files(directory)
+    return {
+        "hf": ("HuggingFaceTokenizer", {"tokenizer_model": files.write_hf_directory(directory)}),
+        "gpt2": ("GPT2BPETokenizer", {"vocab_file": vocab, "merge_file": merges}),
+        "sp": ("SentencePieceTokenizer",
+               {"tokenizer_model": files.write_sentencepiece_model(
+                   directory, normalization="identity")}),
+    }
+
+
+def _factory(options, name, encoder="auto"):
+    kind, kwargs = options[name]
+    return functools.partial(load_tokenizer, kind, encoder=encoder, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["hf", "gpt2", "sp"])
+def test_proven_types_take_gigatoken(tokenizer_options, name):
+    tokenizer = _factory(tokenizer_options, name)()
+    assert tokenizer.encoder.startswith("gigatoken"), tokenizer.encoder
+    assert tokenizer.block_encoder is not None
+    reference = _factory(tokenizer_options, name, "reference")()
+    assert getattr(reference, "block_encoder", None) is None
+
+
+def _chunk_fields(chunk):
+    return (chunk.documents, {k: v.tolist() for k, v in chunk.tokens.items()},
+            {k: v.tolist() for k, v in chunk.sequence_lengths.items()},
+            {k: v.tolist() for k, v in chunk.document_sequences.items()},
+            chunk.line_offsets.tolist(), chunk.blank_lines, chunk.bad_lines, chunk.bad_examples)
+
+
+def _outcome(function):
+    try:
+        return _chunk_fields(function())
+    except DataError as error:
+        return ("error", str(error))
+
+
+lines = st.lists(
+    st.one_of(
+        st.sampled_from(ODD_LINES),
+        st.lists(st.sampled_from(WORDS), max_size=12).map(
+            lambda words: (json.dumps({"text": "".join(words)}) + "\n").encode()),
+        st.text(max_size=30).map(
+            lambda text: (json.dumps({"text": text}, ensure_ascii=False) + "\n").encode(
+                "utf-8", "surrogatepass")),
+    ),
+    max_size=25,
+)
+
+
+@pytest.mark.parametrize("name", ["hf", "sp"])
+@settings(max_examples=60, deadline=None)
+@given(block=lines, skip_bad_lines=st.booleans(), keep_empty=st.booleans())
+def test_block_path_equals_exact_path(tokenizer_options, name, block, skip_bad_lines,
+                                      keep_empty):
+    tokenizer = _factory(tokenizer_options, name)()
+    data = b"".join(block)
+    options = dict(path="in.jsonl", first_line=5, append_eod=True, dtype=np.int32,
+                   skip_bad_lines=skip_bad_lines, keep_empty=keep_empty)
+    native = _outcome(lambda: tokenize_block(data, tokenizer, ("text",), **options))
+    exact = _outcome(lambda: tokenize_chunk(split_lines(data), tokenizer, ("text",), **options))
+    assert native == exact
+
+
+def _odd_corpus(directory, count=400):
+    """A jsonl of ``count`` lines: varied texts and every odd line that is still valid."""
+    rng = np.random.default_rng(0)
+    bad = (b"\xff", b'"text": 12', b"no text", b"\\ud800", b'["not"')
+    valid = [line for line in ODD_LINES[:-2]
+             if line.strip() and not any(part in line for part in bad)]
+    records = []
+    for i in range(count):
+        if i % 9 == 0:
+            records.append(valid[(i // 9) % len(valid)])
+        else:
+            words = rng.choice(WORDS, size=int(rng.integers(0, 40)))
+            records.append((json.dumps({"text": f"doc {i}" + "".join(words)}) + "\n").encode())
+    path = os.path.join(directory, "in.jsonl")
+    with open(path, "wb") as stream:
+        stream.write(b"".join(records))
+    return path
+
+
+@pytest.mark.parametrize("name", ["hf", "sp"])
+def test_one_corpus_whatever_runs_it(tmp_path, tokenizer_options, name, monkeypatch):
+    source = _odd_corpus(str(tmp_path))
+    run = functools.partial(preprocess_jsonl, [source], append_eod=True, chunk_bytes=2048)
+    reference = run(str(tmp_path / "ref"), _factory(tokenizer_options, name, "reference"))
+    expected = files_of(reference.output_prefixes["text"])
+    assert reference.documents == 400
+    giga = _factory(tokenizer_options, name)
+    outputs = {
+        "gigatoken, threads": run(str(tmp_path / "threads"), giga),
+        "gigatoken, 2 workers": run(str(tmp_path / "workers"), giga, workers=2),
+    }
+    monkeypatch.setattr(threads, "threads_for_native", lambda: 1)
+    outputs["gigatoken, one thread"] = run(str(tmp_path / "one"), giga)
+    for what, summary in outputs.items():
+        assert files_of(summary.output_prefixes["text"]) == expected, what
+    for task_size in (1500, 9000, 1 << 20):
+        summary = preprocess_tasks([source], str(tmp_path / f"t{task_size}"), giga,
+                                   append_eod=True, task_size=task_size,
+                                   engine=local_engine(2 if task_size == 9000 else 1))
+        assert files_of(summary.output_prefixes["text"]) == expected, task_size
+    partitioned = {
+        encoder: run(str(tmp_path / f"p-{encoder}"), _factory(tokenizer_options, name, encoder),
+                     partitions=3)
+        for encoder in ("auto", "reference")
+    }
+    assert (files_of(partitioned["auto"].output_prefixes["text"])
+            == files_of(partitioned["reference"].output_prefixes["text"]))
+    assert sorted(map(str, read_documents(partitioned["auto"].output_prefixes["text"]))) == \
+        sorted(map(str, read_documents(reference.output_prefixes["text"])))
+
+
+def test_parquet_gives_the_jsonl_corpus(tmp_path, tokenizer_options):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from adapters.parquet_records import ParquetReader
+
+    source = _odd_corpus(str(tmp_path))
+    with open(source, encoding="utf-8", errors="surrogatepass") as stream:
+        texts = [json.loads(line)["text"] for line in stream]
+    table = pa.table({"text": [t.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+                               for t in texts]})
+    parquet = str(tmp_path / "in.parquet")
+    pq.write_table(table, parquet, row_group_size=37)
+    jsonl = str(tmp_path / "same.jsonl")
+    with open(jsonl, "w", encoding="utf-8") as stream:
+        for text in table.column("text").to_pylist():
+            stream.write(json.dumps({"text": text}) + "\n")
+    giga = _factory(tokenizer_options, "hf")
+    expected = files_of(preprocess_jsonl([jsonl], str(tmp_path / "j"), giga, append_eod=True)
+                        .output_prefixes["text"])
+    for workers in (1, 2):
+        summary = preprocess_jsonl([parquet], str(tmp_path / f"q{workers}"), giga,
+                                   append_eod=True, workers=workers, table_reader=ParquetReader())
+        assert files_of(summary.output_prefixes["text"]) == expected, workers
+    summary = preprocess_tasks([parquet], str(tmp_path / "tasks"), giga, append_eod=True,
+                               task_size=4000, table_reader=ParquetReader())
+    assert files_of(summary.output_prefixes["text"]) == expected
+
+
+def test_in_order_keeps_input_order_and_raises_in_order():
+    events = threading.Event()
+
+    def work(item):
+        if item % 3 == 0:
+            events.wait(0.01)  # later items finish first
+        if item == 17:
+            raise DataError("item 17")
+        return item * item
+
+    with threads.in_order(range(40), work, 4) as results:
+        seen = []
+        with pytest.raises(DataError, match="item 17"):
+            for item, result in results:
+                seen.append((item, result))
+    assert seen == [(i, i * i) for i in range(17)]
+    with threads.in_order(iter(range(30)), work if False else (lambda i: -i), 3) as results:
+        assert list(results) == [(i, -i) for i in range(30)]
+    assert 1 <= threads.threads_for_native() <= 4

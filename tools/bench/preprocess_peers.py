@@ -1,0 +1,327 @@
+"""Items of the ``preprocess`` suite: ours beside gigatoken's whole-file path (Megatron-LM
+main's ``tools/preprocess_data_fast.py``) and Megatron's ``preprocess_data.py`` loop, on
+real text.
+
+    python tools/bench.py preprocess --only peers,rss-2g --repeats 3
+
+* ``peers``: a JSON-lines corpus of real text made offline from this Python's
+  installation (the standard library's and site-packages' ``.py``, ``.md``, ``.rst`` and
+  ``.txt`` files, one document each, sorted paths: English prose and code; 64 MB at scale
+  1), tokenized with a 32k byte-level BPE ``tokenizer.json`` and a 16k SentencePiece BPE
+  model (byte fallback, identity normalization), both trained here on its first texts.
+  Each side runs in a fresh interpreter (tools/bench/preprocess_child.py; its docstring
+  says what each side runs), its libraries imported before the clock starts and its
+  tokenizer loaded on the clock. Rows: MB/s (input bytes / seconds) of ours on 1 and 2
+  workers beside gigatoken, MB/s after the load (ours proves gigatoken at load time),
+  peak RSS above the imports, 2 workers beside Megatron's loop, the task plan and Ray
+  beside gigatoken; a note says where the time goes (ours stage by stage on one thread,
+  gigatoken's own stages). Checks: every corpus byte-identical to ours (gigatoken's
+  own SentencePiece loader is compared apart, in a note).
+* ``rss-2g``: peak RSS of ours (1 worker) on a 2 GB input (the corpus repeated; scale
+  1), beside gigatoken's whole-file path when the machine has the memory it needs
+  (estimated from its run in ``peers``), else a note saying why it was left out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import sys
+import sysconfig
+
+from bench.harness import child_result, progress, same_files
+
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "preprocess_child.py")
+_SUFFIXES = (".py", ".md", ".rst", ".txt")
+
+
+def real_text_jsonl(path: str, max_bytes: int) -> tuple[int, int]:
+    """(documents, bytes) of a jsonl of this installation's text files, up to ``max_bytes``."""
+    roots = [sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"]]
+    documents = written = 0
+    with open(path, "w", encoding="utf-8") as out:
+        for root in dict.fromkeys(roots):
+            for directory, subdirectories, files in os.walk(root):
+                subdirectories[:] = sorted(
+                    d for d in subdirectories
+                    if d != "__pycache__" and os.path.join(directory, d) not in roots)
+                for name in sorted(files):
+                    if not name.endswith(_SUFFIXES):
+                        continue
+                    try:
+                        with open(os.path.join(directory, name), encoding="utf-8") as stream:
+                            text = stream.read(1 << 21)
+                    except (UnicodeDecodeError, OSError):
+                        continue
+                    if not text.strip():
+                        continue
+                    line = json.dumps({"text": text}, ensure_ascii=False) + "\n"
+                    size = len(line.encode("utf-8"))
+                    if written + size > max_bytes:
+                        return documents, written
+                    out.write(line)
+                    documents += 1
+                    written += size
+    return documents, written
+
+
+def train_tokenizers(jsonl: str, directory: str, train_bytes: int) -> dict:
+    """label -> (tokenizer type, options): a byte-level BPE tokenizer.json (32k) and a
+    SentencePiece BPE model (16k, byte fallback, identity normalization)."""
+    import sentencepiece
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    texts, size = [], 0
+    with open(jsonl, encoding="utf-8") as stream:
+        for line in stream:
+            texts.append(json.loads(line)["text"])
+            size += len(texts[-1])
+            if size > train_bytes:
+                break
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=32_000, special_tokens=["<|endoftext|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    hf = os.path.join(directory, "hf")
+    os.makedirs(hf, exist_ok=True)
+    tokenizer.save(os.path.join(hf, "tokenizer.json"))
+    with open(os.path.join(hf, "tokenizer_config.json"), "w") as stream:
+        json.dump({"eos_token": "<|endoftext|>"}, stream)
+    model = os.path.join(directory, "sp")
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts[:3000]), model_prefix=model, vocab_size=16_000,
+        model_type="bpe", byte_fallback=True, normalization_rule_name="identity",
+        remove_extra_whitespaces=False, hard_vocab_limit=False, max_sentence_length=1 << 20,
+        input_sentence_size=200_000, num_threads=2, minloglevel=2)
+    return {
+        "byte-level BPE 32k": ("HuggingFaceTokenizer", {"tokenizer_model": hf}),
+        "SentencePiece BPE 16k": ("SentencePieceTokenizer",
+                                  {"tokenizer_model": model + ".model"}),
+    }
+
+
+def run_side(side: str, kind: str, options: dict, source: str, prefix: str,
+             workers: int) -> dict:
+    spec = {"side": side, "kind": kind, "options": options, "input": source,
+            "prefix": prefix, "workers": workers}
+    return child_result([sys.executable, CHILD, json.dumps(spec)], f"preprocess {side}")
+
+
+# side label -> (child side, workers, repeated)
+SIDES = {  # ours 1 worker first: the others are compared with its corpus
+    "ours 1 worker": ("ours", 1, True),
+    "gigatoken": ("gigatoken", 1, True),
+    "ours 2 workers": ("ours", 2, True),
+    "Megatron loop 2 workers": ("megatron", 2, False),
+    "task plan 2 workers": ("plan", 2, False),
+    "Ray 2 CPUs": ("ray", 2, False),
+    "ours stage by stage": ("phases", 1, False),
+}
+
+
+def _sides() -> tuple[dict, list[str]]:
+    notes, sides = [], dict(SIDES)
+    try:
+        import gigatoken  # noqa: F401
+    except ImportError:
+        return {}, ["gigatoken is not installed (pip install 'megadata[gigatoken]'): "
+                    "the peers items are n/a"]
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        sides.pop("Ray 2 CPUs")
+        notes.append("ray is not installed: the Ray row is n/a")
+    return sides, notes
+
+
+def bench_peers(bench, source: str, nbytes: int, tokenizers: dict) -> dict:
+    """The ``peers`` rows for each tokenizer; returns gigatoken's RSS per input MB."""
+    sides, notes = _sides()
+    for note in notes:
+        bench.note(note)
+    giga_mib_per_mb = {}
+    megabytes = nbytes / 1e6
+    for label, (kind, options) in tokenizers.items():
+        results: dict[str, list[dict]] = {}
+        for repeat in range(bench.repeats):
+            for name, (side, workers, repeated) in sides.items():
+                if repeat and not repeated:
+                    continue
+                progress(f"{label}: {name} ({repeat + 1}/{bench.repeats})")
+                prefix = bench.path("peers", name.replace(" ", "-"))
+                results.setdefault(name, []).append(
+                    run_side(side, kind, options, source, prefix, workers))
+                if name != "ours 1 worker" and not repeat:
+                    _compare(bench, label, name, prefix, bench.path("peers", "ours-1-worker"))
+                    _remove(prefix)
+        _rows(bench, label, results, megabytes)
+        giga = results.get("gigatoken")
+        if giga:
+            giga_mib_per_mb[label] = max(r["rss_mib"] - r["base_mib"] for r in giga) / megabytes
+        _remove(bench.path("peers", "ours-1-worker"))
+    return giga_mib_per_mb
+
+
+def _compare(bench, label: str, name: str, prefix: str, ours: str) -> None:
+    pairs = [(prefix + ext, ours + ext) for ext in (".bin", ".idx")]
+    if name == "gigatoken" and label.startswith("SentencePiece"):
+        differ = _differing_documents(prefix, ours)
+        why = (" (it splits control pieces such as '<s>' out of the text, sentencepiece "
+               "does not)" if differ else "")
+        bench.note(f"{label}: gigatoken's own SentencePiece loader (Tokenizer.from_sentencepiece"
+                   f", as Megatron main's --use-gigatoken runs it) differs from ours in {differ}"
+                   f" documents{why}; ours are sentencepiece's ids (the Megatron loop check)")
+        return
+    bench.check(f"preprocess {label}: {name} corpus == ours 1 worker", same_files(*pairs))
+
+
+def _differing_documents(prefix: str, ours: str) -> int:
+    from megadata_core import IndexedDataset
+
+    mine, theirs = IndexedDataset(ours), IndexedDataset(prefix)
+    if len(mine) != len(theirs):
+        return abs(len(mine) - len(theirs))
+    return sum(1 for i in range(len(mine))
+               if mine[i].shape != theirs[i].shape or (mine[i] != theirs[i]).any())
+
+
+def _remove(prefix: str) -> None:
+    for ext in (".bin", ".idx"):
+        if os.path.exists(prefix + ext):
+            os.remove(prefix + ext)
+
+
+def _rows(bench, label: str, results: dict, megabytes: float) -> None:
+    def rate(name, minus_load=False):
+        runs = results.get(name)
+        if not runs:
+            return None
+        return megabytes / statistics.median(
+            r["seconds"] - (_load(r) if minus_load else 0.0) for r in runs)
+
+    def rss(name):
+        runs = results.get(name)
+        return max(r["rss_mib"] - r["base_mib"] for r in runs) if runs else None
+
+    def runs(name):
+        return len(results.get(name, []))
+
+    giga = rate("gigatoken")
+    for name in ("ours 1 worker", "ours 2 workers", "task plan 2 workers", "Ray 2 CPUs"):
+        if name in results:
+            bench.row(f"{label}: {name} vs gigatoken whole file, end to end", "MB/s",
+                      "higher", rate(name), giga, runs(name))
+    bench.row(f"{label}: ours 1 worker vs gigatoken, after the tokenizer's load", "MB/s",
+              "higher", rate("ours 1 worker", True), rate("gigatoken", True),
+              runs("ours 1 worker"))
+    bench.row(f"{label}: peak RSS above imports, ours 1 worker vs gigatoken", "MiB", "lower",
+              rss("ours 1 worker"), rss("gigatoken"), runs("ours 1 worker"))
+    workers = results.get("ours 2 workers", [])
+    if workers:
+        bench.row(f"{label}: peak RSS of one worker process, ours 2 workers", "MiB", "lower",
+                  max(r["children_mib"] for r in workers), None, len(workers))
+    if "Megatron loop 2 workers" in results:
+        bench.row(f"{label}: ours 2 workers vs Megatron's preprocess_data.py loop, 2 workers",
+                  "MB/s", "higher", rate("ours 2 workers"), rate("Megatron loop 2 workers"),
+                  runs("Megatron loop 2 workers"))
+    stages = []
+    for name, title in (("ours stage by stage", "ours, one thread"), ("gigatoken", "gigatoken")):
+        if results.get(name):
+            phases = results[name][0]["phases"]
+            stages.append(f"{title}: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
+    ours_load = [_load(r) for r in results.get("ours 1 worker", [])]
+    if ours_load:
+        stages.append(f"ours 1 worker's load (proof) {statistics.median(ours_load):.2f}")
+    bench.note(f"{label}, where the time goes (s): " + "; ".join(stages))
+
+
+def _load(result: dict) -> float:
+    phases = result["phases"]
+    return phases.get("load (proof)", phases.get("load", 0.0))
+
+
+def bench_rss_2g(bench, source: str, nbytes: int, tokenizers: dict, giga_mib_per_mb) -> None:
+    """Peak RSS of ours on a ~2 GB input (the corpus repeated), gigatoken's where it fits."""
+    target = bench.scaled(2_000_000_000)
+    copies = max(1, -(-target // max(1, nbytes)))
+    big = bench.path("rss2g", "input.jsonl")
+    free = shutil.disk_usage(os.path.dirname(big)).free
+    if free < 2.5 * copies * nbytes:
+        bench.note(f"rss-2g: left out: {free / 1e9:.1f} GB free on disk, "
+                   f"{2.5 * copies * nbytes / 1e9:.1f} GB needed")
+        return
+    with open(big, "wb") as out, open(source, "rb") as one:
+        data = one.read()
+        for _ in range(copies):
+            out.write(data)
+    del data
+    size_mb = copies * nbytes / 1e6
+    label, (kind, options) = next(iter(tokenizers.items()))
+    prefix = bench.path("rss2g", "ours")
+    progress(f"rss-2g: ours, {size_mb:,.0f} MB")
+    ours = run_side("ours", kind, options, big, prefix, 1)
+    _remove(prefix)
+    bench.row(f"{label}, {size_mb:,.0f} MB input: ours 1 worker, end to end", "MB/s", "higher",
+              size_mb / ours["seconds"], None, 1)
+    needed = giga_mib_per_mb.get(label, 0.0) * size_mb
+    available = _available_mib()
+    theirs = None
+    if not needed:
+        bench.note("rss-2g: gigatoken left out (no gigatoken run in peers to size it)")
+    elif available is None or needed * 1.5 + 2048 > available:
+        bench.note(f"rss-2g: gigatoken's whole-file path left out: about {needed:,.0f} MiB "
+                   f"expected ({giga_mib_per_mb[label]:.1f} MiB per input MB in peers), "
+                   f"{available or 0:,.0f} MiB available")
+    else:
+        progress(f"rss-2g: gigatoken, {size_mb:,.0f} MB")
+        giga = run_side("gigatoken", kind, options, big, bench.path("rss2g", "giga"), 1)
+        _remove(bench.path("rss2g", "giga"))
+        theirs = giga["rss_mib"]
+    bench.row(f"{label}, {size_mb:,.0f} MB input: peak RSS, ours 1 worker vs gigatoken", "MiB",
+              "lower", ours["rss_mib"], theirs, 1)
+    bench.check(f"rss-2g: ours' peak RSS on {size_mb:,.0f} MB <= 1 GiB", ours["rss_mib"] <= 1024,
+                f"({ours['rss_mib']:.0f} MiB)")
+    os.remove(big)
+
+
+def _available_mib() -> float | None:
+    try:
+        with open("/proc/meminfo") as stream:
+            for line in stream:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def peer_items(bench) -> None:
+    """The ``peers`` and ``rss-2g`` items that ``bench.wants``."""
+    wanted = [item for item in ("peers", "rss-2g") if bench.wants(item)]
+    if not wanted:
+        return
+    try:
+        import sentencepiece  # noqa: F401
+        import tokenizers  # noqa: F401
+    except ImportError:
+        bench.note("peers, rss-2g: the tokenizers and sentencepiece packages are needed: n/a")
+        return
+    source = bench.path("peers", "input.jsonl")
+    documents, nbytes = real_text_jsonl(source, bench.scaled(64_000_000, 200_000))
+    progress(f"real-text corpus: {documents:,} documents, {nbytes / 1e6:.1f} MB; training")
+    tokenizers_ = train_tokenizers(source, os.path.dirname(bench.path("peers", "tok", "x")),
+                                   bench.scaled(8_000_000, 100_000))
+    bench.note(f"peers: real text from this Python installation (stdlib and site-packages "
+               f".py/.md/.rst/.txt files), {documents:,} documents, {nbytes / 1e6:.1f} MB; "
+               "each side a fresh interpreter, tokenizer load on the clock; MB/s = input "
+               "bytes / seconds; Megatron's loop, the task plan, Ray and the stage timings "
+               "run once")
+    giga = bench_peers(bench, source, nbytes, tokenizers_) if "peers" in wanted else {}
+    if "rss-2g" in wanted:
+        bench_rss_2g(bench, source, nbytes, tokenizers_, giga)
+    shutil.rmtree(os.path.dirname(source), ignore_errors=True)
+    shutil.rmtree(os.path.dirname(bench.path("rss2g", "x")), ignore_errors=True)

@@ -1,0 +1,76 @@
+"""Ctrl-C in a tool: one line on stderr saying what was kept or removed, exit status 130.
+
+``import interrupts`` comes before a tool's heavy imports: when a program of tools/ runs
+(not when a test imports one), it installs a SIGINT handler for the time before the
+tool's work starts (imports, flag parsing), when nothing is
+written yet, that prints ``interrupted: nothing was written`` and ends the process. It
+also unblocks SIGINT, in case the tool was started with it blocked (a SIGINT sent during
+the interpreter's own start-up is then taken here). Once the work starts,
+:func:`during_work` makes Ctrl-C raise ``KeyboardInterrupt`` so that every clean-up on
+the way out runs (workers stopped, unfinished files removed); the tool catches it and
+says what it left with :func:`report`. A second Ctrl-C during that clean-up ends the
+process at once, saying so. Once the work is done and reported, :func:`after_work`
+ignores Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+#: The shell's status of a process ended by SIGINT.
+EXIT_STATUS = 130
+
+
+def report(line: str) -> None:
+    """Print ``line`` on stderr and end the process (status 130) without further output
+    (no exit handlers: the clean-up has run)."""
+    sys.stdout.flush()
+    os.write(2, f"{line}\n".encode("utf-8", "replace"))
+    os._exit(EXIT_STATUS)
+
+
+def _before_work(signum: int, frame: object) -> None:
+    report("interrupted: nothing was written")
+
+
+def _raise(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGINT, _again)
+    raise KeyboardInterrupt
+
+
+def _again(signum: int, frame: object) -> None:
+    report("interrupted again: stopped before the clean-up finished; run the same command "
+           "again, it removes what is left")
+
+
+def during_work() -> None:
+    """From here on Ctrl-C raises ``KeyboardInterrupt`` (once; a second one ends the
+    process at once)."""
+    signal.signal(signal.SIGINT, _raise)
+
+
+def after_work() -> None:
+    """The work is done and reported: from here on Ctrl-C is ignored (it would change
+    nothing; and Python's exit puts the default action back for a handler of its own,
+    so a SIGINT during the interpreter's clean-up would end it by the signal, silently)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def install() -> None:
+    """The handler for the time before the work starts (see the module docstring)."""
+    signal.signal(signal.SIGINT, _before_work)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _running_a_tool() -> bool:
+    """Whether the program running is a script of this directory (tools/)."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    here = os.path.dirname(os.path.realpath(__file__))
+    return path is not None and os.path.dirname(os.path.realpath(path)) == here
+
+
+if _running_a_tool():
+    install()
