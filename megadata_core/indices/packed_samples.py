@@ -96,7 +96,11 @@ def packed_first_range(bins_per_epoch: int, epochs: int, num_samples: int | None
 
 
 def packing_units(
-    lengths: np.ndarray, sequence_length: int, add_extra_token: bool, alignment: int | None
+    lengths: np.ndarray,
+    sequence_length: int,
+    add_extra_token: bool,
+    alignment: int | None,
+    empty: Allocate = in_memory,
 ) -> tuple[int, np.ndarray, int]:
     """``(capacity, units, unit_capacity)``: the bin's tokens and what best fit packs.
 
@@ -106,6 +110,7 @@ def packing_units(
     a tokens: ``units = ceil(lengths / a)`` (int [D]) into bins of ``S / a`` units; the bin
     holds S tokens (the extra label token of the last position is padding). A document
     longer than S is cut into S-token pieces (the last of them maybe padded) and a rest.
+    ``units`` comes from ``empty`` (a working array), written a block at a time.
     """
     if alignment is None:
         capacity = sequence_length + int(bool(add_extra_token))
@@ -118,8 +123,13 @@ def packing_units(
         )
     if alignment == 1:
         return sequence_length, lengths, sequence_length
-    units = np.asarray(lengths) + (alignment - 1)
-    units //= alignment
+    lengths = np.asarray(lengths)
+    dtype = np.int32 if lengths.dtype == np.int32 else np.int64
+    units = empty(SCRATCH_PREFIX + "pack-units", (len(lengths),), dtype)
+    for lo in range(0, len(lengths), _ID_BLOCK):
+        part = units[lo : lo + _ID_BLOCK]
+        np.add(lengths[lo : lo + _ID_BLOCK], alignment - 1, out=part, casting="unsafe")
+        part //= alignment
     return sequence_length, units, sequence_length // alignment
 
 
@@ -172,7 +182,9 @@ def packed_indices(
         high_id = int(ids.max()) if ids.size else 0
     if int(lengths.sum(dtype=np.int64)) == 0:
         raise DataError(f"document_ids: the {len(lengths)} documents hold no tokens")
-    capacity, units, unit_capacity = packing_units(lengths, length, add_extra_token, alignment)
+    capacity, units, unit_capacity = packing_units(
+        lengths, length, add_extra_token, alignment, empty
+    )
     count = len(lengths)
 
     rng = seeded_random_state(seed) if shuffle == "megatron" else None
