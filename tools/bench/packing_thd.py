@@ -80,6 +80,11 @@ def item_thd(bench, corpora: dict[str, np.ndarray], rng: np.random.Generator) ->
             bench.row(f"THD padding, {label}, cp {cp} (alignment {alignment}), peer = "
                       "Megatron's per-batch rule", "%", "lower",
                       100 * ours["padding"], 100 * theirs["padding"], 1)
+            bench.check(
+                f"THD padding, {name}, cp {cp}: ours <= Megatron's per-batch rule",
+                ours["padding"] <= theirs["padding"],
+                f"({100 * ours['padding']:.3f}% vs {100 * theirs['padding']:.3f}%)",
+            )
             bench.note(
                 f"thd, {name}, cp {cp}: samples ours aligned {ours['samples']:,}, unaligned "
                 f"{loose['samples']:,}, Megatron's rule {theirs['samples']:,}"
