@@ -20,9 +20,10 @@ MaxText                     megadata
                             not padding, not a label that crosses a document)
 ==========================  ====================================================
 
-Every other key (``loss_mask``, ``cu_seqlens``, ``max_seqlen``, ``attention_mask``,
-``dataset_id``, and with ``source_ids`` the per-token ``dataset_ids`` and
-``document_ids`` of the inputs) keeps its name and array. Arrays are passed on, not copied (only
+Every other key (``loss_mask``, ``cu_seqlens``, ``cu_seqlens_padded``, ``max_seqlen``,
+``attention_mask``, ``dataset_id``, and with ``source_ids`` the per-token ``dataset_ids``
+and ``document_ids`` of the inputs) keeps its name and array. Arrays are passed on, not
+copied (only
 ``targets_segmentation``, and ``inputs_segmentation`` without ``segment_ids``, are new).
 """
 

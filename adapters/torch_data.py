@@ -10,8 +10,10 @@ With ``document_masking``: ``cu_seqlens`` ``torch.int32`` [S + 1] (Megatron's pa
 layout) and ``max_seqlen`` ``torch.int32`` (a 0-d tensor per sample in Megatron-LM's
 ``inter_document_masking``, so [B] in a batch), as Megatron-LM's ``GPTDataset`` returns
 them; ``segment_ids`` (no Megatron counterpart) ``torch.int32``, as flash-attention and
-Transformer Engine take sequence metadata. Every tensor owns fresh memory (the core hands
-out read-only views and shared constants; they are never written or aliased).
+Transformer Engine take sequence metadata; with ``packing_alignment`` (THD) also
+``cu_seqlens_padded`` ``torch.int32`` [S + 1], Transformer Engine's
+``cu_seqlens_q_padded``. Every tensor owns fresh memory (the core hands out read-only
+views and shared constants; they are never written or aliased).
 
 Batches. ``torch.utils.data.DataLoader`` calls ``dataset.__getitems__(batch_indices)``
 when the dataset has one and passes the result to ``collate_fn``.
@@ -116,6 +118,7 @@ DTYPES: dict[str, np.dtype] = {
     "loss_mask": np.dtype(np.float32),
     "attention_mask": np.dtype(np.bool_),
     "cu_seqlens": np.dtype(np.int32),
+    "cu_seqlens_padded": np.dtype(np.int32),
     "max_seqlen": np.dtype(np.int32),
     "segment_ids": np.dtype(np.int32),
     "dataset_ids": np.dtype(np.int32),

@@ -15,7 +15,7 @@ import numpy as np
 from megadata_core.build.plan import Job
 from megadata_core.datasets import gpt_arrays
 from megadata_core.indices import num_epochs, samples_in_epochs, splits
-from megadata_core.indices.packed_samples import packed_epochs
+from megadata_core.indices.packed_samples import packed_epochs, packing_units
 from megadata_core.indices.packing import pack_layout
 
 
@@ -80,8 +80,11 @@ def member_size(lengths: np.ndarray, job: Job, config) -> MemberSize:
         raise gpt_arrays.no_tokens(job.split, len(documents))
     extra = int(config.add_extra_token_to_sequence)
     if config.packing == "best_fit":  # whole epochs of B bins; B from the packing alone
-        layout = pack_layout(lengths[documents.start : documents.stop],
-                             config.sequence_length + extra)
+        _, units, capacity = packing_units(
+            lengths[documents.start : documents.stop], config.sequence_length, bool(extra),
+            config.packing_alignment,
+        )
+        layout = pack_layout(units, capacity)
         bins = len(layout.bin_offsets) - 1
         epochs = packed_epochs(bins, job.num_samples)
         return MemberSize(len(documents), tokens, epochs, epochs * bins)

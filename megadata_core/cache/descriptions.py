@@ -70,6 +70,8 @@ def gpt_description(
     if config.packing != "concat":  # concat keys stay as they were: old entries stay valid
         description["packing"] = config.packing
         description["packing_algorithm"] = PACKING_ALGORITHM_VERSION
+        if config.packing_alignment is not None:  # unaligned keys stay as they were
+            description["packing_alignment"] = config.packing_alignment
         del description["drop_last_partial_sequence"]  # packed samples are never partial
     return description
 
@@ -148,6 +150,8 @@ def bundle_description(
     }
     if config.packing != "concat":  # concat bundles keep their keys
         description["packing"] = [config.packing, PACKING_ALGORITHM_VERSION]
+        if config.packing_alignment is not None:
+            description["packing"].append(config.packing_alignment)
     return description
 
 

@@ -122,6 +122,13 @@ class GPTDataConfig:
             ``inter_document_masking``, value for value). Not with
             ``reset_position_ids`` / ``reset_attention_mask``, which find documents by
             EOD tokens instead.
+        packing_alignment: None, or a (``2 * cp_size`` for context parallelism's THD
+            layout): best_fit places every document by its length rounded up to a
+            multiple of a, and samples also carry ``cu_seqlens_padded`` (the padded
+            offsets; ``cu_seqlens`` then holds the real lengths), as Megatron's
+            ``--pad-packed-seq-alignment``. Needs ``packing="best_fit"``,
+            ``document_masking=True`` and ``sequence_length`` a multiple of a; samples
+            hold S tokens (the extra label token is padding).
         mask_cross_document_labels: with ``document_masking``, also no loss on the label
             that crosses into the next document piece (a document's last position,
             whose label is the next document's first token). Off by default, as in
@@ -157,6 +164,7 @@ class GPTDataConfig:
     packing: str = "concat"
     document_masking: bool = False
     mask_cross_document_labels: bool = False
+    packing_alignment: int | None = None
     source_ids: bool = False
     max_open_files: int = DEFAULT_MAX_OPEN_FILES
 
@@ -200,6 +208,7 @@ class GPTDataConfig:
                 "mask_cross_document_labels: True needs document_masking=True (the "
                 "document boundaries of a sample come with its document masks)"
             )
+        self._check_alignment(put)
         if self.document_masking:
             for name in ("reset_position_ids", "reset_attention_mask"):
                 if getattr(self, name):
@@ -208,6 +217,37 @@ class GPTDataConfig:
                         f"takes document boundaries from the index, {name} from EOD "
                         "tokens); set one of them"
                     )
+
+    def _check_alignment(self, put) -> None:
+        """``packing_alignment``: a positive int dividing ``sequence_length``, only with
+        ``packing="best_fit"`` and ``document_masking``."""
+        alignment = self.packing_alignment
+        if alignment is None:
+            return
+        if isinstance(alignment, (bool, np.bool_)) or not isinstance(
+            alignment, (int, np.integer)
+        ):
+            raise DataError(f"packing_alignment: {alignment!r} is not an int")
+        alignment = int(alignment)
+        if alignment < 1:
+            raise DataError(f"packing_alignment: {alignment} must be >= 1")
+        if self.packing != "best_fit" or not self.document_masking:
+            raise DataError(
+                f"packing_alignment: {alignment} needs packing='best_fit' and "
+                f"document_masking=True (got packing={self.packing!r}, "
+                f"document_masking={self.document_masking}); concat samples are not packed"
+            )
+        if alignment > self.sequence_length:
+            raise DataError(
+                f"packing_alignment: {alignment} is larger than sequence_length "
+                f"{self.sequence_length}"
+            )
+        if self.sequence_length % alignment:
+            raise DataError(
+                f"packing_alignment: sequence_length {self.sequence_length} is not a "
+                f"multiple of {alignment} (the padded layout fills the sample exactly)"
+            )
+        put("packing_alignment", alignment)
 
     def _check_sources(self, put) -> None:
         """Blend / blend_per_split / split: types and Megatron's compatibility rules."""

@@ -17,6 +17,14 @@ Given the pieces of every sample (text coordinates: S + extra tokens per sample)
     (or max_seqlen) counts pad tokens and position ids of the last document stop at its
     end; the pad segment is separate in ``cu_seqlens`` and 0 in ``segment_ids``.
 
+  - ``best_fit`` with ``packing_alignment`` (THD for context parallelism): every piece
+    takes its length rounded up to the alignment, its pad tokens after it; this layout
+    is ``cu_seqlens_padded`` int32 [B, S + 1] (Transformer Engine's / Megatron's padded
+    offsets: the trailing padding a segment of its own, then S repeated), and
+    ``cu_seqlens`` holds the same segments' real lengths, cumulated (the trailing pad
+    segment counted whole; its last value repeated). Pads are segment 0 and ``padding``
+    (flat [B * S] positions) gets loss 0.
+
 * ``max_seqlen`` int32 [B]: the longest segment of ``cu_seqlens`` (the pad segment
   included: varlen kernels need it to bound every segment).
 * ``segment_ids`` int32 [B, S]: 1, 2, ... per non-empty segment of ``cu_seqlens``, 0 on
@@ -54,7 +62,8 @@ def document_masks(
         packed: True for best_fit samples (separate pad segment), False for concat.
         position_dtype: dtype of ``position_ids``.
     """
-    length = pieces.length.astype(np.int64, copy=False)
+    real_length = pieces.length.astype(np.int64, copy=False)
+    length = real_length if pieces.slot is None else pieces.slot  # tokens each piece takes
     first = pieces.first
     batch, total = len(first), len(length)
     size = sequence_length
@@ -105,15 +114,47 @@ def document_masks(
     segment_ids = np.cumsum(marks, axis=1, dtype=np.int32)
     segment_ids[np.arange(size) >= real[:, None]] = 0
 
+    out = {"cu_seqlens": cu_seqlens, "max_seqlen": max_seqlen, "segment_ids": segment_ids,
+           "position_ids": position_ids}
+    if pieces.slot is not None:  # THD: real lengths beside the padded layout
+        cu_seqlens, padding = _padded_layout(
+            out, real_length, length, starts, sample, slots, kept, size
+        )
     crossing = (within > 0) & (length > 0) & (starts >= 1) & (starts - 1 < size)
-    boundary = sample[crossing] * size + starts[crossing] - 1
-    return {
-        "cu_seqlens": cu_seqlens,
-        "max_seqlen": max_seqlen,
-        "segment_ids": segment_ids,
-        "position_ids": position_ids,
-        "boundary": boundary,
-    }
+    out["boundary"] = sample[crossing] * size + starts[crossing] - 1
+    if pieces.slot is not None:
+        out["cu_seqlens"], out["padding"] = cu_seqlens, padding
+    return out
+
+
+def _padded_layout(out, real_length, slot, starts, sample, slots, kept, size):
+    """``(cu_seqlens, padding)`` of aligned pieces (``packing_alignment``): the layout
+    built from the slots becomes ``cu_seqlens_padded``; ``cu_seqlens`` counts only the
+    real tokens of each document (the trailing pad segment counts whole, as in the padded
+    layout: padding is a segment of its own); ``padding`` flat [B * S] positions of pad
+    tokens (segment 0), whose loss is 0."""
+    padded = out["cu_seqlens"]
+    out["cu_seqlens_padded"] = padded
+    gap = slot - real_length  # pad tokens after each piece
+    before = np.cumsum(gap)  # pad tokens up to each piece's end, per sample:
+    counts = np.bincount(sample, minlength=len(padded))
+    sample_ends = np.cumsum(counts) - 1
+    totals = before[sample_ends] if len(before) else np.zeros(0, np.int64)
+    base = np.concatenate([[0], totals[:-1]]) if len(totals) else totals
+    before -= np.repeat(base, counts)
+    totals = totals - base
+    shift = np.repeat(totals[:, None], size + 1, axis=1)
+    shift[:, 0] = 0
+    shift.reshape(-1)[slots[kept]] = before[kept]
+    cu_seqlens = (padded - shift).astype(np.int32)
+    segment_ids = out["segment_ids"]
+    inner = np.flatnonzero(gap > 0)  # pads inside the used part: set their segment 0
+    if inner.size:
+        reps = gap[inner]
+        at = np.repeat(sample[inner] * size + starts[inner] + real_length[inner], reps)
+        at += np.arange(len(at)) - np.repeat(np.cumsum(reps) - reps, reps)
+        segment_ids.reshape(-1)[at] = 0
+    return cu_seqlens, np.flatnonzero(segment_ids.reshape(-1) == 0)
 
 
 def segment_attention_mask(segment_ids: np.ndarray) -> np.ndarray:

@@ -101,6 +101,7 @@ def build_arrays(
         return packed_indices(
             lengths, ids, length, num_samples, seed,
             add_extra_token=options["add_extra_token"], shuffle=config.shuffle, empty=empty,
+            alignment=config.packing_alignment,
         )
     if config.shuffle == "megatron":
         arrays = gpt_indices(lengths, ids, length, num_samples, seed, **options)

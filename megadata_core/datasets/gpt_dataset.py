@@ -249,13 +249,22 @@ class GPTDataset(GPTSiblings, MappedIndices):
         """best_fit arrays (:mod:`megadata_core.indices.packed_samples`)."""
         packed = {name: np.asarray(array) for name, array in arrays.items()}
         shape = packed["packed_shape"]
-        if shape.shape != (4,) or len(packed["bin_offsets"]) < 1:
-            raise DataError(f"packed_shape: {shape.tolist()} is not [epochs, head, full, capacity]")
+        alignment = self.config.packing_alignment
+        expected = (4,) if alignment is None else (5,)
+        if shape.shape != expected or len(packed["bin_offsets"]) < 1:
+            raise DataError(
+                f"packed_shape: {shape.tolist()} is not [epochs, head, full, capacity"
+                + ("]" if alignment is None else ", alignment]")
+            )
         epochs, head = int(shape[0]), int(shape[1])
         total = epochs * (len(packed["bin_offsets"]) - 1)
-        capacity = self.config.sequence_length + self._extra
+        capacity = self.config.sequence_length + (self._extra if alignment is None else 0)
         if int(shape[3]) != capacity:
             raise DataError(f"packed_shape: capacity {int(shape[3])} != {capacity} (config)")
+        if alignment is not None and int(shape[4]) != alignment:
+            raise DataError(
+                f"packed_shape: alignment {int(shape[4])} != {alignment} (packing_alignment)"
+            )
         if "shuffle_index" in packed:
             self.shuffle_index = packed["shuffle_index"]
         else:
@@ -466,6 +475,8 @@ class GPTDataset(GPTSiblings, MappedIndices):
         else:  # all ones whatever the tokens: one shared read-only array per batch size
             loss_mask = self._constant("loss_mask", batch)
         if documents is not None:
+            if documents.get("padding") is not None:  # THD: pads between documents
+                loss_mask.reshape(-1)[documents["padding"]] = 0.0
             if config.mask_cross_document_labels:
                 loss_mask.reshape(-1)[documents["boundary"]] = 0.0
             position_ids = documents["position_ids"]
@@ -494,8 +505,9 @@ class GPTDataset(GPTSiblings, MappedIndices):
         sample["loss_mask"] = loss_mask
         sample["position_ids"] = position_ids
         if documents is not None:
-            for key in ("segment_ids", "cu_seqlens", "max_seqlen"):
-                sample[key] = documents[key]
+            for key in ("segment_ids", "cu_seqlens", "cu_seqlens_padded", "max_seqlen"):
+                if key in documents:
+                    sample[key] = documents[key]
         if config.source_ids and sources:
             owned = source_ids.token_documents(
                 pieces, batch, length + self._extra, length

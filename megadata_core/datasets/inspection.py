@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from megadata_core.datasets.source_ids import unslotted
 from megadata_core.errors import DataError
 
 #: The percentiles ``length_percentiles`` reports by default.
@@ -220,7 +221,8 @@ def sample_sources(dataset, indices, *, tokens: bool = False) -> SampleSources:
 def _token_documents(pieces, count: int, width: int) -> np.ndarray:
     """int64 [B, width]: the sequence of each text token of B = ``count`` samples made
     of ``pieces`` (:class:`~megadata_core.datasets.pieces.Pieces`), -1 past a padded
-    (packed) sample's end."""
+    (packed) sample's end and on the padding between documents (``packing_alignment``)."""
+    pieces = unslotted(pieces)
     per_sample = np.diff(np.append(pieces.first, len(pieces.length)))
     owner = np.repeat(np.arange(count), per_sample)  # sample of each piece
     token_owner = np.repeat(owner, pieces.length)

@@ -50,6 +50,9 @@ class Pieces:
         first: int64 [B] index of each sample's first piece.
         offset: int [B] first token of each sample's first piece within its document.
         starts: int64 [P] first token of every piece, or None (see above).
+        slot: int64 [P] tokens each piece takes in its sample, its length and the padding
+            after it (``packing_alignment``: the length rounded up to a multiple), or
+            None (pieces back to back, each ``length`` tokens).
     """
 
     document: np.ndarray
@@ -57,6 +60,7 @@ class Pieces:
     first: np.ndarray
     offset: np.ndarray
     starts: np.ndarray | None = None
+    slot: np.ndarray | None = None
 
     @property
     def start(self) -> np.ndarray:
@@ -152,7 +156,9 @@ def locate_packed_pieces(
             outside the bins, ``piece_document`` for a document outside the corpus).
     """
     offsets = arrays["bin_offsets"]
-    epochs, _, full, capacity = (int(value) for value in arrays["packed_shape"][:4])
+    shape = arrays["packed_shape"]
+    epochs, _, full, capacity = (int(value) for value in shape[:4])
+    alignment = int(shape[4]) if len(shape) > 4 else None
     bins, pieces = len(offsets) - 1, int(offsets[-1])
     rows = np.asarray(rows).astype(np.int64, copy=False)
     if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= epochs * bins):
@@ -172,15 +178,27 @@ def locate_packed_pieces(
     except IndexError:
         raise _outside("piece_document", "document id", document,
                        len(sequence_lengths)) from None
-    starts = length // capacity
+    if alignment is None:
+        starts = length // capacity
+    else:  # a document placed by its padded length: full pieces while S units remain
+        starts = length + (alignment - 1)
+        starts //= alignment
+        starts //= capacity // alignment
     starts *= capacity
-    length -= starts
     whole = np.flatnonzero(local < full)  # full bins: one capacity-sized piece each
+    at = first[whole]
     if whole.size:
-        at = first[whole]
         starts[at] = arrays["full_offset"][epoch[whole] * full + local[whole]]
+    length -= starts
+    slot = None
+    if alignment is None:
         length[at] = capacity
-    return Pieces(document, length, first, starts[first], starts)
+    else:  # the last full piece of a document may hold fewer than S tokens
+        np.minimum(length, capacity, out=length)
+        slot = length + (alignment - 1)
+        slot //= alignment
+        slot *= alignment
+    return Pieces(document, length, first, starts[first], starts, slot)
 
 
 def _outside(name: str, what: str, values: np.ndarray, high: int) -> DataError:

@@ -300,12 +300,13 @@ def gather_tokens(
             source, source_start = _merged_reads(indexed, source_start, length)
     else:
         source, source_start = _piece_reads(indexed, pointer + pieces.start * itemsize, length)
-    placed = np.add.accumulate(length)
+    slot = length if pieces.slot is None else pieces.slot  # tokens a piece takes
+    placed = np.add.accumulate(slot)
     total = int(placed[-1])
-    placed -= length  # where each piece starts in the dense stream of all samples
-    padded = total < batch * width
+    placed -= slot  # where each piece starts in the dense stream of all samples
+    padded = total < batch * width or slot is not length
     if padded:  # short samples: each piece goes to its sample's row, the rest is pad_id
-        per_sample = np.add.reduceat(length, pieces.first)
+        per_sample = np.add.reduceat(slot, pieces.first)
         if int(per_sample.max()) > width:
             raise DataError(f"sample_index: a sample spans {int(per_sample.max())} > {width}")
         text = empty((batch, width), dtype)

@@ -25,10 +25,25 @@ SOURCE_KEYS = ("dataset_ids", "document_ids")
 _ZERO = np.zeros((), dtype=np.int32)
 
 
+def unslotted(pieces: Pieces) -> Pieces:
+    """``pieces`` back to back: with slots (``packing_alignment``), the padding after
+    each piece becomes a piece of document -1 of its own (P pieces become 2 P)."""
+    if pieces.slot is None:
+        return pieces
+    count = len(pieces.length)
+    document = np.empty(2 * count, dtype=np.int64)
+    document[0::2], document[1::2] = pieces.document, -1
+    length = np.empty(2 * count, dtype=np.int64)
+    length[0::2], length[1::2] = pieces.length, pieces.slot - pieces.length
+    return Pieces(document, length, 2 * pieces.first, pieces.offset)
+
+
 def token_documents(pieces: Pieces, batch: int, width: int, sequence_length: int) -> np.ndarray:
     """int32 [batch, sequence_length]: each token's document, -1 past a sample's real
-    text (``width`` = S + extra text tokens per sample). One ``np.repeat`` of the pieces'
-    documents, a -1 piece after each sample's last one taking up its padding."""
+    text (``width`` = S + extra text tokens per sample) and on the padding between
+    documents (``packing_alignment``). One ``np.repeat`` of the pieces' documents, a -1
+    piece after each sample's last one taking up its padding."""
+    pieces = unslotted(pieces)
     length = pieces.length
     document = np.asarray(pieces.document).astype(np.int32, copy=False)
     if int(length.sum()) != batch * width:  # padded samples: their pad runs as pieces
@@ -61,6 +76,7 @@ def batch_sources(parts: list, ids: np.ndarray, batch: int) -> dict[str, np.ndar
     row's member. The pieces are put in batch order (a stable sort of the pieces by
     row) and repeated once."""
     _, _, width, length = parts[0]
+    parts = [(rows, unslotted(p), w, n) for rows, p, w, n in parts]
     if len(parts) == 1:  # one member read: its rows are the batch's, in order
         pieces = parts[0][1]
         document, lengths, first = pieces.document, pieces.length, pieces.first
@@ -76,7 +92,8 @@ def batch_sources(parts: list, ids: np.ndarray, batch: int) -> dict[str, np.ndar
     joined = Pieces(document, lengths, first, first)
     documents = token_documents(joined, batch, width, length)
     members = np.asarray(ids).astype(np.int32)[:, None]
-    if int(lengths.sum()) == batch * width:  # no padding: every token from its row's member
+    if int(lengths.sum()) == batch * width and not (np.asarray(document) < 0).any():
+        # no padding: every token from its row's member
         datasets = np.broadcast_to(members, documents.shape)
     else:
         datasets = np.repeat(members, length, axis=1)

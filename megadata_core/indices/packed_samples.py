@@ -35,7 +35,9 @@ Stored arrays (4 bytes a piece where ids fit int32, about what concat stores a d
   piece starts at ``(length // capacity) * capacity`` of its document (0 unless cut) and
   runs to the document's end;
 * ``packed_shape`` int64 [4]: E, the first shuffled range (E * B, or (E - 1) * B), F,
-  capacity;
+  capacity; [5] with ``packing_alignment`` a (its fifth value): documents are placed by
+  their lengths rounded up to a multiple of a (:func:`packing_units`), the capacity is S
+  and a piece's padded length is its length rounded up likewise;
 * ``shuffle_index`` [E * B] (``"megatron"``; uint32, int64 past 2**32 - 2): the sample
   order. ``"feistel"`` stores none: :class:`~.sample_order.FeistelOrder` over
   ``(packed_shape[1], E * B)``.
@@ -93,6 +95,44 @@ def packed_first_range(bins_per_epoch: int, epochs: int, num_samples: int | None
     return total
 
 
+def packing_units(
+    lengths: np.ndarray,
+    sequence_length: int,
+    add_extra_token: bool,
+    alignment: int | None,
+    empty: Allocate = in_memory,
+) -> tuple[int, np.ndarray, int]:
+    """``(capacity, units, unit_capacity)``: the bin's tokens and what best fit packs.
+
+    Unaligned: ``capacity = S + extra`` tokens and the lengths as they are. With an
+    ``alignment`` a (THD layout for context parallelism, a = 2 * cp_size): every document
+    piece takes its length rounded up to a multiple of a, so the packing runs in units of
+    a tokens: ``units = ceil(lengths / a)`` (int [D]) into bins of ``S / a`` units; the bin
+    holds S tokens (the extra label token of the last position is padding). A document
+    longer than S is cut into S-token pieces (the last of them maybe padded) and a rest.
+    ``units`` comes from ``empty`` (a working array), written a block at a time.
+    """
+    if alignment is None:
+        capacity = sequence_length + int(bool(add_extra_token))
+        return capacity, lengths, capacity
+    alignment = check_int("packing_alignment", alignment, 1)
+    if sequence_length % alignment:
+        raise DataError(
+            f"packing_alignment: sequence_length {sequence_length} is not a multiple of "
+            f"{alignment}"
+        )
+    if alignment == 1:
+        return sequence_length, lengths, sequence_length
+    lengths = np.asarray(lengths)
+    dtype = np.int32 if lengths.dtype == np.int32 else np.int64
+    units = empty(SCRATCH_PREFIX + "pack-units", (len(lengths),), dtype)
+    for lo in range(0, len(lengths), _ID_BLOCK):
+        part = units[lo : lo + _ID_BLOCK]
+        np.add(lengths[lo : lo + _ID_BLOCK], alignment - 1, out=part, casting="unsafe")
+        part //= alignment
+    return sequence_length, units, sequence_length // alignment
+
+
 def packed_indices(
     sequence_lengths: np.ndarray,
     document_ids: np.ndarray | range,
@@ -103,6 +143,7 @@ def packed_indices(
     add_extra_token: bool = True,
     shuffle: str = "megatron",
     empty: Allocate = in_memory,
+    alignment: int | None = None,
 ) -> dict[str, np.ndarray]:
     """The stored arrays of a best_fit GPT dataset (see the module docstring).
 
@@ -116,6 +157,8 @@ def packed_indices(
         shuffle: ``"megatron"`` or ``"feistel"``.
         empty: where the results and the large working arrays are made (memory, or files
             of the cache entry: :mod:`megadata_core.indices.allocate`).
+        alignment: None, or a; documents placed by their padded length (see
+            :func:`packing_units`); bins hold S tokens, S a multiple of a.
 
     Returns:
         ``{name: array}`` for the names ``PACKED_ARRAYS[shuffle]``.
@@ -139,7 +182,9 @@ def packed_indices(
         high_id = int(ids.max()) if ids.size else 0
     if int(lengths.sum(dtype=np.int64)) == 0:
         raise DataError(f"document_ids: the {len(lengths)} documents hold no tokens")
-    capacity = length + int(bool(add_extra_token))
+    capacity, units, unit_capacity = packing_units(
+        lengths, length, add_extra_token, alignment, empty
+    )
     count = len(lengths)
 
     rng = seeded_random_state(seed) if shuffle == "megatron" else None
@@ -160,7 +205,7 @@ def packed_indices(
     # beside epoch e + 1's order, the last fill beside the sample shuffle. The draws
     # stay in this thread, in the same sequence, so the values never depend on it.
     with ThreadPoolExecutor(1, thread_name_prefix="megadata-pack") as pool:
-        pending = pool.submit(pack_layout, lengths, capacity, empty)  # one layout, every epoch
+        pending = pool.submit(pack_layout, units, unit_capacity, empty)  # one layout, every epoch
         order = epoch_order(0)
         layout = pending.result()
         bins, pieces, full = len(layout.bin_offsets) - 1, layout.num_pieces, layout.full_count
@@ -196,7 +241,10 @@ def packed_indices(
         "piece_document": documents,
         "bin_offsets": layout.bin_offsets,
         "full_offset": full_offset,
-        "packed_shape": np.array([epochs, head, full, capacity], dtype=np.int64),
+        "packed_shape": np.array(
+            [epochs, head, full, capacity] + ([] if alignment is None else [alignment]),
+            dtype=np.int64,
+        ),
     }
     if order_of_samples is not None:
         out["shuffle_index"] = order_of_samples

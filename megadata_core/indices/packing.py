@@ -24,15 +24,19 @@ every bin of a class takes ``c // s`` pieces (the last bin used maybe fewer): a 
 of ``count[c] * (c // s)`` over the classes finds where the n_s pieces run out, and the
 pieces left open new bins of ``capacity // s`` pieces each. The Python work per size is
 one step per non-empty class the pieces reach (each such class but the last is emptied);
-the numpy work is over the classes >= s. The placement runs twice: once for the pieces
-per bin (the bin offsets), then again writing each piece's row, in placement order,
-into ``row`` (a working file when the build spills). Memory the build owns: the open
+the numpy work is over the classes >= s. In memory the placement runs once, recording
+its steps (the bins and the pieces each takes), and the rows are written from the record
+once the bin offsets are known; a build that spills places twice (once for the pieces per
+bin, then again writing each piece's row, in placement order, into ``row``, a working
+file), so that no record grows with the corpus. Memory the build owns: the open
 bins' ids and pieces per bin (~6 bytes a bin) and blocks of ``_BLOCK`` documents; what
 grows with the corpus (``row``, the results) can be file mappings.
 
 Which document of a size takes which place is a sort of the documents by (remainder
 size, rank in ``order``), one per order (epoch), done as a counting sort a block of
-``order`` at a time: :func:`fill_documents`.
+``order`` at a time: :func:`fill_documents`. The layout keeps every document's 16-bit
+sort key (2 bytes a document; capacities below 2**15), so a fill gathers those instead
+of the lengths.
 
 The padding fraction of a packing is ``1 - sum(lengths) / (B * capacity)``: B bins, each
 padded at its end.
@@ -122,6 +126,9 @@ class PackLayout:
             piece in (size desc, order); may be memory-mapped (a working file).
         per_key: int64 [capacity] remainder pieces per key (key k: size capacity - 1 - k).
         bin_offsets: int64 [B + 1]; P = ``bin_offsets[-1]`` piece rows.
+        keys: uint16 [D] or None: every document's sort key, with :data:`_LONG_FLAG` set
+            when it also has capacity-sized pieces (when the capacity is below that
+            flag: the fills then gather 2 bytes a document instead of its length).
     """
 
     capacity: int
@@ -131,6 +138,7 @@ class PackLayout:
     row: np.ndarray
     per_key: np.ndarray
     bin_offsets: np.ndarray
+    keys: np.ndarray | None = None
 
     @property
     def num_pieces(self) -> int:
@@ -155,16 +163,28 @@ _BLOCK = 1 << 20
 FILL_SCRATCH = 1 << 30
 
 
-def _remainder_counts(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, int]:
+#: Set in :attr:`PackLayout.keys` for a document longer than the capacity.
+_LONG_FLAG = 1 << 15
+
+
+def _remainder_counts(
+    lengths: np.ndarray, capacity: int, keys: np.ndarray | None = None
+) -> tuple[np.ndarray, int]:
     """``(per_key, full_count)``: int64 [capacity] remainder pieces per key (key
-    ``capacity - 1 - size``; key capacity - 1 counts documents without one) and F."""
+    ``capacity - 1 - size``; key capacity - 1 counts documents without one) and F;
+    writes every document's key (flagged, see :class:`PackLayout`) into ``keys``."""
     per_key = np.zeros(capacity, dtype=np.int64)
     full = 0
     for lo in range(0, len(lengths), _BLOCK):
         part = lengths[lo : lo + _BLOCK]
         remainder = np.remainder(part, capacity)
         full += (int(part.sum(dtype=np.int64)) - int(remainder.sum(dtype=np.int64))) // capacity
-        per_key += np.bincount(_sort_keys(remainder, capacity), minlength=capacity)
+        key = _sort_keys(remainder, capacity)
+        per_key += np.bincount(key, minlength=capacity)
+        if keys is not None:
+            flagged = keys[lo : lo + len(part)]
+            flagged[...] = key
+            flagged[part >= capacity] |= _LONG_FLAG
     return per_key, full
 
 
@@ -178,21 +198,38 @@ def pack_layout(lengths: np.ndarray, capacity: int, empty: Allocate = in_memory)
     # memory traffic of int64.
     if lengths.dtype != np.int64 and (lengths.dtype != np.int32 or capacity > INT32_MAX):
         lengths = lengths.astype(np.int64)
-    per_key, full_count = _remainder_counts(lengths, capacity)
+    keys = None  # written in order, read by gathers: a spilled file serves as well
+    if capacity < _LONG_FLAG:
+        keys = empty(SCRATCH_PREFIX + "pack-keys", (len(lengths),), np.uint16)
+    per_key, full_count = _remainder_counts(lengths, capacity, keys)
     remainders = int(per_key[:-1].sum())
-    # Placed twice: first for the pieces per bin (so the bin offsets), then to write
-    # each piece's row in placement order, straight into ``row``.
-    filled, opened = _place(per_key[:-1], capacity)
+    # One placement pass when ``row`` is in memory (not a spilled file): the placements are
+    # recorded (the bins of each step, ~6 bytes a bin) and turned into rows once the bin
+    # offsets are known. A build that spills places twice instead (first for the pieces
+    # per bin, then writing each piece's row straight into ``row``): no record grows
+    # with the corpus.
+    # P = F + R piece rows (one per full piece, one per remainder piece): ``row``'s
+    # dtype is known before the placement.
+    row = empty(SCRATCH_PREFIX + "pack-rows", (remainders,), narrow_int(full_count + remainders))
+    record: list[tuple[np.ndarray, int, np.ndarray]] | None = (
+        None if is_spilled(empty, row) else []
+    )
+    emit = None if record is None else (lambda *placed: record.append(placed))
+    filled, opened = _place(per_key[:-1], capacity, emit)
     bin_offsets = empty("bin_offsets", (full_count + opened + 1,), np.int64)
     bin_offsets[0] = 0
     bin_offsets[1 : full_count + 1] = 1  # a full bin holds its one capacity-sized piece
     bin_offsets[full_count + 1 :] = filled[:opened]
     del filled
     np.cumsum(bin_offsets, out=bin_offsets)
-    pieces = int(bin_offsets[-1])
-    row = empty(SCRATCH_PREFIX + "pack-rows", (remainders,), narrow_int(pieces))
-    _place(per_key[:-1], capacity, _RowWriter(row, bin_offsets, full_count))
-    return PackLayout(capacity, lengths, remainders, full_count, row, per_key, bin_offsets)
+    writer = _RowWriter(row, bin_offsets, full_count)
+    if record is None:
+        _place(per_key[:-1], capacity, writer)
+    else:
+        for placed in record:
+            writer(*placed)
+        del record[:]
+    return PackLayout(capacity, lengths, remainders, full_count, row, per_key, bin_offsets, keys)
 
 
 class _RowWriter:
@@ -274,34 +311,65 @@ def _fill_rows(
     placed = np.zeros(capacity, dtype=np.int64)  # places of each key taken so far
     full_at = 0  # capacity-sized piece rows taken so far
     every_row = first == 0 and stop == layout.num_pieces
+    flagged = layout.keys
     for lo in range(0, len(lengths), _BLOCK):
         documents = np.asarray(entries(lo, min(len(lengths), lo + _BLOCK)))
-        sizes = lengths[documents]
-        remainder = np.remainder(sizes, capacity)
-        if full_at < layout.full_count:
-            cut = np.flatnonzero(sizes >= capacity)
-            counts = sizes[cut] // capacity
-            taken = int(counts.sum())
-            if full_at < stop and full_at + taken > first:
-                rows = np.repeat(documents[cut], counts)
-                low, high = max(first, full_at), min(stop, full_at + taken)
-                out[low - first : high - first] = rows[low - full_at : high - full_at]
-            full_at += taken
-        has = np.flatnonzero(remainder)
-        key = _sort_keys(remainder[has], capacity)
-        by_key = np.argsort(key, kind="stable")  # 16-bit keys: a radix sort
-        key = key[by_key]
-        counts = np.bincount(key, minlength=capacity)
+        if flagged is not None:  # 2 bytes a document gathered, not its length
+            key = flagged[documents]
+            long = np.flatnonzero(key >= _LONG_FLAG)
+            if long.size:
+                key[long] &= _LONG_FLAG - 1
+            if full_at < layout.full_count:
+                cut = documents[long]
+                full_at = _full_rows(cut, lengths[cut] // capacity, out, first, stop, full_at)
+            by_key = np.argsort(key, kind="stable")  # 16-bit keys: a radix sort
+            key = key[by_key]
+            counts = np.bincount(key, minlength=capacity)
+            real = len(key) - int(counts[-1])  # key capacity - 1: no remainder piece, last
+            key, by_key, counts[-1] = key[:real], by_key[:real], 0
+            kept = documents[by_key]
+        else:
+            kept, key, counts, full_at = _block_keys(
+                layout, documents, out, first, stop, full_at
+            )
         place = np.arange(len(key), dtype=np.int64)
         place -= (np.cumsum(counts) - counts)[key]  # rank among this block's equal keys
         place += (key_starts + placed)[key]
         placed += counts
         rows = row[place]
-        kept = documents[has[by_key]]
         if not every_row:
             inside = (rows >= first) & (rows < stop)
             rows, kept = rows[inside] - first, kept[inside]
         out[rows] = kept
+
+
+def _block_keys(layout, documents, out, first, stop, full_at):
+    """``(kept, key, counts, full_at)`` of a block of ``documents`` from their lengths:
+    the documents with a remainder piece sorted by key (stable), their keys, pieces per
+    key; writes the block's capacity-sized pieces into ``out``."""
+    capacity = layout.capacity
+    sizes = layout.lengths[documents]
+    remainder = np.remainder(sizes, capacity)
+    if full_at < layout.full_count:
+        cut = np.flatnonzero(sizes >= capacity)
+        full_at = _full_rows(documents[cut], sizes[cut] // capacity, out, first, stop, full_at)
+    has = np.flatnonzero(remainder)
+    key = _sort_keys(remainder[has], capacity)
+    by_key = np.argsort(key, kind="stable")  # 16-bit keys: a radix sort
+    key = key[by_key]
+    counts = np.bincount(key, minlength=capacity)
+    return documents[has[by_key]], key, counts, full_at
+
+
+def _full_rows(cut, counts, out, first, stop, full_at) -> int:
+    """Writes the capacity-sized pieces (``counts`` of each document of ``cut``) at rows
+    ``full_at ..`` (those inside ``[first, stop)``); returns the next such row."""
+    taken = int(counts.sum())
+    if full_at < stop and full_at + taken > first:
+        rows = np.repeat(cut, counts)
+        low, high = max(first, full_at), min(stop, full_at + taken)
+        out[low - first : high - first] = rows[low - full_at : high - full_at]
+    return full_at + taken
 
 
 def full_offsets(documents: np.ndarray, capacity: int) -> np.ndarray:

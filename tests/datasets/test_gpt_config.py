@@ -19,6 +19,7 @@ def test_field_names_match_megatron():
     extras = {
         "eod_id", "pad_id", "shuffle", "blend_order", "packing", "document_masking",
         "mask_cross_document_labels", "max_open_files", "blend_schedule", "source_ids",
+        "packing_alignment",
     }
     assert extras <= ours
     assert ours - extras <= theirs

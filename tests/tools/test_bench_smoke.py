@@ -184,6 +184,9 @@ def test_bench_packing_smoke(tmp_path):
         "padding, lognormal, 0.5k docs, S = 4096, peer = OLMo-core packed (%)",
         "best_fit (peer = OLMo-core NumpyPackedFSLDataset): time (s)",
         "best_fit (peer = OLMo-core NumpyPackedFSLDataset): peak RSS (MiB)",
+        "THD padding, lognormal, 0.5k docs, cp 8 (alignment 16), peer = ours unaligned (%)",
+        "THD padding, demo corpus, 0.1k docs, cp 2 (alignment 4), peer = Megatron's "
+        "per-batch rule (%)",
     ):
         assert metric in out, f"missing row {metric!r}:\n{out}"
     assert "check documents cut, lognormal: only those longer than 4097" in out

@@ -23,6 +23,9 @@ Items:
   mean ~500), one epoch, S = 4096, ``packing="best_fit"`` vs ``"concat"``, both with
   ``document_masking``; each build a fresh interpreter with a fresh cache directory
   (cold): time of the ``GPTDataset`` constructor and VmHWM (peak RSS).
+* ``thd``: the padding of ``packing_alignment = 2 * cp_size`` (THD for context
+  parallelism), cp 1, 2, 4, 8, against unaligned best_fit and Megatron's per-batch
+  sequence-packing rule on the same documents (:mod:`bench.packing_thd`).
 * ``read``: batches of 32 random samples x 4096 + 1 tokens, ``document_masking=True``,
   from a ~20M-token corpus (x scale) in the page cache: best_fit ``__getitems__`` vs
   concat ``__getitems__`` (median batch time), and vs Grain's ``BestFitPackIterDataset``
@@ -56,6 +59,7 @@ import numpy as np
 from bench.gpt import lognormal_lengths, time_batches, write_sparse_corpus, write_token_corpus
 from bench.harness import child_result, median_of, progress
 from bench.olmo import OLMO_CORE, overlay_python, run_olmo, write_olmo_metadata, write_olmo_tokens
+from bench.packing_thd import item_thd
 from bench.peers import proc_status
 
 SEQUENCE = 4096
@@ -558,6 +562,12 @@ def suite_packing(bench) -> None:
         olmo = overlay_python(create)
     if bench.wants("padding"):
         item_padding(bench, olmo)
+    if bench.wants("thd"):
+        rng = np.random.default_rng(bench.seed + 30)
+        item_thd(bench, {
+            "demo corpus": demo_lengths(bench),
+            "lognormal": long_tail_lengths(rng, bench.scaled(40_000, minimum=500)),
+        }, rng)
     if bench.wants("build"):
         item_build(bench, olmo)
     if bench.wants("read"):
