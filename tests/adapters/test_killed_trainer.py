@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from adapter_helpers import deadline, write_corpus
+from interrupt_helpers import session_processes
 
 from megadata_core.handover import shm_names
 
@@ -33,22 +34,6 @@ AFTER_KILL_S = 10
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("killed")
     return write_corpus(str(root / "corpus"), seed=0, documents=400), str(root / "cache")
-
-
-def session_processes(session: int) -> set[int]:
-    """Live (not zombie) processes of ``session``."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # state ppid pgrp session ...
-        if int(fields[3]) == session and fields[0] not in "ZX":
-            found.add(int(entry))
-    return found
 
 
 def our_files(pids: set[int]) -> list[str]:
