@@ -564,10 +564,10 @@ def interrupted_line(before: list, planned: bool) -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    interrupts.during_work()
     planned = FLAGS.task_size is not None or FLAGS.engine == "ray"
-    before = _identities(final_prefixes())
+    before = _identities(final_prefixes())  # under the before-work handler, as the flags
     try:
+        interrupts.during_work()  # inside the try: a Ctrl-C from here on is reported
         _run()
     except KeyboardInterrupt:
         interrupts.report(interrupted_line(before, planned))

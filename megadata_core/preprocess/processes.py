@@ -125,14 +125,17 @@ class ProcessPool:
         self._workers: list[_Worker] = []
         context = multiprocessing.get_context(start_method)
         try:
-            for _ in range(self.size):  # every process before any thread: fork safely
-                self._workers.append(self._start(context, function, initializer, initargs))
-            for number, worker in enumerate(self._workers):
-                worker.thread = threading.Thread(
-                    target=_feed, args=(worker.outbox, worker.tasks), daemon=True,
-                    name=f"megadata-pool-feed-{number}",
-                )
-                worker.thread.start()
+            # Ctrl-C held until every process and thread is started (or failed to): cut in
+            # the middle, a process could be left untracked or a thread half started
+            with interrupts_deferred():
+                for _ in range(self.size):  # every process before any thread: fork safely
+                    self._workers.append(self._start(context, function, initializer, initargs))
+                for number, worker in enumerate(self._workers):
+                    worker.thread = threading.Thread(
+                        target=_feed, args=(worker.outbox, worker.tasks), daemon=True,
+                        name=f"megadata-pool-feed-{number}",
+                    )
+                    worker.thread.start()
         except BaseException:
             self.close(kill=True)
             raise
@@ -196,7 +199,7 @@ class ProcessPool:
                 worker.process.join(CLOSE_WAIT_S)
                 worker.outbox.put(None)  # the feeding thread ends (or already has)
             for worker in self._workers:
-                if worker.thread is not None:
+                if worker.thread is not None and worker.thread.ident is not None:
                     worker.thread.join(CLOSE_WAIT_S)  # its sends fail once the worker is gone
                 if worker.thread is None or not worker.thread.is_alive():
                     worker.tasks.close()  # (never under a thread still writing to it)
