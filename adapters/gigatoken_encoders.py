@@ -127,18 +127,22 @@ class GigaEncoder:
     """gigatoken's encoder (meets ``megadata_core.preprocess.tokenizers.BlockEncoder``).
 
     ``unproven``: code point ranges whose texts the owner sends to its reference encoder;
-    ``proof``: what was proven (or, for Megatron's ``--use-gigatoken``, why not).
+    ``proof``: what was proven (or, for Megatron's ``--use-gigatoken``, why not);
+    ``loaded_from``: what gigatoken read, the tokenizer's ``file`` as written or a
+    ``config`` built for it.
     A batch or block is encoded on the calling thread (``parallel=False``): the pipeline's
     threads and processes are the parallelism, and gigatoken's own pool, started per
     4 MiB block, made the whole run about 1.5x slower on 2 cores.
     """
 
-    def __init__(self, tokenizer, unproven: np.ndarray, proof: str) -> None:
+    def __init__(self, tokenizer, unproven: np.ndarray, proof: str,
+                 loaded_from: str = "config") -> None:
         import awkward  # noqa: F401 - gigatoken's results; imported once, before workers fork
 
         self._tokenizer = tokenizer
         self.unproven = unproven
         self.proof = proof
+        self.loaded_from = loaded_from
         self._finder = _character_class(unproven)
 
     def needs_reference(self, text: str) -> bool:
@@ -172,12 +176,14 @@ class GigaEncoder:
 
 
 
-def _load(config: dict, backend: str):
-    """gigatoken's tokenizer for a ``tokenizer.json`` dict, or (None, why)."""
+def _load(config: dict | str, backend: str):
+    """gigatoken's tokenizer for a ``tokenizer.json`` (a dict, or its text as written), or
+    (None, why)."""
     import gigatoken
 
+    text = config if isinstance(config, str) else json.dumps(config, ensure_ascii=False)
     try:
-        tokenizer = gigatoken.Tokenizer.from_json(json.dumps(config, ensure_ascii=False))
+        tokenizer = gigatoken.Tokenizer.from_json(text)
     except Exception as error:  # gigatoken raises its own exception types
         return None, f"gigatoken cannot load it ({error})"
     if type(tokenizer.backend).__name__ != backend:
@@ -204,23 +210,31 @@ def byte_level(
     added: Mapping[str, int],
     reference,
     *,
-    proven: bool = False,
+    proven: str = "",
+    written: str | None = None,
 ) -> tuple[GigaEncoder | None, str]:
     """gigatoken for a GPT-2 style byte-level BPE whose merges ``adapters.byte_level_bpe``
     proved canonical (see the module docstring); ``reference(text) -> ids`` is the
     encoder it must equal. ``vocab``: token (GPT-2's byte alphabet) -> id; ``added``:
-    added tokens split out of the text (content -> id). ``proven``: this proof passed
-    before for the same tokenizer file and library versions (``adapters.proof_cache``):
-    gigatoken is loaded, its checks skipped."""
+    added tokens split out of the text (content -> id). ``written``: the
+    ``tokenizer.json`` as written, tried first (gigatoken reads it faster than a
+    ``tokenizer.json`` rebuilt from ``vocab`` and ``merges``, which is tried next); the
+    encoder's ``loaded_from`` says which passed ("file" or "config"). ``proven``: that
+    ``loaded_from`` of a proof that passed before for the same file and library versions
+    (``adapters.proof_cache``): gigatoken is loaded so, its checks skipped."""
     why = available()
     if why:
         return None, why
-    config = _byte_level_config(vocab, merges, added)
+    sources = {"file": lambda: written, "config": lambda: _byte_level_config(vocab, merges, added)}
+    if written is None:
+        del sources["file"]
     if proven:
-        tokenizer, why = _load(config, "BPETokenizer")
+        if proven not in sources:
+            return None, f"the proof passed for a tokenizer loaded from its {proven}"
+        tokenizer, why = _load(sources[proven](), "BPETokenizer")
         if tokenizer is None:
             return None, why
-        return GigaEncoder(tokenizer, unassigned_14(), BYTE_LEVEL_PROOF), ""
+        return GigaEncoder(tokenizer, unassigned_14(), BYTE_LEVEL_PROOF, proven), ""
     results = [left + right for left, right in merges]
     ids = np.fromiter((vocab[token] for token in results), np.int64, len(results))
     if ids.size and (np.diff(ids) <= 0).any():
@@ -231,15 +245,17 @@ def byte_level(
         raw = token_bytes(token) if is_byte_alphabet(token) else None
         if raw is not None and _whole_pretoken(raw):
             return None, f"vocabulary entry {token!r} is no merge's result but can be a pre-token"
-    tokenizer, why = _load(config, "BPETokenizer")
-    if tokenizer is None:
-        return None, why
-    if not _same_model(tokenizer, vocab, merges):
-        return None, "gigatoken read another vocabulary or other merges"
-    why = _battery(tokenizer, reference, extra=list(added))
-    if why:
-        return None, why
-    return GigaEncoder(tokenizer, unassigned_14(), BYTE_LEVEL_PROOF), ""
+    for source, config in sources.items():  # the file as written, else one rebuilt
+        tokenizer, why = _load(config(), "BPETokenizer")
+        if tokenizer is None:
+            continue
+        if not _same_model(tokenizer, vocab, merges):
+            why = "gigatoken read another vocabulary or other merges"
+            continue
+        why = _battery(tokenizer, reference, extra=list(added))
+        if not why:
+            return GigaEncoder(tokenizer, unassigned_14(), BYTE_LEVEL_PROOF, source), ""
+    return None, why
 
 
 BYTE_LEVEL_PROOF = "canonical byte-level BPE merges: same ids as pair merging"
@@ -527,7 +543,8 @@ def choose(found: tuple[GigaEncoder | None, str], mode: str, reference: str, unc
     if mode == "reference":
         return None, f"{reference} (--encoder reference)"
     if giga is not None and mode == "gigatoken" and len(giga.unproven):
-        return GigaEncoder(giga._tokenizer, np.zeros((0, 2), np.int64), giga.proof), (
+        return GigaEncoder(giga._tokenizer, np.zeros((0, 2), np.int64), giga.proof,
+                           giga.loaded_from), (
             f"gigatoken ({giga.proof}; every text, as Megatron's --use-gigatoken: texts with "
             f"characters unassigned in Unicode 14.0 may get other ids than {reference}'s)")
     if giga is not None:

@@ -142,12 +142,14 @@ class RustTokenizer:
             if self._ranks is not None else f"tokenizers (not tiktoken: {self._why})"
         )
 
-    def _use_gigatoken(self, mode: str, unchecked=None, cached=None) -> None:
+    def _use_gigatoken(self, mode: str, unchecked=None, cached=None, written=None,
+                       facts=None) -> None:
         """Prove gigatoken for this BPE (after ``_use_ranks``, whose canonical merges it
         needs too), under ``mode`` (auto, gigatoken or reference; ``unchecked(why)``:
         gigatoken as Megatron's ``--use-gigatoken`` runs it). ``cached``: (proof key,
         verdict or None) of ``adapters.proof_cache`` for this tokenizer's file: a stored
-        verdict is reused, a new one stored."""
+        verdict is reused, a new one stored (with ``facts``, more of its fields).
+        ``written``: the ``tokenizer.json`` as written (``giga.byte_level``)."""
         ranks = self._ranks
         proof_key, verdict = cached if cached is not None else (None, None)
         if ranks is not None and mode != "reference":
@@ -155,10 +157,12 @@ class RustTokenizer:
                 found = None, verdict["gigatoken"]
             else:
                 found = giga.byte_level(ranks.vocab, ranks.merges, ranks.added,
-                                        self._pair_merging,
-                                        proven=verdict is not None and not verdict["gigatoken"])
+                                        self._pair_merging, written=written,
+                                        proven=verdict["load"] if verdict is not None else "")
                 if proof_key is not None and verdict is None and not giga.available():
-                    proof_cache.store(proof_key, {"canonical": "", "gigatoken": found[1]})
+                    proof_cache.store(proof_key, {
+                        "canonical": "", "gigatoken": found[1], **(facts or {}),
+                        "load": found[0].loaded_from if found[0] is not None else ""})
         else:
             found = None, self._why
         reference = "tiktoken" if ranks is not None else "tokenizers"

@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -95,8 +96,6 @@ class HuggingFaceTokenizer(mt.RustTokenizer):
         self, path: str, eod_token: str | None = None, *, megatron: bool = False,
         encoder: str = "auto",
     ) -> None:
-        from tokenizers import Tokenizer as _HFTokenizer
-
         self._arguments = ((path, eod_token), {"megatron": megatron,
                                                "encoder": giga.check_mode(encoder)})
 
@@ -116,35 +115,46 @@ class HuggingFaceTokenizer(mt.RustTokenizer):
         self.megatron = megatron
         mt.batch_threads()
         try:
-            self._tokenizer = _HFTokenizer.from_file(self.path)
-        except Exception as error:  # tokenizers raises its own Exception type
-            flag = "--tokenizer-model " if megatron else ""
-            raise DataError(f"{flag}{self.path}: not a readable tokenizer.json: {error}") from error
-        with open(self.path, "rb") as stream:  # readable: tokenizers just read it
-            raw = stream.read()
-        config = json.loads(raw)
+            with open(self.path, "rb") as stream:
+                raw = stream.read()
+        except OSError as error:
+            raise DataError(f"{self.path}: not a readable tokenizer.json: {error}") from None
         cached = None
         if encoder != "reference" and not giga.available():
             proof_key = proof_cache.key("byte-level BPE tokenizer.json", raw,
                                         ("gigatoken", "tokenizers"))
-            cached = proof_key, proof_cache.load(proof_key, ("canonical", "gigatoken"))
+            cached = proof_key, proof_cache.load(proof_key, VERDICT_FIELDS)
         verdict = cached[1] if cached else None
+        self._reference_lock = threading.Lock()
+        self._hf = None
+        if verdict is None or verdict["vocabulary"]:
+            self._load_reference()  # else on first use: the file's vocabulary was proven
+        config = json.loads(raw)  # readable: tokenizers read these bytes (now or before)
+        if self._hf is None:
+            vocabulary = _vocabulary(config)
+            size = len(vocabulary)
+        else:
+            vocabulary = self._hf.get_vocab(with_added_tokens=True)
+            size = self._hf.get_vocab_size(with_added_tokens=True)
+        facts = None
+        if verdict is None:
+            same = _vocabulary(config) == vocabulary and size == len(vocabulary)
+            facts = {"vocabulary": "" if same else
+                     "the tokenizers library reads another vocabulary from it"}
         self._use_ranks(tokenizer_json_encoder(
             config, proven=verdict is not None and not verdict["canonical"]))
-        self._use_gigatoken(encoder, lambda why: giga.unchecked_byte_level(config, why), cached)
+        self._use_gigatoken(encoder, lambda why: giga.unchecked_byte_level(config, why), cached,
+                            written=raw.decode("utf-8"), facts=facts)
         if megatron:  # Megatron (transformers) uses len(tokenizer)
-            self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
+            self.vocab_size = size
         else:  # ids run up to the largest in the vocabulary, even when added tokens leave holes
-            largest = max(self._tokenizer.get_vocab(with_added_tokens=True).values(), default=-1)
-            self.vocab_size = max(
-                self._tokenizer.get_vocab_size(with_added_tokens=True), largest + 1
-            )
+            self.vocab_size = max(size, max(vocabulary.values(), default=-1) + 1)
         configured = _configured_eos(os.path.dirname(self.path)) if megatron else None
         if eod_token is None and configured is not None:
             eod_token = configured
         names = [eod_token] if eod_token is not None else list(EOD_CANDIDATES)
         for name in names:
-            token_id = self._tokenizer.token_to_id(name)
+            token_id = vocabulary.get(name)
             if token_id is not None:
                 self.eod_token, self.eod_id = name, int(token_id)
                 break
@@ -156,8 +166,44 @@ class HuggingFaceTokenizer(mt.RustTokenizer):
                 "name one with eod_token"
             )
 
+    def _load_reference(self):
+        """The ``tokenizers`` library's tokenizer of the file (loaded once)."""
+        from tokenizers import Tokenizer as _HFTokenizer
+
+        with self._reference_lock:
+            if self._hf is None:
+                try:
+                    self._hf = _HFTokenizer.from_file(self.path)
+                except Exception as error:  # tokenizers raises its own Exception type
+                    flag = "--tokenizer-model " if self.megatron else ""
+                    raise DataError(
+                        f"{flag}{self.path}: not a readable tokenizer.json: {error}") from error
+            return self._hf
+
+    @property
+    def _tokenizer(self):
+        return self._hf if self._hf is not None else self._load_reference()
+
     def __repr__(self) -> str:
         return f"HuggingFaceTokenizer({self.path!r}, eod_token={self.eod_token!r})"
+
+
+# A tokenizer.json's proof verdict: ``adapters.proof_cache`` fields ("" when proven):
+# canonical merges, gigatoken's ids, what gigatoken loaded ("file" or "config"), and
+# whether the file's own vocabulary (``_vocabulary``) is the one ``tokenizers`` reads.
+VERDICT_FIELDS = ("canonical", "gigatoken", "load", "vocabulary")
+
+
+def _vocabulary(config: dict) -> dict:
+    """token -> id of a parsed ``tokenizer.json``: the model's vocabulary, then its added
+    tokens (an added token's id wins, as in ``tokenizers``' ``get_vocab``)."""
+    model = config.get("model") if isinstance(config, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    merged = dict(vocab) if isinstance(vocab, dict) else {}
+    for token in config.get("added_tokens") or [] if isinstance(config, dict) else []:
+        if isinstance(token, dict) and isinstance(token.get("content"), str):
+            merged[token["content"]] = token.get("id")
+    return merged
 
 
 def _token_name(value) -> str | None:

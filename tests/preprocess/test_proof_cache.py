@@ -133,3 +133,49 @@ def test_the_cache_directory_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("MEGADATA_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert proof_cache.cache_dir() == str(tmp_path / "xdg" / "megadata" / "proofs")
+
+
+def test_a_cached_proof_defers_the_reference_tokenizer(hf_tokenizer):
+    first = _load(hf_tokenizer)
+    assert first._hf is not None and first.block_encoder.loaded_from == "file"
+    second = _load(hf_tokenizer)
+    assert second._hf is None  # its vocabulary was proven to be the file's own
+    assert (second.vocab_size, second.eod_id) == (first.vocab_size, first.eod_id)
+    text = "Zürich, 東京 😀 the cat\t\n  </s>"
+    assert (second.encode(text) == first.encode(text)).all()
+    assert second.decode(second.encode(text)) == first.decode(first.encode(text))
+    assert second._hf is not None  # loaded on first use
+    plain = build_tokenizer("huggingface", os.path.join(hf_tokenizer, "tokenizer.json"))
+    assert plain._hf is None and plain.vocab_size == build_tokenizer(
+        "huggingface", os.path.join(hf_tokenizer, "tokenizer.json"), encoder="reference"
+    ).vocab_size
+
+
+def test_a_vocabulary_the_reference_reads_otherwise_keeps_it_loaded(hf_tokenizer, monkeypatch):
+    from adapters import text_tokenizers
+
+    real = text_tokenizers._vocabulary
+    monkeypatch.setattr(text_tokenizers, "_vocabulary", lambda config: {**real(config), "x": -1})
+    first = _load(hf_tokenizer)
+    (path,) = _cache_files()
+    with open(path, encoding="utf-8") as stream:
+        assert json.load(stream)["verdict"]["vocabulary"] != ""
+    second = _load(hf_tokenizer)
+    assert second._hf is not None and second.vocab_size == first.vocab_size
+
+
+def test_gigatoken_falls_back_to_a_rebuilt_tokenizer_json(hf_tokenizer, monkeypatch):
+    real = gigatoken_encoders._same_model
+    calls = []
+
+    def refuses_the_file(tokenizer, vocab, merges):
+        calls.append(1)
+        return len(calls) > 1 and real(tokenizer, vocab, merges)
+
+    monkeypatch.setattr(gigatoken_encoders, "_same_model", refuses_the_file)
+    first = _load(hf_tokenizer)
+    assert len(calls) == 2 and first.block_encoder.loaded_from == "config"
+    second = _load(hf_tokenizer)  # the verdict says what was proven: that is loaded
+    assert len(calls) == 2 and second.block_encoder.loaded_from == "config"
+    text = "the cat sat 😀"
+    assert (second.encode(text) == second._reference(text)).all()
