@@ -139,6 +139,16 @@ def cut_after_lines(data: bytes, count: int) -> int:
     return int(ends[count - 1]) + 1 if count <= ends.size else len(data)
 
 
+def take_lines(data: bytes, room: int) -> tuple[bytes, bytes, int]:
+    """(the first ``room`` lines of ``data`` or all of them, the rest, how many lines the
+    first part holds)."""
+    count = lines_in(data)
+    if count <= room:
+        return data, b"", count
+    cut = cut_after_lines(data, room)
+    return data[:cut], data[cut:], room
+
+
 def read_blocks(stream: BinaryIO, block_bytes: int, limit: int = -1) -> Iterator[bytes]:
     """Whole lines of ``stream`` in blocks of about ``block_bytes`` (a longer line is one
     block of its own), up to ``limit`` bytes when not negative (a plan's byte range ends on
@@ -212,12 +222,7 @@ def read_chunks(
                     room = chunk_lines
                     if shard + 1 < len(shard_starts):
                         room = min(room, shard_starts[shard + 1] - line_index)
-                    count = lines_in(data)
-                    if count > room:
-                        cut = cut_after_lines(data, room)
-                        piece, data, count = data[:cut], data[cut:], room
-                    else:
-                        piece, data = data, b""
+                    piece, data, count = take_lines(data, room)
                     size = nbytes if not data else len(piece)
                     nbytes -= size
                     yield Chunk(shard, path, first_line, piece, count, size, line_index)

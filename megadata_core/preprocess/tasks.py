@@ -25,11 +25,10 @@ from megadata_core.preprocess.outputs import write_documents
 from megadata_core.preprocess.plan import TableReader, Task
 from megadata_core.preprocess.processes import ProcessPool
 from megadata_core.preprocess.reading import (
-    cut_after_lines,
-    lines_in,
     naming_read_errors,
     read_blocks,
     strip_bom,
+    take_lines,
 )
 from megadata_core.preprocess.remote import is_remote
 from megadata_core.preprocess.table_encoding import tokenize_rows
@@ -192,12 +191,7 @@ def _line_chunks(stream: BinaryIO, task: Task):
         if first == 1 and task.start == 0:
             data = strip_bom(data)
         while data:
-            count = lines_in(data)
-            if count > CHUNK_LINES:
-                cut = cut_after_lines(data, CHUNK_LINES)
-                piece, data, count = data[:cut], data[cut:], CHUNK_LINES
-            else:
-                piece, data = data, b""
+            piece, data, count = take_lines(data, CHUNK_LINES)
             size = len(piece) if data else nbytes
             nbytes -= size
             yield first, piece, size
