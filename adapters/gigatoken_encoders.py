@@ -49,6 +49,7 @@ import os
 import re
 import struct
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -57,6 +58,8 @@ from adapters.byte_level_bpe import bytes_to_unicode, is_byte_alphabet, token_by
 from adapters.unicode_14 import unassigned_14
 
 __all__ = ["GigaEncoder", "available", "byte_level", "sentencepiece"]
+
+MAX_INSTANCES = 4  # gigatoken instances one encoder loads for threads encoding at once
 
 # Texts every proof checks against the reference encoder before it is trusted.
 BATTERY = [
@@ -129,21 +132,59 @@ class GigaEncoder:
     ``unproven``: code point ranges whose texts the owner sends to its reference encoder;
     ``proof``: what was proven (or, for Megatron's ``--use-gigatoken``, why not);
     ``loaded_from``: what gigatoken read, the tokenizer's ``file`` as written or a
-    ``config`` built for it.
+    ``config`` built for it; ``source``: that ``tokenizer.json`` (text or dict) and
+    ``backend`` the class gigatoken must load it as, for more instances (below).
+
     A batch or block is encoded on the calling thread (``parallel=False``): the pipeline's
-    threads and processes are the parallelism, and gigatoken's own pool, started per
-    4 MiB block, made the whole run about 1.5x slower on 2 cores.
+    threads and processes are the parallelism (gigatoken's own pool, started per block,
+    cost more than it gave on 2 cores). One gigatoken instance runs one call at a time, so
+    threads encoding at once each take an instance of their own, loaded from ``source``
+    when all are busy (up to MAX_INSTANCES; without a source they share the one).
     """
 
     def __init__(self, tokenizer, unproven: np.ndarray, proof: str,
-                 loaded_from: str = "config") -> None:
+                 loaded_from: str = "config", source: dict | str | None = None,
+                 backend: str = "") -> None:
         import awkward  # noqa: F401 - gigatoken's results; imported once, before workers fork
 
         self._tokenizer = tokenizer
         self.unproven = unproven
         self.proof = proof
         self.loaded_from = loaded_from
+        self._source, self._backend = source, backend
         self._finder = _character_class(unproven)
+        self._idle = [tokenizer]
+        self._instances = 1
+        self._lock = threading.Lock()
+
+    def with_unproven(self, unproven: np.ndarray) -> GigaEncoder:
+        """This encoder (the same gigatoken) sending the texts of ``unproven`` elsewhere."""
+        return GigaEncoder(self._tokenizer, unproven, self.proof, self.loaded_from,
+                           self._source, self._backend)
+
+    @contextlib.contextmanager
+    def _instance(self) -> Iterator:
+        """A gigatoken instance for this thread's call (see the class docstring)."""
+        with self._lock:
+            mine = self._idle.pop() if self._idle else None
+            grow = mine is None and self._source is not None and (
+                self._instances < MAX_INSTANCES)
+            self._instances += grow
+        if grow:
+            if not isinstance(self._source, str):  # serialized once, for every later load
+                self._source = json.dumps(self._source, ensure_ascii=False)
+            mine, _ = _load(self._source, self._backend)  # the bytes proven: the same ids
+            if mine is None:  # (it loaded before: not expected) share the first one
+                with self._lock:
+                    self._instances -= 1
+        if mine is None:
+            yield self._tokenizer  # shared: gigatoken runs the calls one after another
+            return
+        try:
+            yield mine
+        finally:
+            with self._lock:
+                self._idle.append(mine)
 
     def needs_reference(self, text: str) -> bool:
         """Whether ``text`` holds a character whose ids are not proven equal."""
@@ -155,14 +196,15 @@ class GigaEncoder:
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(uint32 ids of all texts concatenated, int64 lengths)."""
-        return _arrays(self._tokenizer.encode_batch(list(texts), parallel=False))
+        with self._instance() as tokenizer:
+            return _arrays(tokenizer.encode_batch(list(texts), parallel=False))
 
     def encode_jsonl(self, block: bytes, key: str) -> tuple[np.ndarray, np.ndarray]:
         import gigatoken
 
-        with _memory_file(block) as path:
+        with _memory_file(block) as path, self._instance() as tokenizer:
             source = gigatoken.JsonlFileSource([path], key)
-            return _arrays(self._tokenizer.encode_files(source, parallel=False))
+            return _arrays(tokenizer.encode_files(source, parallel=False))
 
     def encode_utf8(self, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         import awkward as ak
@@ -172,7 +214,8 @@ class GigaEncoder:
             ak.contents.NumpyArray(np.asarray(data, np.uint8), parameters={"__array__": "char"}),
             parameters={"__array__": "string"},
         )
-        return _arrays(self._tokenizer.encode_batch(ak.Array(strings), parallel=False))
+        with self._instance() as tokenizer:
+            return _arrays(tokenizer.encode_batch(ak.Array(strings), parallel=False))
 
 
 
@@ -231,10 +274,12 @@ def byte_level(
     if proven:
         if proven not in sources:
             return None, f"the proof passed for a tokenizer loaded from its {proven}"
-        tokenizer, why = _load(sources[proven](), "BPETokenizer")
+        source = sources[proven]()
+        tokenizer, why = _load(source, "BPETokenizer")
         if tokenizer is None:
             return None, why
-        return GigaEncoder(tokenizer, unassigned_14(), BYTE_LEVEL_PROOF, proven), ""
+        return GigaEncoder(tokenizer, unassigned_14(), BYTE_LEVEL_PROOF, proven, source,
+                           "BPETokenizer"), ""
     results = [left + right for left, right in merges]
     ids = np.fromiter((vocab[token] for token in results), np.int64, len(results))
     if ids.size and (np.diff(ids) <= 0).any():
@@ -245,8 +290,9 @@ def byte_level(
         raw = token_bytes(token) if is_byte_alphabet(token) else None
         if raw is not None and _whole_pretoken(raw):
             return None, f"vocabulary entry {token!r} is no merge's result but can be a pre-token"
-    for source, config in sources.items():  # the file as written, else one rebuilt
-        tokenizer, why = _load(config(), "BPETokenizer")
+    for loaded_from, make in sources.items():  # the file as written, else one rebuilt
+        source = make()
+        tokenizer, why = _load(source, "BPETokenizer")
         if tokenizer is None:
             continue
         if not _same_model(tokenizer, vocab, merges):
@@ -254,7 +300,8 @@ def byte_level(
             continue
         why = _battery(tokenizer, reference, extra=list(added))
         if not why:
-            return GigaEncoder(tokenizer, unassigned_14(), BYTE_LEVEL_PROOF, source), ""
+            return GigaEncoder(tokenizer, unassigned_14(), BYTE_LEVEL_PROOF, loaded_from,
+                               source, "BPETokenizer"), ""
     return None, why
 
 
@@ -399,7 +446,8 @@ def sentencepiece(proto: bytes, reference) -> tuple[GigaEncoder | None, str]:
     if why:
         return None, why
     return GigaEncoder(tokenizer, np.zeros((0, 2), np.int64),
-                       "SentencePiece BPE over canonical merges: same ids as sentencepiece"), ""
+                       "SentencePiece BPE over canonical merges: same ids as sentencepiece",
+                       "config", config, "SentencePieceTokenizer"), ""
 
 
 def sentencepiece_config(proto: bytes) -> tuple[dict | None, str]:
@@ -543,8 +591,7 @@ def choose(found: tuple[GigaEncoder | None, str], mode: str, reference: str, unc
     if mode == "reference":
         return None, f"{reference} (--encoder reference)"
     if giga is not None and mode == "gigatoken" and len(giga.unproven):
-        return GigaEncoder(giga._tokenizer, np.zeros((0, 2), np.int64), giga.proof,
-                           giga.loaded_from), (
+        return giga.with_unproven(np.zeros((0, 2), np.int64)), (
             f"gigatoken ({giga.proof}; every text, as Megatron's --use-gigatoken: texts with "
             f"characters unassigned in Unicode 14.0 may get other ids than {reference}'s)")
     if giga is not None:
@@ -571,7 +618,8 @@ def unchecked_byte_level(config: Mapping, why: str) -> GigaEncoder:
         from megadata_core.errors import DataError
 
         raise DataError(f"--use-gigatoken: {error}")
-    return GigaEncoder(tokenizer, np.zeros((0, 2), np.int64), f"not proven: {why}")
+    return GigaEncoder(tokenizer, np.zeros((0, 2), np.int64), f"not proven: {why}", "config",
+                       dict(config), "BPETokenizer")
 
 
 def batch(

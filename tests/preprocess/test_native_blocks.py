@@ -5,6 +5,7 @@ jsonl or parquet."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -217,3 +218,29 @@ def test_in_order_keeps_input_order_and_raises_in_order():
     with threads.in_order(iter(range(30)), work if False else (lambda i: -i), 3) as results:
         assert list(results) == [(i, -i) for i in range(30)]
     assert 1 <= threads.threads_for_native() <= 4
+
+
+@pytest.mark.parametrize("name", ["hf", "gpt2", "sp"])
+def test_threads_encoding_at_once_take_instances_of_their_own(tokenizer_options, name):
+    """gigatoken runs one call at a time per instance: a thread finding every instance busy
+    loads another from the proven source (up to MAX_INSTANCES; then it shares one), with
+    the same ids."""
+    from adapters import gigatoken_encoders
+
+    kind, options = tokenizer_options[name]
+    giga = load_tokenizer(kind, **options, encoder="gigatoken").block_encoder
+    giga = giga.with_unproven(giga.unproven)  # an encoder of its own: a fresh count
+    block = b"".join(line for line in ODD_LINES if b"text" in line and b"\\ud800" not in line)
+    alone = giga.encode_jsonl(block, "text")
+    assert giga._instances == 1  # one call at a time: the one instance served it
+    with contextlib.ExitStack() as busy:
+        held = [busy.enter_context(giga._instance())
+                for _ in range(gigatoken_encoders.MAX_INSTANCES - 1)]
+        assert len({id(tokenizer) for tokenizer in held}) == len(held)
+        beside = giga.encode_jsonl(block, "text")  # the last instance: loaded for it
+        assert giga._instances == gigatoken_encoders.MAX_INSTANCES
+        held.append(busy.enter_context(giga._instance()))
+        shared = giga.encode_jsonl(block, "text")  # every one busy: shares the first
+        assert giga._instances == gigatoken_encoders.MAX_INSTANCES
+    for ids, lengths in (beside, shared):
+        assert (ids == alone[0]).all() and (lengths == alone[1]).all()
