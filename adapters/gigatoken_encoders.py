@@ -34,6 +34,22 @@ unused pieces, distinct scores, every character of a piece a piece; and gigatoke
 given a ``tokenizer.json`` without added tokens (sentencepiece's ``encode`` does not
 split control pieces out of the text). No Unicode table takes part: nothing is unproven.
 
+tiktoken ranks files (our ``tiktoken`` type): tiktoken merges the adjacent pair whose
+concatenation has the lowest rank. gigatoken reads the ranks as ids and derives one merge
+per non-byte token; it merges the listed pair of lowest result id. Both emit a pre-token
+that is a token whole. They agree when, for every token t of rank k, gigatoken's merge for
+t is the last join of tiktoken's merging of t's bytes with the ranks below k (a run that
+must end in two pieces), and the merges are listed by rising rank. Why: when tiktoken
+joins (u, v) -> t, the pieces' edges around t are fixed, so the joins inside t so far are
+exactly the run over t's bytes with the ranks below k, ending in [u, v]: the listed
+merge. Conversely pair merging's lowest listed pair has rank k and tiktoken's lowest has
+rank <= k, and one below k would be listed; ties take the leftmost in both. The split
+into pre-tokens is gigatoken's hand-written scheme, not the ranks file's expression:
+``TIKTOKEN_SCHEMES`` names the scheme measured to split as each expression (the tests
+compare every code point in several contexts, with a vocabulary of every substring so
+that equal ids mean equal splits); texts with code points unassigned in Unicode 14.0 go
+to tiktoken, as for byte-level BPE.
+
 Every proof ends with gigatoken loading that ``tokenizer.json`` and handing back the same
 vocabulary and merges, and with a battery of hard texts (every kind of character, spaces,
 special-token text) encoded the same as by the reference.
@@ -57,7 +73,7 @@ import numpy as np
 from adapters.byte_level_bpe import bytes_to_unicode, is_byte_alphabet, token_bytes
 from adapters.unicode_14 import unassigned_14
 
-__all__ = ["GigaEncoder", "available", "byte_level", "sentencepiece"]
+__all__ = ["GigaEncoder", "available", "byte_level", "sentencepiece", "tiktoken_ranks"]
 
 MAX_INSTANCES = 4  # gigatoken instances one encoder loads for threads encoding at once
 
@@ -224,6 +240,8 @@ def _load(config: dict | str, backend: str):
     (None, why)."""
     import gigatoken
 
+    if backend.startswith("tiktoken:"):
+        return _load_ranks(config, backend)
     text = config if isinstance(config, str) else json.dumps(config, ensure_ascii=False)
     try:
         tokenizer = gigatoken.Tokenizer.from_json(text)
@@ -643,3 +661,97 @@ def batch(
     lengths = lengths[order]
     index = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(lengths.sum())
     return ids[index], lengths
+
+
+# -- tiktoken ranks files --------------------------------------------------------------------
+
+# gigatoken's pre-tokenizer scheme that splits text as each expression does, measured
+# (tests/adapters/test_gigatoken_tiktoken.py): cl100k_base's expression (our tiktoken type's
+# default) splits as "olmo3" (not "gpt4", which differs on spaces before digits, letters and
+# vertical tabs). Megatron's TikTokenizer "v2" splits as "nemotron" (not wired: its ids are
+# ranks offset by the special tokens); "v1" as no scheme.
+CL100K_SCHEME = "olmo3"
+MEGATRON_SCHEMES = {"v2": "nemotron"}
+
+TIKTOKEN_PROOF = "tiktoken rank merging equals gigatoken's merges; the pre-tokenizer splits alike"
+
+
+def _load_ranks(source: str, backend: str):
+    """gigatoken for ``source`` (JSON [path, sha256 of the bytes proven]) with the scheme
+    ``backend`` names ("tiktoken:SCHEME"), or (None, why); a changed file is refused."""
+    import gigatoken
+
+    path, digest = json.loads(source)
+    try:
+        with open(path, "rb") as stream:
+            raw = stream.read()
+        if hashlib.sha256(raw).hexdigest() != digest:
+            return None, f"{path} changed since its proof"
+        with _memory_file(raw) as name:  # the bytes hashed, not the file read again
+            tokenizer = gigatoken.Tokenizer.from_tiktoken(
+                name, pretokenizer=backend.removeprefix("tiktoken:"))
+    except BaseException as error:  # gigatoken's own types, and Rust panics (BaseException)
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            raise
+        return None, f"gigatoken cannot load {path} ({error})"
+    return tokenizer, ""
+
+
+def _rank_run(piece: bytes, ranks: Mapping[bytes, int], below: int) -> list[bytes]:
+    """tiktoken's merging of ``piece``'s bytes with the ranks below ``below`` only."""
+    parts = [piece[i : i + 1] for i in range(len(piece))]
+    while len(parts) > 1:
+        best, where = below, -1
+        for i in range(len(parts) - 1):
+            rank = ranks.get(parts[i] + parts[i + 1], below)
+            if rank < best:
+                best, where = rank, i
+        if where < 0:
+            break
+        parts[where : where + 2] = [parts[where] + parts[where + 1]]
+    return parts
+
+
+def _tiktoken_merges(ranks: Mapping[bytes, int]) -> tuple[list[tuple[bytes, bytes]] | None, str]:
+    """The merge tiktoken's merging makes each non-byte token with (rank order), or why none."""
+    merges = []
+    for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
+        if len(token) == 1:
+            continue
+        parts = _rank_run(token, ranks, rank)
+        if len(parts) != 2:
+            return None, (f"token {token!r} (rank {rank}) is not the join of two tokens of "
+                          "lower rank")
+        merges.append((parts[0], parts[1]))
+    return merges, ""
+
+
+def tiktoken_ranks(path: str, ranks: Mapping[bytes, int], scheme: str, reference, *,
+                   proven: bool = False) -> tuple[GigaEncoder | None, str]:
+    """gigatoken for the tiktoken ranks file ``path`` (``ranks``: token bytes -> rank, dense
+    and with all 256 bytes, as ``TiktokenTokenizer`` checks) pre-tokenized with gigatoken's
+    ``scheme``, which the caller has measured to split as the file's expression (see the
+    module docstring); ``reference(text) -> ids`` is tiktoken. ``proven``: a proof passed
+    before for the same bytes and library versions (``adapters.proof_cache``)."""
+    why = available()
+    if why:
+        return None, why
+    merges, why = (None, "") if proven else _tiktoken_merges(ranks)
+    if why:  # (before gigatoken loads it: it may panic on such a file)
+        return None, why
+    with open(path, "rb") as stream:
+        digest = hashlib.sha256(stream.read()).hexdigest()
+    source, backend = json.dumps([path, digest]), f"tiktoken:{scheme}"
+    tokenizer, why = _load_ranks(source, backend)
+    if tokenizer is None:
+        return None, why
+    encoder = GigaEncoder(tokenizer, unassigned_14(), TIKTOKEN_PROOF, "file", source, backend)
+    if proven:
+        return encoder, ""
+    vocab = tokenizer.vocab
+    if len(vocab) != len(ranks) or any(vocab.get(rank) != token for token, rank in ranks.items()):
+        return None, "gigatoken read other ranks from the file"
+    if [tuple(merge) for merge in tokenizer.merges] != merges:
+        return None, "gigatoken's merges are not tiktoken's joins in rank order"
+    why = _battery(tokenizer, reference)
+    return (None, why) if why else (encoder, "")

@@ -15,6 +15,7 @@ lengths)``. Worker processes build their own tokenizer from a picklable factory:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -239,6 +240,11 @@ class TiktokenTokenizer:
     The ranks must cover all 256 single bytes and be 0..n-1; the EOD token is a
     special token with id n, so ``vocab_size`` is n + 1. ``encode(text)`` ->
     uint32[k] ids, special-token strings in the text encoded as ordinary text.
+
+    With the default expression (cl100k_base's), gigatoken encodes where its ids are
+    proven tiktoken's (``gigatoken_encoders.tiktoken_ranks``); ``encoder`` (auto,
+    gigatoken, reference) chooses as ``gigatoken_encoders.choose`` says, ``encoder``
+    (the attribute) names the one in use and why. Pickles as its constructor call.
     """
 
     def __init__(
@@ -246,13 +252,16 @@ class TiktokenTokenizer:
         path: str,
         pattern: str | None = None,
         eod_token: str = "<|endoftext|>",
+        encoder: str = "auto",
     ) -> None:
         import tiktoken
         from tiktoken.load import load_tiktoken_bpe
 
+        self._arguments = ((path, pattern, eod_token), {"encoder": giga.check_mode(encoder)})
         self.path = os.path.abspath(_local_file(path, "tiktoken BPE"))
         with open(self.path, "rb") as stream:
-            digest = hashlib.sha256(stream.read()).hexdigest()
+            raw = stream.read()
+        digest = hashlib.sha256(raw).hexdigest()
         try:
             # tiktoken caches files by path; the hash makes a stale cached copy re-read
             ranks = load_tiktoken_bpe(self.path, expected_hash=digest)
@@ -284,17 +293,59 @@ class TiktokenTokenizer:
             mergeable_ranks=ranks,
             special_tokens={eod_token: self.eod_id},
         )
+        self._giga, self.encoder = giga.choose(
+            self._prove(raw, ranks, encoder), encoder, "tiktoken")
 
-    def encode(self, text: str) -> np.ndarray:
-        """uint32[n] token ids of ``text`` (no special tokens recognized)."""
+    def _prove(self, raw: bytes, ranks: dict, encoder: str):
+        """``gigatoken_encoders.tiktoken_ranks``'s (encoder | None, why), its verdict cached."""
+        if encoder == "reference":
+            return None, ""
+        if self.pattern != DEFAULT_SPLIT_PATTERN:
+            return None, ("no gigatoken pre-tokenizer is known to split as this expression "
+                          "(measured for cl100k_base's only)")
+        why = giga.available()
+        if why:
+            return None, why
+        proof_key = proof_cache.key(f"tiktoken ranks, scheme {giga.CL100K_SCHEME}",
+                                    raw + b"\0" + self.pattern.encode(), ("gigatoken", "tiktoken"))
+        verdict = proof_cache.load(proof_key, ("gigatoken",))
+        if verdict is not None and verdict["gigatoken"]:
+            return None, verdict["gigatoken"]
+        found = giga.tiktoken_ranks(self.path, ranks, giga.CL100K_SCHEME, self._reference,
+                                    proven=verdict is not None)
+        if verdict is None:
+            proof_cache.store(proof_key, {"gigatoken": found[1]})
+        return found
+
+    def __reduce__(self):
+        arguments, options = self._arguments
+        return functools.partial(TiktokenTokenizer, **options), arguments
+
+    @property
+    def block_encoder(self):
+        """The proven gigatoken encoder for the block pipeline (None: tiktoken's)."""
+        return self._giga
+
+    def _reference(self, text: str) -> np.ndarray:
         return self._encoding.encode_to_numpy(text, disallowed_special=())
 
-    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
+    def _reference_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         threads = mt.batch_threads()
         return mt.flatten_ids(
             self._encoding.encode_ordinary_batch(list(texts), num_threads=threads)
         )
+
+    def encode(self, text: str) -> np.ndarray:
+        """uint32[n] token ids of ``text`` (no special tokens recognized)."""
+        if self._giga is not None and not self._giga.needs_reference(text):
+            return self._giga.encode(text).astype(np.uint32)
+        return self._reference(text)
+
+    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
+        if self._giga is not None:
+            return giga.batch(self._giga, texts, self._reference_batch)
+        return self._reference_batch(texts)
 
     def decode(self, ids) -> str:
         return self._encoding.decode([int(i) for i in np.asarray(ids).reshape(-1)])
@@ -376,7 +427,7 @@ def build_tokenizer(kind: str, path: str | None = None, **options):
 
 
 # The types gigatoken can encode (where proven: adapters.gigatoken_encoders).
-GIGATOKEN_TYPES = {"huggingface", "GPT2BPETokenizer", "SentencePieceTokenizer",
+GIGATOKEN_TYPES = {"huggingface", "tiktoken", "GPT2BPETokenizer", "SentencePieceTokenizer",
                    "GPTSentencePieceTokenizer", "Llama2Tokenizer", "HuggingFaceTokenizer"}
 
 _TAKES = {  # the options each Megatron type reads

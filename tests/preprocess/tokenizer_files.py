@@ -54,6 +54,23 @@ def write_gpt2_files(directory: str, vocab_size: int = 600) -> tuple[str, str]:
     return os.path.join(directory, "vocab.json"), os.path.join(directory, "merges.txt")
 
 
+def write_tiktoken_ranks(directory: str, vocab_size: int = 600) -> str:
+    """A tiktoken ranks file of the byte-level BPE of ``write_gpt2_files``: bytes ranked
+    0..255 by value, merge k's result ranked 256 + k."""
+    sub = os.path.join(directory, "gpt2-for-ranks")
+    os.makedirs(sub, exist_ok=True)
+    _, merges_file = write_gpt2_files(sub, vocab_size)
+    to_byte = {char: byte for byte, char in bytes_to_unicode().items()}
+    with open(merges_file, encoding="utf-8") as stream:
+        merges = [line.split(" ") for line in stream.read().split("\n")[1:] if line]
+    tokens = [bytes([b]) for b in range(256)]
+    tokens += [bytes(to_byte[c] for c in left + right) for left, right in merges]
+    path = os.path.join(directory, "trained.tiktoken")
+    with open(path, "wb") as stream:
+        stream.writelines(base64.b64encode(t) + b" %d\n" % i for i, t in enumerate(tokens))
+    return path
+
+
 def write_bert_vocab(directory: str, vocab_size: int = 500, lowercase: bool = True) -> str:
     """vocab.txt of a WordPiece model with BERT's special tokens."""
     from tokenizers import BertWordPieceTokenizer
