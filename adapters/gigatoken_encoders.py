@@ -666,10 +666,10 @@ def batch(
 # -- tiktoken ranks files --------------------------------------------------------------------
 
 # gigatoken's pre-tokenizer scheme that splits text as each expression does, measured
-# (tests/adapters/test_gigatoken_tiktoken.py): cl100k_base's expression (our tiktoken type's
-# default) splits as "olmo3" (not "gpt4", which differs on spaces before digits, letters and
-# vertical tabs). Megatron's TikTokenizer "v2" splits as "nemotron" (not wired: its ids are
-# ranks offset by the special tokens); "v1" as no scheme.
+# (tests/preprocess/test_gigatoken_tiktoken.py): cl100k_base's expression (our tiktoken
+# type's default) splits as "olmo3" (not "gpt4", which differs on spaces after a newline at
+# a text's end, e.g. "a\n "). Megatron's TikTokenizer "v2" splits as "nemotron" (not wired:
+# its ids are the ranks offset by the special tokens); "v1" as no scheme.
 CL100K_SCHEME = "olmo3"
 MEGATRON_SCHEMES = {"v2": "nemotron"}
 
