@@ -26,6 +26,8 @@ Sides:
   32)``, one encode per document, ``add_document`` per document), encoding with the
   library Megatron's tokenizer calls (``tokenizers`` for a tokenizer.json, sentencepiece
   for a ``.model``).
+* ``megatron-lm``: Megatron-LM's real ``tools/preprocess_data.py`` from a checkout
+  (``checkout``), run by an interpreter that can import it (triton importable).
 * ``prime``: only loads the tokenizer (ours' proof made and its verdict stored in the
   proof cache the bench gives, ``MEGADATA_CACHE``).
 * ``phases``: ours on one thread, stage by stage: read, JSON scan, native parse+encode,
@@ -187,6 +189,31 @@ def megatron_side(spec, eod, dtype, start):
     return documents, tokens, {}
 
 
+def megatron_lm_side(spec, eod, dtype, start):
+    """Megatron-LM's own ``tools/preprocess_data.py`` (``spec["checkout"]``, on the path
+    ahead of the installed megatron-core), its modules imported before the clock, its
+    ``main()`` timed with Megatron's command line."""
+    import importlib.util
+
+    script = os.path.join(spec["checkout"], "tools", "preprocess_data.py")
+    found = importlib.util.spec_from_file_location("megatron_lm_preprocess_data", script)
+    module = importlib.util.module_from_spec(found)
+    sys.modules[found.name] = module  # its pool pickles its classes by module name
+    found.loader.exec_module(module)
+    out = spec["prefix"] + "-megatron-lm"
+    sys.argv = [script, "--input", spec["input"], "--output-prefix", out, "--json-keys", "text",
+                "--tokenizer-type", spec["kind"],
+                "--tokenizer-model", spec["options"]["tokenizer_model"],
+                "--workers", str(spec["workers"]), "--append-eod", "--log-interval", "1000000"]
+    start[0] = time.perf_counter()
+    module.main()
+    _move(out + "_text_document", spec["prefix"])
+    from megadata_core import IndexedDataset
+
+    corpus = IndexedDataset(spec["prefix"])
+    return len(corpus), int(corpus.sequence_lengths.sum()), {}
+
+
 def phases_side(spec, eod, dtype, start):
     from megadata_core import IndexedDatasetWriter
     from megadata_core.preprocess.block_encoding import tokenize_block
@@ -231,7 +258,8 @@ def prime_side(spec, eod, dtype, start):
 
 
 SIDES = {"prime": prime_side, "gigatoken": gigatoken_side, "ours": ours_side,
-         "plan": plan_side, "ray": plan_side, "megatron": megatron_side, "phases": phases_side}
+         "plan": plan_side, "ray": plan_side, "megatron": megatron_side,
+         "megatron-lm": megatron_lm_side, "phases": phases_side}
 
 
 def main() -> None:

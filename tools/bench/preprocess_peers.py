@@ -17,7 +17,9 @@ real text.
   other rows of ours from a cache holding that tokenizer's verdict (every later run).
   Rows: MB/s (input bytes / seconds) of ours on 1 and 2
   workers beside gigatoken, MB/s after the load,
-  peak RSS above the imports, 2 workers beside Megatron's loop, the task plan and Ray
+  peak RSS above the imports, 2 workers beside Megatron's loop and beside Megatron-LM's
+  own ``tools/preprocess_data.py`` (when ``MEGATRON_LM`` names a checkout at tag
+  core_v0.16.1; it runs in an overlay venv where triton imports), the task plan and Ray
   beside gigatoken; a note says where the time goes (ours stage by stage on one thread,
   gigatoken's own stages). Checks: every corpus byte-identical to ours (gigatoken's
   own SentencePiece loader is compared apart, in a note).
@@ -36,6 +38,7 @@ import sys
 import sysconfig
 
 from bench.harness import child_result, progress, same_files
+from bench.overlays import Overlay
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "preprocess_child.py")
 _SUFFIXES = (".py", ".md", ".rst", ".txt")
@@ -114,8 +117,32 @@ def run_side(side: str, kind: str, options: dict, source: str, prefix: str,
     (``MEGADATA_CACHE``), None for the user's own."""
     spec = {"side": side, "kind": kind, "options": options, "input": source,
             "prefix": prefix, "workers": workers}
-    env = {"MEGADATA_CACHE": cache} if cache else None
-    return child_result([sys.executable, CHILD, json.dumps(spec)], f"preprocess {side}", env)
+    env = {"MEGADATA_CACHE": cache} if cache else {}
+    python = sys.executable
+    if side == "megatron-lm":  # its checkout ahead of the installed megatron-core
+        python, spec["checkout"] = _megatron_lm()
+        env["PYTHONPATH"] = os.pathsep.join(
+            [spec["checkout"], *filter(None, [os.environ.get("PYTHONPATH")])])
+    return child_result([python, CHILD, json.dumps(spec)], f"preprocess {side}", env)
+
+
+# Megatron-LM's own tools/preprocess_data.py: a checkout named by MEGATRON_LM (its tag
+# core_v0.16.1 runs on Python 3.11; main and core_v0.19.0 need 3.12), run by an overlay
+# venv in which triton imports (megatron.training's imports reach it; no GPU is used)
+MEGATRON_LM_OVERLAY = Overlay(name="megatron-lm", label="triton", install=("triton",),
+                              check="triton", pins="triton")
+
+
+def _megatron_lm() -> tuple[str, str]:
+    """(the interpreter, the checkout) for Megatron-LM's own script; ValueError(why not)."""
+    checkout = os.environ.get("MEGATRON_LM", "")
+    if not os.path.isfile(os.path.join(checkout, "tools", "preprocess_data.py")):
+        raise ValueError("MEGATRON_LM does not name a Megatron-LM checkout (set it to one at "
+                         "tag core_v0.16.1 to run its tools/preprocess_data.py)")
+    python, why = MEGATRON_LM_OVERLAY.python(create=True)
+    if python is None:
+        raise ValueError(why)
+    return python, checkout
 
 
 # side label -> (child side, workers, repeated, proof): ours' load-time proof is either
@@ -127,6 +154,7 @@ SIDES = {  # ours 1 worker first: the others are compared with its corpus
     "gigatoken": ("gigatoken", 1, True, None),
     "ours 2 workers": ("ours", 2, True, "cached"),
     "Megatron loop 2 workers": ("megatron", 2, False, None),
+    "Megatron-LM preprocess_data.py 2 workers": ("megatron-lm", 2, False, None),
     "task plan 2 workers": ("plan", 2, False, "cached"),
     "Ray 2 CPUs": ("ray", 2, False, "cached"),
     "ours stage by stage": ("phases", 1, False, "cold"),
@@ -145,6 +173,11 @@ def _sides() -> tuple[dict, list[str]]:
     except ImportError:
         sides.pop("Ray 2 CPUs")
         notes.append("ray is not installed: the Ray row is n/a")
+    try:
+        _megatron_lm()
+    except ValueError as why:
+        sides.pop("Megatron-LM preprocess_data.py 2 workers")
+        notes.append(f"Megatron-LM's own preprocess_data.py is n/a: {why}")
     return sides, notes
 
 
@@ -241,6 +274,11 @@ def _rows(bench, label: str, results: dict, megabytes: float) -> None:
     if workers:
         bench.row(f"{label}: peak RSS of one worker process, ours 2 workers", "MiB", "lower",
                   max(r["children_mib"] for r in workers), None, len(workers))
+    if "Megatron-LM preprocess_data.py 2 workers" in results:
+        bench.row(f"{label}: ours 2 workers vs Megatron-LM's own preprocess_data.py, 2 workers",
+                  "MB/s", "higher", rate("ours 2 workers"),
+                  rate("Megatron-LM preprocess_data.py 2 workers"),
+                  runs("Megatron-LM preprocess_data.py 2 workers"))
     if "Megatron loop 2 workers" in results:
         bench.row(f"{label}: ours 2 workers vs Megatron's preprocess_data.py loop, 2 workers",
                   "MB/s", "higher", rate("ours 2 workers"), rate("Megatron loop 2 workers"),
