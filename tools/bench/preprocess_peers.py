@@ -2,7 +2,7 @@
 main's ``tools/preprocess_data_fast.py``) and Megatron's ``preprocess_data.py`` loop, on
 real text.
 
-    python tools/bench.py preprocess --only peers,rss-2g --repeats 3
+    python tools/bench.py preprocess --only peers,rss-2g,large --repeats 3
 
 * ``peers``: a JSON-lines corpus of real text made offline from this Python's
   installation (the standard library's and site-packages' ``.py``, ``.md``, ``.rst`` and
@@ -23,6 +23,9 @@ real text.
   beside gigatoken; a note says where the time goes (ours stage by stage on one thread,
   gigatoken's own stages). Checks: every corpus byte-identical to ours (gigatoken's
   own SentencePiece loader is compared apart, in a note).
+* ``large``: ours (1 worker, the verdict cached) beside gigatoken's whole-file path on all
+  of this installation's text files up to 512 MB (no text repeated; the peers'
+  tokenizers), when the machine has the memory gigatoken needs: the loads amortized.
 * ``rss-2g``: peak RSS of ours (1 worker) on a 2 GB input (the corpus repeated; scale
   1), beside gigatoken's whole-file path when the machine has the memory it needs
   (estimated from its run in ``peers``), else a note saying why it was left out.
@@ -345,6 +348,55 @@ def bench_rss_2g(bench, source: str, nbytes: int, tokenizers: dict, giga_mib_per
     os.remove(big)
 
 
+def bench_large(bench, tokenizers: dict, giga_mib_per_mb: dict) -> None:
+    """Ours (1 worker, the proof's verdict cached) beside gigatoken's whole-file path on
+    all of this installation's text up to ~512 MB (no text repeated): the loads amortized,
+    as on a real job."""
+    source = bench.path("large", "input.jsonl")
+    documents, nbytes = real_text_jsonl(source, bench.scaled(512_000_000, 400_000))
+    megabytes = nbytes / 1e6
+    bench.note(f"large: all of this installation's text files up to 512 MB: {documents:,} "
+               f"documents, {megabytes:.1f} MB, none repeated; ours 1 worker with the "
+               "proof's verdict cached")
+    available = _available_mib()
+    for number, (label, (kind, options)) in enumerate(tokenizers.items()):
+        needed = giga_mib_per_mb.get(label, 11.0) * megabytes  # 9.5-11 MiB per MB seen
+        if available is None or needed * 1.5 + 2048 > available:
+            bench.note(f"large {label}: left out: gigatoken would need about {needed:,.0f} "
+                       f"MiB, {available or 0:,.0f} MiB available")
+            continue
+        cache = bench.path("large", f"proofs-{number}")
+        run_side("prime", kind, options, source, "", 1, cache)
+        results: dict[str, list[dict]] = {"ours": [], "gigatoken": []}
+        for repeat in range(bench.repeats):
+            for side in ("ours", "gigatoken") if repeat % 2 == 0 else ("gigatoken", "ours"):
+                progress(f"large {label}: {side} ({repeat + 1}/{bench.repeats})")
+                prefix = bench.path("large", side)
+                results[side].append(run_side(side, kind, options, source, prefix, 1,
+                                              cache if side == "ours" else None))
+                if side == "gigatoken":  # ours ran before it in the first repeat
+                    if not repeat:
+                        _compare(bench, f"{label} (large)", "gigatoken", prefix,
+                                 bench.path("large", "ours"))
+                    _remove(prefix)
+        _remove(bench.path("large", "ours"))
+
+        rate = {side: megabytes / statistics.median(r["seconds"] for r in runs)
+                for side, runs in results.items()}
+        bench.row(f"{label}, {megabytes:,.0f} MB of real text: ours 1 worker vs gigatoken whole "
+                  "file, end to end", "MB/s", "higher", rate["ours"], rate["gigatoken"],
+                  bench.repeats)
+        bench.row(f"{label}, {megabytes:,.0f} MB of real text: peak RSS above imports, ours 1 "
+                  "worker vs gigatoken", "MiB", "lower",
+                  max(r["rss_mib"] - r["base_mib"] for r in results["ours"]),
+                  max(r["rss_mib"] - r["base_mib"] for r in results["gigatoken"]),
+                  bench.repeats)
+        phases = results["gigatoken"][0]["phases"]
+        bench.note(f"large {label}, gigatoken's stages (s): "
+                   + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
+    shutil.rmtree(os.path.dirname(source), ignore_errors=True)
+
+
 def _available_mib() -> float | None:
     try:
         with open("/proc/meminfo") as stream:
@@ -357,8 +409,8 @@ def _available_mib() -> float | None:
 
 
 def peer_items(bench) -> None:
-    """The ``peers`` and ``rss-2g`` items that ``bench.wants``."""
-    wanted = [item for item in ("peers", "rss-2g") if bench.wants(item)]
+    """The ``peers``, ``rss-2g`` and ``large`` items that ``bench.wants``."""
+    wanted = [item for item in ("peers", "rss-2g", "large") if bench.wants(item)]
     if not wanted:
         return
     try:
@@ -380,5 +432,12 @@ def peer_items(bench) -> None:
     giga = bench_peers(bench, source, nbytes, tokenizers_) if "peers" in wanted else {}
     if "rss-2g" in wanted:
         bench_rss_2g(bench, source, nbytes, tokenizers_, giga)
+    if "large" in wanted:
+        try:
+            import gigatoken  # noqa: F401
+        except ImportError:
+            bench.note("large: gigatoken is not installed: n/a")
+        else:
+            bench_large(bench, tokenizers_, giga)
     shutil.rmtree(os.path.dirname(source), ignore_errors=True)
     shutil.rmtree(os.path.dirname(bench.path("rss2g", "x")), ignore_errors=True)
