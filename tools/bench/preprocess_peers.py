@@ -139,7 +139,8 @@ MEGATRON_LM_OVERLAY = Overlay(name="megatron-lm", label="triton", install=("trit
 def _megatron_lm() -> tuple[str, str]:
     """(the interpreter, the checkout) for Megatron-LM's own script; ValueError(why not)."""
     checkout = os.environ.get("MEGATRON_LM", "")
-    if not os.path.isfile(os.path.join(checkout, "tools", "preprocess_data.py")):
+    if not checkout or not all(os.path.exists(os.path.join(checkout, *parts)) for parts in (
+            ("tools", "preprocess_data.py"), ("megatron", "training", "arguments.py"))):
         raise ValueError("MEGATRON_LM does not name a Megatron-LM checkout (set it to one at "
                          "tag core_v0.16.1 to run its tools/preprocess_data.py)")
     python, why = MEGATRON_LM_OVERLAY.python(create=True)
