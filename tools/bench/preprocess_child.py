@@ -116,14 +116,23 @@ def _factory(spec):
 
 
 def ours_side(spec, eod, dtype, start):
+    """``spec["json_keys"]`` (default text; each key's corpus moved to ``prefix`` + its
+    index past the first), inputs opened as ``tools/preprocess_data.py`` opens them
+    (.gz, .zst, .parquet)."""
+    import preprocess_data  # tools/: the tool's own openers
+
     from megadata_core.preprocess import preprocess_jsonl
 
+    keys = spec.get("json_keys", ["text"])
     factory = _factory(spec)
     factory()  # remembered: preprocess_jsonl's call (and forked workers) reuse it
     loaded = time.perf_counter()
-    summary = preprocess_jsonl([spec["input"]], spec["prefix"], factory,
-                               append_eod=True, keep_empty=True, workers=spec["workers"])
-    _move(summary.output_prefixes["text"], spec["prefix"])
+    summary = preprocess_jsonl([spec["input"]], spec["prefix"], factory, json_keys=keys,
+                               append_eod=True, keep_empty=True, workers=spec["workers"],
+                               open_binary=preprocess_data.open_binary,
+                               table_reader=preprocess_data.table_reader_for([spec["input"]]))
+    for number, key in enumerate(keys):
+        _move(summary.output_prefixes[key], spec["prefix"] + (f"-{number}" if number else ""))
     return summary.documents, summary.tokens, {"load (proof)": loaded - start[0]}
 
 
@@ -139,9 +148,10 @@ def plan_side(spec, eod, dtype, start):
         engine = ray_engine(progress=False, num_cpus=spec["workers"])
     else:
         engine = local_engine(spec["workers"])
+    size = spec.get("size") or os.path.getsize(spec["input"])  # (an object's: given)
     summary = preprocess_tasks([spec["input"]], spec["prefix"], _factory(spec),
                                append_eod=True, keep_empty=True, engine=engine,
-                               task_size=max(1, os.path.getsize(spec["input"]) // 16))
+                               task_size=max(1, size // 16))
     _move(summary.output_prefixes["text"], spec["prefix"])
     return summary.documents, summary.tokens, {}
 
@@ -274,6 +284,7 @@ def main() -> None:
     if spec["side"] in ("gigatoken", "ours", "phases", "prime"):
         import awkward  # noqa: F401 - gigatoken's results (both sides use them)
         import gigatoken  # noqa: F401
+        import preprocess_data  # noqa: F401 - ours opens inputs as the tool does
     from adapters import text_tokenizers
 
     text_tokenizers._LOADED.clear()  # ours loads (and proves) on the clock

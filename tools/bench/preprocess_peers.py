@@ -2,7 +2,7 @@
 main's ``tools/preprocess_data_fast.py``) and Megatron's ``preprocess_data.py`` loop, on
 real text.
 
-    python tools/bench.py preprocess --only peers,rss-2g,large --repeats 3
+    python tools/bench.py preprocess --only peers,rss-2g,large,modes --repeats 3
 
 * ``peers``: a JSON-lines corpus of real text made offline from this Python's
   installation (the standard library's and site-packages' ``.py``, ``.md``, ``.rst`` and
@@ -23,6 +23,9 @@ real text.
   beside gigatoken; a note says where the time goes (ours stage by stage on one thread,
   gigatoken's own stages). Checks: every corpus byte-identical to ours (gigatoken's
   own SentencePiece loader is compared apart, in a note).
+* ``modes``: ours (1 worker, byte-level BPE) on the same corpus as .jsonl.gz, .jsonl.zst,
+  .parquet and with two ``--json-keys``, beside plain .jsonl; the task plan reading it as
+  an ``s3://`` object from s3rver on 127.0.0.1 beside the local file.
 * ``large``: ours (1 worker, the verdict cached) beside gigatoken's whole-file path on all
   of this installation's text files up to 512 MB (no text repeated; the peers'
   tokenizers), when the machine has the memory gigatoken needs: the loads amortized.
@@ -115,12 +118,14 @@ def train_tokenizers(jsonl: str, directory: str, train_bytes: int) -> dict:
 
 
 def run_side(side: str, kind: str, options: dict, source: str, prefix: str,
-             workers: int, cache: str | None = None) -> dict:
+             workers: int, cache: str | None = None, env: dict | None = None,
+             **more) -> dict:
     """One side in a fresh interpreter; ``cache``: the proof cache it sees
-    (``MEGADATA_CACHE``), None for the user's own."""
+    (``MEGADATA_CACHE``), None for the user's own; ``env``: more of its environment;
+    ``more``: more of its spec (``json_keys``, an object's ``size``)."""
     spec = {"side": side, "kind": kind, "options": options, "input": source,
-            "prefix": prefix, "workers": workers}
-    env = {"MEGADATA_CACHE": cache} if cache else {}
+            "prefix": prefix, "workers": workers, **more}
+    env = {**(env or {}), **({"MEGADATA_CACHE": cache} if cache else {})}
     python = sys.executable
     if side == "megatron-lm":  # its checkout ahead of the installed megatron-core
         python, spec["checkout"] = _megatron_lm()
@@ -398,6 +403,109 @@ def bench_large(bench, tokenizers: dict, giga_mib_per_mb: dict) -> None:
     shutil.rmtree(os.path.dirname(source), ignore_errors=True)
 
 
+def _input_forms(source: str, directory: str) -> dict[str, tuple[str, list[str]]]:
+    """The corpus ``source`` as each input form: name -> (path, json keys)."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zstandard
+
+    with open(source, "rb") as stream:
+        data = stream.read()
+    forms = {".jsonl": (source, ["text"])}
+    for suffix, compress in ((".jsonl.gz", gzip.compress),
+                             (".jsonl.zst", zstandard.ZstdCompressor(level=3).compress)):
+        path = os.path.join(directory, "input" + suffix)
+        with open(path, "wb") as out:
+            out.write(compress(data))
+        forms[suffix] = (path, ["text"])
+    texts = [json.loads(line)["text"] for line in data.splitlines()]
+    path = os.path.join(directory, "input.parquet")
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=1024)
+    forms[".parquet"] = (path, ["text"])
+    path = os.path.join(directory, "two-keys.jsonl")
+    with open(path, "w", encoding="utf-8") as out:
+        for text in texts:
+            out.write(json.dumps({"text": text, "copy": text}, ensure_ascii=False) + "\n")
+    forms["two --json-keys (text, copy)"] = (path, ["text", "copy"])
+    return forms
+
+
+def bench_modes(bench, source: str, nbytes: int, tokenizers: dict) -> None:
+    """Ours (1 worker, byte-level BPE, the verdict cached) on the peers' corpus in every
+    input form, and the task plan reading it from s3:// (s3rver on 127.0.0.1) beside the
+    local file; MB/s over the uncompressed JSON lines."""
+    label, (kind, options) = next(iter(tokenizers.items()))
+    directory = os.path.dirname(bench.path("modes", "x"))
+    forms = _input_forms(source, directory)
+    cache = bench.path("modes", "proofs")
+    run_side("prime", kind, options, source, "", 1, cache)
+    seconds: dict[str, list[float]] = {form: [] for form in forms}
+    reference = bench.path("modes", "reference")
+    for repeat in range(bench.repeats):
+        for form, (path, keys) in forms.items():
+            progress(f"modes: {form} ({repeat + 1}/{bench.repeats})")
+            prefix = reference if form == ".jsonl" else bench.path("modes", "out")
+            result = run_side("ours", kind, options, path, prefix, 1, cache, json_keys=keys)
+            seconds[form].append(result["seconds"])
+            if form != ".jsonl":
+                if not repeat:
+                    pairs = [(f"{prefix}{extra}{ext}", reference + ext)
+                             for extra in ["", *[f"-{k}" for k in range(1, len(keys))]]
+                             for ext in (".bin", ".idx")]
+                    bench.check(f"modes: {form} corpus == .jsonl's", same_files(*pairs))
+                for extra in ["", *[f"-{k}" for k in range(1, len(keys))]]:
+                    _remove(prefix + extra)
+    rate = {form: len(forms[form][1]) * nbytes / 1e6 / statistics.median(values)
+            for form, values in seconds.items()}
+    for form in forms:
+        if form != ".jsonl":
+            bench.row(f"{label}: ours 1 worker, input {form} vs .jsonl", "MB/s", "higher",
+                      rate[form], rate[".jsonl"], bench.repeats)
+    _remove(reference)
+    _modes_s3(bench, source, nbytes, kind, options, cache)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _modes_s3(bench, source: str, nbytes: int, kind: str, options: dict, cache: str) -> None:
+    """The task plan (2 workers) on ``source`` as an s3:// object (s3rver on 127.0.0.1: it
+    serves ranges from files, as S3 does) beside the local file."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if root not in sys.path:
+        sys.path.insert(0, root)  # loopback/ is not installed: it lives beside tools/
+    from loopback import s3rver
+
+    try:
+        server = s3rver.S3rverServer({"corpora/input.jsonl": source})
+    except s3rver.S3rverUnavailableError as error:
+        bench.note(f"modes: s3 left out, s3rver is not available ({error})")
+        return
+    try:
+        env = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": s3rver.ACCESS_KEY,
+               "AWS_SECRET_ACCESS_KEY": s3rver.SECRET_KEY, "AWS_DEFAULT_REGION": "us-east-1"}
+        local, remote = [], []
+        for repeat in range(bench.repeats):
+            progress(f"modes: task plan, local and s3:// ({repeat + 1}/{bench.repeats})")
+            local.append(run_side("plan", kind, options, source, bench.path("modes", "local"),
+                                  2, cache)["seconds"])
+            remote.append(run_side("plan", kind, options, "s3://corpora/input.jsonl",
+                                   bench.path("modes", "s3"), 2, cache, env=env,
+                                   size=nbytes)["seconds"])
+            if not repeat:
+                bench.check("modes: s3:// corpus == local file's", same_files(*[
+                    (bench.path("modes", "s3") + ext, bench.path("modes", "local") + ext)
+                    for ext in (".bin", ".idx")]))
+        megabytes = nbytes / 1e6
+        bench.row("task plan 2 workers: s3:// object (s3rver on 127.0.0.1) vs local file",
+                  "MB/s", "higher", megabytes / statistics.median(remote),
+                  megabytes / statistics.median(local), bench.repeats)
+    finally:
+        server.stop()
+        for name in ("local", "s3"):
+            _remove(bench.path("modes", name))
+
+
 def _available_mib() -> float | None:
     try:
         with open("/proc/meminfo") as stream:
@@ -410,8 +518,8 @@ def _available_mib() -> float | None:
 
 
 def peer_items(bench) -> None:
-    """The ``peers``, ``rss-2g`` and ``large`` items that ``bench.wants``."""
-    wanted = [item for item in ("peers", "rss-2g", "large") if bench.wants(item)]
+    """The ``peers``, ``rss-2g``, ``large`` and ``modes`` items that ``bench.wants``."""
+    wanted = [item for item in ("peers", "rss-2g", "large", "modes") if bench.wants(item)]
     if not wanted:
         return
     try:
@@ -433,6 +541,8 @@ def peer_items(bench) -> None:
     giga = bench_peers(bench, source, nbytes, tokenizers_) if "peers" in wanted else {}
     if "rss-2g" in wanted:
         bench_rss_2g(bench, source, nbytes, tokenizers_, giga)
+    if "modes" in wanted:
+        bench_modes(bench, source, nbytes, tokenizers_)
     if "large" in wanted:
         try:
             import gigatoken  # noqa: F401
