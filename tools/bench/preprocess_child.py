@@ -285,6 +285,13 @@ def main() -> None:
         import awkward  # noqa: F401 - gigatoken's results (both sides use them)
         import gigatoken  # noqa: F401
         import preprocess_data  # noqa: F401 - ours opens inputs as the tool does
+    if spec["input"].endswith(".parquet"):  # the libraries of the input's kind, too
+        import pyarrow.compute  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+
+        import adapters.parquet_records  # noqa: F401
+    if "://" in spec["input"]:
+        import adapters.tensorstore_bins  # noqa: F401 (tensorstore)
     from adapters import text_tokenizers
 
     text_tokenizers._LOADED.clear()  # ours loads (and proves) on the clock
