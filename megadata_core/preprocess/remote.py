@@ -15,7 +15,9 @@ process for each (url, generation): the object under a generation never changes.
 
 from __future__ import annotations
 
+import concurrent.futures
 import io
+import os
 import threading
 from typing import BinaryIO
 
@@ -58,13 +60,20 @@ def remote_identity(url: str) -> list:
 
 
 class RangedFile(io.RawIOBase):
-    """A read-only, seekable file over a byte source: each ``readinto`` is one ranged read."""
+    """A read-only, seekable file over a byte source: each ``readinto`` is one ranged read.
 
-    def __init__(self, source: ByteSource, size: int) -> None:
+    ``read_ahead``: after each read, the next range of the same size is requested on a
+    background thread, so that reading the lines of an object overlaps the network with
+    the work on the previous buffer; a read elsewhere discards it (its error too), and its
+    error, when taken, is raised as a direct read's would be."""
+
+    def __init__(self, source: ByteSource, size: int, read_ahead: bool = False) -> None:
         self.source = source
         self.name = source.path
         self._size = int(size)
         self._position = 0
+        self._read_ahead = read_ahead
+        self._ahead: tuple[int, int, concurrent.futures.Future] | None = None
 
     def readable(self) -> bool:
         return True
@@ -89,15 +98,61 @@ class RangedFile(io.RawIOBase):
         count = min(len(buffer), self._size - self._position)
         if count <= 0:
             return 0
-        data = self.source.read(self._position, count)
+        data = self._take_ahead(self._position, count)
+        if data is None:
+            data = self.source.read(self._position, count)
         memoryview(buffer).cast("B")[:count] = data
         self._position += count
+        if self._read_ahead and self._position < self._size:
+            following = min(count, self._size - self._position)
+            self._ahead = (self._position, following,
+                           _read_ahead_pool().submit(self.source.read, self._position, following))
         return count
+
+    def _take_ahead(self, position: int, count: int) -> bytes | None:
+        """The bytes read ahead when they are [position, position + count), else None."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        start, length, future = ahead
+        if (start, length) != (position, count):
+            _discard(future)
+            return None
+        return future.result()
 
     def close(self) -> None:
         if not self.closed:
+            if self._ahead is not None:
+                _discard(self._ahead[2])
+                self._ahead = None
             self.source.close()
         super().close()
+
+
+def _discard(future: concurrent.futures.Future) -> None:
+    """Drop a read ahead: cancelled, or waited for (its source may be closed next)."""
+    if not future.cancel():
+        concurrent.futures.wait([future])
+
+
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _read_ahead_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = concurrent.futures.ThreadPoolExecutor(4, "megadata-read-ahead")
+        return _pool
+
+
+def _forget_pool() -> None:  # a forked child has none of the parent's threads
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def open_remote(url: str, buffer_size: int | None = BUFFER_SIZE) -> BinaryIO:
@@ -107,5 +162,6 @@ def open_remote(url: str, buffer_size: int | None = BUFFER_SIZE) -> BinaryIO:
         raise DataError(f"{url}: not a URL of a remote object")
     source = open_source(url)
     size, _ = _stat(source)
-    raw = RangedFile(source, size)
-    return raw if buffer_size is None else io.BufferedReader(raw, buffer_size=buffer_size)
+    if buffer_size is None:
+        return RangedFile(source, size)
+    return io.BufferedReader(RangedFile(source, size, read_ahead=True), buffer_size=buffer_size)

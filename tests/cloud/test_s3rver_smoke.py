@@ -56,3 +56,48 @@ def test_corpora_and_gpt_batches_through_s3rver_equal_local(
         remote_train.__getitems__(indices)["tokens"], local_train.__getitems__(indices)["tokens"]
     )
     assert s3rver_store.requests > 0  # the reads went through the proxy, not around it
+
+
+def test_object_sizes_and_preprocessing_through_s3rver(tmp_path, monkeypatch):
+    """s3rver answers the range bytes=0-0 as outside any object: sizes are still exact
+    (every input was once read as empty, silently), and a jsonl object preprocesses to
+    the local file's corpus."""
+    import json
+
+    from megadata_core.format.sources import open_source
+    from megadata_core.preprocess import ByteTokenizer, local_engine, preprocess_tasks
+
+    try:
+        s3rver.s3rver_script()
+    except s3rver.S3rverUnavailableError as error:
+        pytest.skip(f"s3rver is not available: {error}")
+    files = {}
+    for size in (2, 3, 1000):  # (s3rver garbles ranges of 0- and 1-byte objects)
+        path = tmp_path / f"object-{size}"
+        path.write_bytes(b"x" * size)
+        files[size] = str(path)
+    lines = tmp_path / "input.jsonl"
+    lines.write_text("".join(json.dumps({"text": f"doc {i} " * i}) + "\n" for i in range(200)))
+    objects = {f"{BUCKET}/sizes/{size}": path for size, path in files.items()}
+    objects[f"{BUCKET}/input.jsonl"] = str(lines)
+    server = s3rver.S3rverServer(objects)
+    try:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3rver.ACCESS_KEY)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3rver.SECRET_KEY)
+        monkeypatch.setenv("AWS_REGION", "us-east-1")
+        monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+        for size in files:
+            assert open_source(f"s3://{BUCKET}/sizes/{size}").size() == size
+        corpora = []
+        for number, url in enumerate([str(lines), f"s3://{BUCKET}/input.jsonl"]):
+            summary = preprocess_tasks([url], str(tmp_path / f"out{number}"), ByteTokenizer,
+                                       append_eod=True, engine=local_engine(1),
+                                       task_size=2000)
+            assert summary.documents == 200
+            prefix = summary.output_prefixes["text"]
+            corpora.append([open(prefix + ext, "rb").read() for ext in (".bin", ".idx")])
+        assert corpora[0] == corpora[1]
+    finally:
+        server.stop()

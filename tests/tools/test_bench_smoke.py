@@ -63,8 +63,9 @@ def test_bench_format_smoke(tmp_path):
 def test_bench_preprocess_peers_smoke(tmp_path):
     pytest.importorskip("gigatoken")
     pytest.importorskip("sentencepiece")
-    out = _run_suite("preprocess", tmp_path, "--only", "peers,rss-2g")
+    out = _run_suite("preprocess", tmp_path, "--only", "peers,rss-2g,large")
     for metric in (
+        "MB of real text: ours 1 worker vs gigatoken whole file, end to end (MB/s)",
         "byte-level BPE 32k: ours 1 worker vs gigatoken whole file, end to end (MB/s)",
         "SentencePiece BPE 16k: ours 2 workers vs gigatoken whole file, end to end (MB/s)",
         "peak RSS above imports, ours 1 worker vs gigatoken (MiB)",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tool_configs import write_tool_config
 
 import megadata_core as mdc
 from megadata_core.preprocess import ByteTokenizer, preprocess_jsonl
@@ -28,20 +29,6 @@ from make_demo_corpus import build_demo_corpus  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's packages
-
-
-def _config_file(path: Path, body: str, cache: Path) -> Path:
-    path.write_text(
-        "import sys\n"
-        f"sys.path.insert(0, {str(ROOT / 'tools')!r})\n"
-        "from data_config import base_config\n\n"
-        "def get_config():\n"
-        "    c = base_config()\n"
-        f"    c.path_to_cache = {str(cache)!r}\n"
-        + "".join(f"    {line}\n" for line in body.strip().splitlines())
-        + "    return c\n"
-    )
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +49,7 @@ def data(tmp_path_factory):
             tokens = rng.integers(1, 1000, int(lengths.sum()))
             tokens[np.cumsum(lengths) - 1] = 0
             writer.add_documents(tokens, lengths)
-    demo = _config_file(root / "demo.py", f"""
+    demo = write_tool_config(root / "demo.py", f"""
 c.data_path = '0.7 {prefixes["code"]} 0.3 {prefixes["docs"]}'
 c.split = '80,20,0'
 c.sequence_length = 128
@@ -70,7 +57,7 @@ c.eod_id = 256
 c.create_attention_mask = False
 c.train_samples, c.valid_samples = 3000, 100
 """, root / "cache")
-    small = _config_file(root / "small.py", f"""
+    small = write_tool_config(root / "small.py", f"""
 c.data_path = '0.6 {root / "a"} 0.4 {root / "b"}'
 c.split = '90,8,2'
 c.sequence_length = 64
@@ -79,7 +66,7 @@ c.eod_mask_loss = True
 c.create_attention_mask = False
 c.train_samples, c.valid_samples, c.test_samples = 500, 50, 10
 """, root / "cache")
-    empty = _config_file(root / "empty.py", "c.sequence_length = 64", root / "cache")
+    empty = write_tool_config(root / "empty.py", "c.sequence_length = 64", root / "cache")
     return {"root": root, **prefixes, "demo": demo, "small": small, "empty": empty}
 
 

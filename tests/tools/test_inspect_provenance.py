@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from provenance_walk import samples_holding, walk
+from tool_configs import write_tool_config
 
 import megadata_core as mdc
 from megadata_core.batch_size_schedule import BatchSizeSchedule
@@ -42,24 +43,15 @@ def data(tmp_path_factory):
 
 
 def _config(root: Path, prefixes, shuffle: str, packing: str) -> Path:
-    path = root / f"{shuffle}_{packing}.py"
-    path.write_text(
-        "import sys\n"
-        f"sys.path.insert(0, {str(ROOT / 'tools')!r})\n"
-        "from data_config import base_config\n\n"
-        "def get_config():\n"
-        "    c = base_config()\n"
-        f"    c.path_to_cache = {str(root / 'cache')!r}\n"
-        f"    c.data_path = '0.5 {prefixes[0]} 0.3 {prefixes[1]} 0.2 {prefixes[2]}'\n"
-        "    c.split = '90,10,0'\n"
-        f"    c.sequence_length = {SEQ}\n"
-        "    c.create_attention_mask = False\n"
-        f"    c.shuffle = {shuffle!r}\n"
-        f"    c.packing = {packing!r}\n"
-        "    c.train_samples, c.valid_samples = 600, 30\n"
-        "    return c\n"
-    )
-    return path
+    return write_tool_config(root / f"{shuffle}_{packing}.py", f"""
+        c.data_path = '0.5 {prefixes[0]} 0.3 {prefixes[1]} 0.2 {prefixes[2]}'
+        c.split = '90,10,0'
+        c.sequence_length = {SEQ}
+        c.create_attention_mask = False
+        c.shuffle = {shuffle!r}
+        c.packing = {packing!r}
+        c.train_samples, c.valid_samples = 600, 30
+    """, root / "cache")
 
 
 def _split(root, prefixes, shuffle, packing):

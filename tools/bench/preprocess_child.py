@@ -26,6 +26,8 @@ Sides:
   32)``, one encode per document, ``add_document`` per document), encoding with the
   library Megatron's tokenizer calls (``tokenizers`` for a tokenizer.json, sentencepiece
   for a ``.model``).
+* ``megatron-lm``: Megatron-LM's real ``tools/preprocess_data.py`` from a checkout
+  (``checkout``), run by an interpreter that can import it (triton importable).
 * ``prime``: only loads the tokenizer (ours' proof made and its verdict stored in the
   proof cache the bench gives, ``MEGADATA_CACHE``).
 * ``phases``: ours on one thread, stage by stage: read, JSON scan, native parse+encode,
@@ -114,14 +116,23 @@ def _factory(spec):
 
 
 def ours_side(spec, eod, dtype, start):
+    """``spec["json_keys"]`` (default text; each key's corpus moved to ``prefix`` + its
+    index past the first), inputs opened as ``tools/preprocess_data.py`` opens them
+    (.gz, .zst, .parquet)."""
+    import preprocess_data  # tools/: the tool's own openers
+
     from megadata_core.preprocess import preprocess_jsonl
 
+    keys = spec.get("json_keys", ["text"])
     factory = _factory(spec)
     factory()  # remembered: preprocess_jsonl's call (and forked workers) reuse it
     loaded = time.perf_counter()
-    summary = preprocess_jsonl([spec["input"]], spec["prefix"], factory,
-                               append_eod=True, keep_empty=True, workers=spec["workers"])
-    _move(summary.output_prefixes["text"], spec["prefix"])
+    summary = preprocess_jsonl([spec["input"]], spec["prefix"], factory, json_keys=keys,
+                               append_eod=True, keep_empty=True, workers=spec["workers"],
+                               open_binary=preprocess_data.open_binary,
+                               table_reader=preprocess_data.table_reader_for([spec["input"]]))
+    for number, key in enumerate(keys):
+        _move(summary.output_prefixes[key], spec["prefix"] + (f"-{number}" if number else ""))
     return summary.documents, summary.tokens, {"load (proof)": loaded - start[0]}
 
 
@@ -137,9 +148,10 @@ def plan_side(spec, eod, dtype, start):
         engine = ray_engine(progress=False, num_cpus=spec["workers"])
     else:
         engine = local_engine(spec["workers"])
+    size = spec.get("size") or os.path.getsize(spec["input"])  # (an object's: given)
     summary = preprocess_tasks([spec["input"]], spec["prefix"], _factory(spec),
                                append_eod=True, keep_empty=True, engine=engine,
-                               task_size=max(1, os.path.getsize(spec["input"]) // 16))
+                               task_size=max(1, size // 16))
     _move(summary.output_prefixes["text"], spec["prefix"])
     return summary.documents, summary.tokens, {}
 
@@ -187,6 +199,31 @@ def megatron_side(spec, eod, dtype, start):
     return documents, tokens, {}
 
 
+def megatron_lm_side(spec, eod, dtype, start):
+    """Megatron-LM's own ``tools/preprocess_data.py`` (``spec["checkout"]``, on the path
+    ahead of the installed megatron-core), its modules imported before the clock, its
+    ``main()`` timed with Megatron's command line."""
+    import importlib.util
+
+    script = os.path.join(spec["checkout"], "tools", "preprocess_data.py")
+    found = importlib.util.spec_from_file_location("megatron_lm_preprocess_data", script)
+    module = importlib.util.module_from_spec(found)
+    sys.modules[found.name] = module  # its pool pickles its classes by module name
+    found.loader.exec_module(module)
+    out = spec["prefix"] + "-megatron-lm"
+    sys.argv = [script, "--input", spec["input"], "--output-prefix", out, "--json-keys", "text",
+                "--tokenizer-type", spec["kind"],
+                "--tokenizer-model", spec["options"]["tokenizer_model"],
+                "--workers", str(spec["workers"]), "--append-eod", "--log-interval", "1000000"]
+    start[0] = time.perf_counter()
+    module.main()
+    _move(out + "_text_document", spec["prefix"])
+    from megadata_core import IndexedDataset
+
+    corpus = IndexedDataset(spec["prefix"])
+    return len(corpus), int(corpus.sequence_lengths.sum()), {}
+
+
 def phases_side(spec, eod, dtype, start):
     from megadata_core import IndexedDatasetWriter
     from megadata_core.preprocess.block_encoding import tokenize_block
@@ -231,7 +268,8 @@ def prime_side(spec, eod, dtype, start):
 
 
 SIDES = {"prime": prime_side, "gigatoken": gigatoken_side, "ours": ours_side,
-         "plan": plan_side, "ray": plan_side, "megatron": megatron_side, "phases": phases_side}
+         "plan": plan_side, "ray": plan_side, "megatron": megatron_side,
+         "megatron-lm": megatron_lm_side, "phases": phases_side}
 
 
 def main() -> None:
@@ -246,6 +284,14 @@ def main() -> None:
     if spec["side"] in ("gigatoken", "ours", "phases", "prime"):
         import awkward  # noqa: F401 - gigatoken's results (both sides use them)
         import gigatoken  # noqa: F401
+        import preprocess_data  # noqa: F401 - ours opens inputs as the tool does
+    if spec["input"].endswith(".parquet"):  # the libraries of the input's kind, too
+        import pyarrow.compute  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+
+        import adapters.parquet_records  # noqa: F401
+    if "://" in spec["input"]:
+        import adapters.tensorstore_bins  # noqa: F401 (tensorstore)
     from adapters import text_tokenizers
 
     text_tokenizers._LOADED.clear()  # ours loads (and proves) on the clock

@@ -2,7 +2,7 @@
 main's ``tools/preprocess_data_fast.py``) and Megatron's ``preprocess_data.py`` loop, on
 real text.
 
-    python tools/bench.py preprocess --only peers,rss-2g --repeats 3
+    python tools/bench.py preprocess --only peers,rss-2g,large,modes --repeats 3
 
 * ``peers``: a JSON-lines corpus of real text made offline from this Python's
   installation (the standard library's and site-packages' ``.py``, ``.md``, ``.rst`` and
@@ -17,10 +17,18 @@ real text.
   other rows of ours from a cache holding that tokenizer's verdict (every later run).
   Rows: MB/s (input bytes / seconds) of ours on 1 and 2
   workers beside gigatoken, MB/s after the load,
-  peak RSS above the imports, 2 workers beside Megatron's loop, the task plan and Ray
+  peak RSS above the imports, 2 workers beside Megatron's loop and beside Megatron-LM's
+  own ``tools/preprocess_data.py`` (when ``MEGATRON_LM`` names a checkout at tag
+  core_v0.16.1; it runs in an overlay venv where triton imports), the task plan and Ray
   beside gigatoken; a note says where the time goes (ours stage by stage on one thread,
   gigatoken's own stages). Checks: every corpus byte-identical to ours (gigatoken's
   own SentencePiece loader is compared apart, in a note).
+* ``modes``: ours (1 worker, byte-level BPE) on the same corpus as .jsonl.gz, .jsonl.zst,
+  .parquet and with two ``--json-keys``, beside plain .jsonl; the task plan reading it as
+  an ``s3://`` object from s3rver on 127.0.0.1 beside the local file.
+* ``large``: ours (1 worker, the verdict cached) beside gigatoken's whole-file path on all
+  of this installation's text files up to 512 MB (no text repeated; the peers'
+  tokenizers), when the machine has the memory gigatoken needs: the loads amortized.
 * ``rss-2g``: peak RSS of ours (1 worker) on a 2 GB input (the corpus repeated; scale
   1), beside gigatoken's whole-file path when the machine has the memory it needs
   (estimated from its run in ``peers``), else a note saying why it was left out.
@@ -36,6 +44,7 @@ import sys
 import sysconfig
 
 from bench.harness import child_result, progress, same_files
+from bench.overlays import Overlay
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "preprocess_child.py")
 _SUFFIXES = (".py", ".md", ".rst", ".txt")
@@ -109,13 +118,40 @@ def train_tokenizers(jsonl: str, directory: str, train_bytes: int) -> dict:
 
 
 def run_side(side: str, kind: str, options: dict, source: str, prefix: str,
-             workers: int, cache: str | None = None) -> dict:
+             workers: int, cache: str | None = None, env: dict | None = None,
+             **more) -> dict:
     """One side in a fresh interpreter; ``cache``: the proof cache it sees
-    (``MEGADATA_CACHE``), None for the user's own."""
+    (``MEGADATA_CACHE``), None for the user's own; ``env``: more of its environment;
+    ``more``: more of its spec (``json_keys``, an object's ``size``)."""
     spec = {"side": side, "kind": kind, "options": options, "input": source,
-            "prefix": prefix, "workers": workers}
-    env = {"MEGADATA_CACHE": cache} if cache else None
-    return child_result([sys.executable, CHILD, json.dumps(spec)], f"preprocess {side}", env)
+            "prefix": prefix, "workers": workers, **more}
+    env = {**(env or {}), **({"MEGADATA_CACHE": cache} if cache else {})}
+    python = sys.executable
+    if side == "megatron-lm":  # its checkout ahead of the installed megatron-core
+        python, spec["checkout"] = _megatron_lm()
+        env["PYTHONPATH"] = os.pathsep.join(
+            [spec["checkout"], *filter(None, [os.environ.get("PYTHONPATH")])])
+    return child_result([python, CHILD, json.dumps(spec)], f"preprocess {side}", env)
+
+
+# Megatron-LM's own tools/preprocess_data.py: a checkout named by MEGATRON_LM (its tag
+# core_v0.16.1 runs on Python 3.11; main and core_v0.19.0 need 3.12), run by an overlay
+# venv in which triton imports (megatron.training's imports reach it; no GPU is used)
+MEGATRON_LM_OVERLAY = Overlay(name="megatron-lm", label="triton", install=("triton",),
+                              check="triton", pins="triton")
+
+
+def _megatron_lm() -> tuple[str, str]:
+    """(the interpreter, the checkout) for Megatron-LM's own script; ValueError(why not)."""
+    checkout = os.environ.get("MEGATRON_LM", "")
+    if not checkout or not all(os.path.exists(os.path.join(checkout, *parts)) for parts in (
+            ("tools", "preprocess_data.py"), ("megatron", "training", "arguments.py"))):
+        raise ValueError("MEGATRON_LM does not name a Megatron-LM checkout (set it to one at "
+                         "tag core_v0.16.1 to run its tools/preprocess_data.py)")
+    python, why = MEGATRON_LM_OVERLAY.python(create=True)
+    if python is None:
+        raise ValueError(why)
+    return python, checkout
 
 
 # side label -> (child side, workers, repeated, proof): ours' load-time proof is either
@@ -127,6 +163,7 @@ SIDES = {  # ours 1 worker first: the others are compared with its corpus
     "gigatoken": ("gigatoken", 1, True, None),
     "ours 2 workers": ("ours", 2, True, "cached"),
     "Megatron loop 2 workers": ("megatron", 2, False, None),
+    "Megatron-LM preprocess_data.py 2 workers": ("megatron-lm", 2, False, None),
     "task plan 2 workers": ("plan", 2, False, "cached"),
     "Ray 2 CPUs": ("ray", 2, False, "cached"),
     "ours stage by stage": ("phases", 1, False, "cold"),
@@ -145,6 +182,11 @@ def _sides() -> tuple[dict, list[str]]:
     except ImportError:
         sides.pop("Ray 2 CPUs")
         notes.append("ray is not installed: the Ray row is n/a")
+    try:
+        _megatron_lm()
+    except ValueError as why:
+        sides.pop("Megatron-LM preprocess_data.py 2 workers")
+        notes.append(f"Megatron-LM's own preprocess_data.py is n/a: {why}")
     return sides, notes
 
 
@@ -241,6 +283,11 @@ def _rows(bench, label: str, results: dict, megabytes: float) -> None:
     if workers:
         bench.row(f"{label}: peak RSS of one worker process, ours 2 workers", "MiB", "lower",
                   max(r["children_mib"] for r in workers), None, len(workers))
+    if "Megatron-LM preprocess_data.py 2 workers" in results:
+        bench.row(f"{label}: ours 2 workers vs Megatron-LM's own preprocess_data.py, 2 workers",
+                  "MB/s", "higher", rate("ours 2 workers"),
+                  rate("Megatron-LM preprocess_data.py 2 workers"),
+                  runs("Megatron-LM preprocess_data.py 2 workers"))
     if "Megatron loop 2 workers" in results:
         bench.row(f"{label}: ours 2 workers vs Megatron's preprocess_data.py loop, 2 workers",
                   "MB/s", "higher", rate("ours 2 workers"), rate("Megatron loop 2 workers"),
@@ -307,6 +354,186 @@ def bench_rss_2g(bench, source: str, nbytes: int, tokenizers: dict, giga_mib_per
     os.remove(big)
 
 
+def bench_large(bench, tokenizers: dict, giga_mib_per_mb: dict) -> None:
+    """Ours (1 worker, the proof's verdict cached) beside gigatoken's whole-file path on
+    all of this installation's text up to ~512 MB (no text repeated): the loads amortized,
+    as on a real job."""
+    source = bench.path("large", "input.jsonl")
+    documents, nbytes = real_text_jsonl(source, bench.scaled(512_000_000, 400_000))
+    megabytes = nbytes / 1e6
+    bench.note(f"large: all of this installation's text files up to 512 MB: {documents:,} "
+               f"documents, {megabytes:.1f} MB, none repeated; ours 1 worker with the "
+               "proof's verdict cached")
+    available = _available_mib()
+    for number, (label, (kind, options)) in enumerate(tokenizers.items()):
+        needed = giga_mib_per_mb.get(label, 11.0) * megabytes  # 9.5-11 MiB per MB seen
+        if available is None or needed * 1.5 + 2048 > available:
+            bench.note(f"large {label}: left out: gigatoken would need about {needed:,.0f} "
+                       f"MiB, {available or 0:,.0f} MiB available")
+            continue
+        cache = bench.path("large", f"proofs-{number}")
+        run_side("prime", kind, options, source, "", 1, cache)
+        results: dict[str, list[dict]] = {"ours": [], "gigatoken": []}
+        for repeat in range(bench.repeats):
+            for side in ("ours", "gigatoken") if repeat % 2 == 0 else ("gigatoken", "ours"):
+                progress(f"large {label}: {side} ({repeat + 1}/{bench.repeats})")
+                prefix = bench.path("large", side)
+                results[side].append(run_side(side, kind, options, source, prefix, 1,
+                                              cache if side == "ours" else None))
+                if side == "gigatoken":  # ours ran before it in the first repeat
+                    if not repeat:
+                        _compare(bench, f"{label} (large)", "gigatoken", prefix,
+                                 bench.path("large", "ours"))
+                    _remove(prefix)
+        _remove(bench.path("large", "ours"))
+
+        rate = {side: megabytes / statistics.median(r["seconds"] for r in runs)
+                for side, runs in results.items()}
+        bench.row(f"{label}, {megabytes:,.0f} MB of real text: ours 1 worker vs gigatoken whole "
+                  "file, end to end", "MB/s", "higher", rate["ours"], rate["gigatoken"],
+                  bench.repeats)
+        bench.row(f"{label}, {megabytes:,.0f} MB of real text: peak RSS above imports, ours 1 "
+                  "worker vs gigatoken", "MiB", "lower",
+                  max(r["rss_mib"] - r["base_mib"] for r in results["ours"]),
+                  max(r["rss_mib"] - r["base_mib"] for r in results["gigatoken"]),
+                  bench.repeats)
+        phases = results["gigatoken"][0]["phases"]
+        bench.note(f"large {label}, gigatoken's stages (s): "
+                   + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
+    shutil.rmtree(os.path.dirname(source), ignore_errors=True)
+
+
+def _input_forms(source: str, directory: str) -> dict[str, tuple[str, list[str]]]:
+    """The corpus ``source`` as each input form: name -> (path, json keys)."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zstandard
+
+    with open(source, "rb") as stream:
+        data = stream.read()
+    forms = {".jsonl": (source, ["text"])}
+    for suffix, compress in ((".jsonl.gz", gzip.compress),
+                             (".jsonl.zst", zstandard.ZstdCompressor(level=3).compress)):
+        path = os.path.join(directory, "input" + suffix)
+        with open(path, "wb") as out:
+            out.write(compress(data))
+        forms[suffix] = (path, ["text"])
+    texts = [json.loads(line)["text"] for line in data.splitlines()]
+    path = os.path.join(directory, "input.parquet")
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=1024)
+    forms[".parquet"] = (path, ["text"])
+    path = os.path.join(directory, "two-keys.jsonl")
+    with open(path, "w", encoding="utf-8") as out:
+        for text in texts:
+            out.write(json.dumps({"text": text, "copy": text}, ensure_ascii=False) + "\n")
+    forms["two --json-keys (text, copy)"] = (path, ["text", "copy"])
+    return forms
+
+
+def bench_modes(bench, source: str, nbytes: int, tokenizers: dict) -> None:
+    """Ours (1 worker, byte-level BPE, the verdict cached) on the peers' corpus in every
+    input form, and the task plan reading it from s3:// (s3rver on 127.0.0.1) beside the
+    local file; MB/s over the uncompressed JSON lines."""
+    label, (kind, options) = next(iter(tokenizers.items()))
+    directory = os.path.dirname(bench.path("modes", "x"))
+    forms = _input_forms(source, directory)
+    cache = bench.path("modes", "proofs")
+    run_side("prime", kind, options, source, "", 1, cache)
+    seconds: dict[str, list[float]] = {form: [] for form in forms}
+    reference = bench.path("modes", "reference")
+    for repeat in range(bench.repeats):
+        for form, (path, keys) in forms.items():
+            progress(f"modes: {form} ({repeat + 1}/{bench.repeats})")
+            prefix = reference if form == ".jsonl" else bench.path("modes", "out")
+            result = run_side("ours", kind, options, path, prefix, 1, cache, json_keys=keys)
+            seconds[form].append(result["seconds"])
+            if form != ".jsonl":
+                if not repeat:
+                    pairs = [(f"{prefix}{extra}{ext}", reference + ext)
+                             for extra in ["", *[f"-{k}" for k in range(1, len(keys))]]
+                             for ext in (".bin", ".idx")]
+                    bench.check(f"modes: {form} corpus == .jsonl's", same_files(*pairs))
+                for extra in ["", *[f"-{k}" for k in range(1, len(keys))]]:
+                    _remove(prefix + extra)
+    rate = {form: len(forms[form][1]) * nbytes / 1e6 / statistics.median(values)
+            for form, values in seconds.items()}
+    for form in forms:
+        if form != ".jsonl":
+            bench.row(f"{label}: ours 1 worker, input {form} vs .jsonl", "MB/s", "higher",
+                      rate[form], rate[".jsonl"], bench.repeats)
+    _remove(reference)
+    _modes_s3(bench, source, nbytes, kind, options, cache)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _modes_s3(bench, source: str, nbytes: int, kind: str, options: dict, cache: str) -> None:
+    """The task plan (2 workers) on ``source`` as an s3:// object (s3rver on 127.0.0.1: it
+    serves ranges from files, as S3 does) beside the local file."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if root not in sys.path:
+        sys.path.insert(0, root)  # loopback/ is not installed: it lives beside tools/
+    from loopback import s3rver
+
+    try:
+        server = s3rver.S3rverServer({"corpora/input.jsonl": source})
+    except s3rver.S3rverUnavailableError as error:
+        bench.note(f"modes: s3 left out, s3rver is not available ({error})")
+        return
+    try:
+        env = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": s3rver.ACCESS_KEY,
+               "AWS_SECRET_ACCESS_KEY": s3rver.SECRET_KEY, "AWS_DEFAULT_REGION": "us-east-1"}
+        megabytes = nbytes / 1e6
+        for workers in (1, 2):
+            local, remote = [], []
+            for repeat in range(bench.repeats):
+                progress(f"modes: task plan {workers} worker(s), local and s3:// "
+                         f"({repeat + 1}/{bench.repeats})")
+                local.append(run_side("plan", kind, options, source,
+                                      bench.path("modes", "local"), workers, cache)["seconds"])
+                remote.append(run_side("plan", kind, options, "s3://corpora/input.jsonl",
+                                       bench.path("modes", "s3"), workers, cache, env=env,
+                                       size=nbytes)["seconds"])
+                if not repeat:
+                    bench.check(f"modes: s3:// corpus == local file's ({workers} worker(s))",
+                                same_files(*[(bench.path("modes", "s3") + ext,
+                                              bench.path("modes", "local") + ext)
+                                             for ext in (".bin", ".idx")]))
+            bench.row(f"task plan {workers} worker{'s' if workers > 1 else ''}: s3:// object "
+                      "(s3rver on 127.0.0.1) vs local file", "MB/s", "higher",
+                      megabytes / statistics.median(remote),
+                      megabytes / statistics.median(local), bench.repeats)
+        bench.note("modes: the task plan's workers for inputs by URL are spawned (fresh "
+                   "interpreters, each importing and loading its tokenizer: TensorStore "
+                   "aborts in a forked child), local inputs' workers are forked")
+        bench.note(f"modes: the store's own pace, the object read in 4 MiB ranges one after "
+                   f"another by boto3: {_store_pace(server.endpoint, nbytes):.0f} MB/s")
+    finally:
+        server.stop()
+        for name in ("local", "s3"):
+            _remove(bench.path("modes", name))
+
+
+def _store_pace(endpoint: str, nbytes: int) -> float:
+    """MB/s of one boto3 client reading s3://corpora/input.jsonl in 4 MiB ranges."""
+    import time
+
+    import boto3
+
+    from loopback import s3rver
+
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id=s3rver.ACCESS_KEY,
+                          aws_secret_access_key=s3rver.SECRET_KEY)
+    began = time.perf_counter()
+    for start in range(0, nbytes, 4 << 20):
+        stop = min(start + (4 << 20), nbytes) - 1
+        client.get_object(Bucket="corpora", Key="input.jsonl",
+                          Range=f"bytes={start}-{stop}")["Body"].read()
+    return nbytes / 1e6 / (time.perf_counter() - began)
+
+
 def _available_mib() -> float | None:
     try:
         with open("/proc/meminfo") as stream:
@@ -319,8 +546,8 @@ def _available_mib() -> float | None:
 
 
 def peer_items(bench) -> None:
-    """The ``peers`` and ``rss-2g`` items that ``bench.wants``."""
-    wanted = [item for item in ("peers", "rss-2g") if bench.wants(item)]
+    """The ``peers``, ``rss-2g``, ``large`` and ``modes`` items that ``bench.wants``."""
+    wanted = [item for item in ("peers", "rss-2g", "large", "modes") if bench.wants(item)]
     if not wanted:
         return
     try:
@@ -342,5 +569,14 @@ def peer_items(bench) -> None:
     giga = bench_peers(bench, source, nbytes, tokenizers_) if "peers" in wanted else {}
     if "rss-2g" in wanted:
         bench_rss_2g(bench, source, nbytes, tokenizers_, giga)
+    if "modes" in wanted:
+        bench_modes(bench, source, nbytes, tokenizers_)
+    if "large" in wanted:
+        try:
+            import gigatoken  # noqa: F401
+        except ImportError:
+            bench.note("large: gigatoken is not installed: n/a")
+        else:
+            bench_large(bench, tokenizers_, giga)
     shutil.rmtree(os.path.dirname(source), ignore_errors=True)
     shutil.rmtree(os.path.dirname(bench.path("rss2g", "x")), ignore_errors=True)
