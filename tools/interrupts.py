@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 
 #: The shell's status of a process ended by SIGINT.
 EXIT_STATUS = 130
@@ -45,9 +46,27 @@ def _again(signum: int, frame: object) -> None:
            "again, it removes what is left")
 
 
+def _unraisable(unraisable) -> None:
+    """A KeyboardInterrupt raised where Python cannot raise it (in an at-fork callback or
+    a finalizer, which print it as "Exception ignored" and go on) is asked for again, to be
+    raised at the next point that can; anything else is reported as Python does."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and (
+            signal.getsignal(signal.SIGINT) is _again):
+        signal.signal(signal.SIGINT, _raise)
+        # sent again from a thread, once this hook and its caller have returned (raised
+        # in here, it would be swallowed too; should it land in such a place again, it
+        # comes back here)
+        again = threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT))
+        again.daemon = True
+        again.start()
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 def during_work() -> None:
     """From here on Ctrl-C raises ``KeyboardInterrupt`` (once; a second one ends the
-    process at once)."""
+    process at once), and one that Python would swallow is raised again."""
+    sys.unraisablehook = _unraisable
     signal.signal(signal.SIGINT, _raise)
 
 
