@@ -322,19 +322,17 @@ def _fill_rows(
             if full_at < layout.full_count:
                 cut = documents[long]
                 full_at = _full_rows(cut, lengths[cut] // capacity, out, first, stop, full_at)
-            by_key = np.argsort(key, kind="stable")  # 16-bit keys: a radix sort
-            key = key[by_key]
             counts = np.bincount(key, minlength=capacity)
+            by_key = np.argsort(key, kind="stable")  # 16-bit keys: a radix sort
             real = len(key) - int(counts[-1])  # key capacity - 1: no remainder piece, last
-            key, by_key, counts[-1] = key[:real], by_key[:real], 0
-            kept = documents[by_key]
+            counts[-1] = 0
+            kept = documents[by_key[:real]]
         else:
-            kept, key, counts, full_at = _block_keys(
-                layout, documents, out, first, stop, full_at
-            )
-        place = np.arange(len(key), dtype=np.int64)
-        place -= (np.cumsum(counts) - counts)[key]  # rank among this block's equal keys
-        place += (key_starts + placed)[key]
+            kept, counts, full_at = _block_keys(layout, documents, out, first, stop, full_at)
+        # the pieces in key order: a piece's place is its key's first free place plus its
+        # rank among this block's equal keys (the keys sorted: one repeat, no gathers)
+        place = np.arange(len(kept), dtype=np.int64)
+        place += np.repeat(key_starts + placed - (np.cumsum(counts) - counts), counts)
         placed += counts
         rows = row[place]
         if not every_row:
@@ -344,9 +342,9 @@ def _fill_rows(
 
 
 def _block_keys(layout, documents, out, first, stop, full_at):
-    """``(kept, key, counts, full_at)`` of a block of ``documents`` from their lengths:
-    the documents with a remainder piece sorted by key (stable), their keys, pieces per
-    key; writes the block's capacity-sized pieces into ``out``."""
+    """``(kept, counts, full_at)`` of a block of ``documents`` from their lengths: the
+    documents with a remainder piece sorted by key (stable), pieces per key; writes the
+    block's capacity-sized pieces into ``out``."""
     capacity = layout.capacity
     sizes = layout.lengths[documents]
     remainder = np.remainder(sizes, capacity)
@@ -356,9 +354,8 @@ def _block_keys(layout, documents, out, first, stop, full_at):
     has = np.flatnonzero(remainder)
     key = _sort_keys(remainder[has], capacity)
     by_key = np.argsort(key, kind="stable")  # 16-bit keys: a radix sort
-    key = key[by_key]
     counts = np.bincount(key, minlength=capacity)
-    return documents[has[by_key]], key, counts, full_at
+    return documents[has[by_key]], counts, full_at
 
 
 def _full_rows(cut, counts, out, first, stop, full_at) -> int:
