@@ -13,6 +13,16 @@ from loopback import s3rver
 from loopback.shaping_proxy import ShapingProxy
 
 
+def _use_s3rver(monkeypatch, tmp_path, endpoint: str) -> None:
+    """S3 clients of this process go to ``endpoint`` with s3rver's keys, no config files."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3rver.ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3rver.SECRET_KEY)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+
+
 @pytest.fixture(scope="module")
 def s3rver_store(local_corpora):
     try:
@@ -30,12 +40,7 @@ def s3rver_store(local_corpora):
 def test_corpora_and_gpt_batches_through_s3rver_equal_local(
     s3rver_store, local_corpora, monkeypatch, tmp_path
 ):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3rver.ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3rver.SECRET_KEY)
-    monkeypatch.setenv("AWS_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3rver_store.endpoint)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    _use_s3rver(monkeypatch, tmp_path, s3rver_store.endpoint)
     configure_cache(monkeypatch, tmp_path / "idx_cache")
     s3rver_store.reset_counts()
     for name in CORPORA:
@@ -82,12 +87,7 @@ def test_object_sizes_and_preprocessing_through_s3rver(tmp_path, monkeypatch):
     objects[f"{BUCKET}/input.jsonl"] = str(lines)
     server = s3rver.S3rverServer(objects)
     try:
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3rver.ACCESS_KEY)
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3rver.SECRET_KEY)
-        monkeypatch.setenv("AWS_REGION", "us-east-1")
-        monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
-        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+        _use_s3rver(monkeypatch, tmp_path, server.endpoint)
         for size in files:
             assert open_source(f"s3://{BUCKET}/sizes/{size}").size() == size
         corpora = []
