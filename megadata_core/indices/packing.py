@@ -44,7 +44,10 @@ padded at its end.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -304,58 +307,84 @@ def _fill_rows(
     first: int,
     stop: int,
 ) -> None:
-    """Writes ``out[r - first]`` for the piece rows ``first <= r < stop``."""
-    capacity, lengths, row = layout.capacity, layout.lengths, layout.row
+    """Writes ``out[r - first]`` for the piece rows ``first <= r < stop``.
+
+    Blocks of ``_BLOCK`` documents go in waves of :func:`fill_threads` blocks (threads:
+    numpy's sorts, gathers and scatters release the GIL): each block's pieces are sorted
+    by key at once, each block's first free place per key and first capacity-sized row
+    follow from the blocks before it (running sums), and the blocks write their disjoint
+    rows at once. One thread when only some rows are written (a spilled ``out``)."""
+    capacity = layout.capacity
     key_starts = np.zeros(capacity, dtype=np.int64)  # the first place of each key
     np.cumsum(layout.per_key[:-2], out=key_starts[1:-1])
     placed = np.zeros(capacity, dtype=np.int64)  # places of each key taken so far
     full_at = 0  # capacity-sized piece rows taken so far
-    every_row = first == 0 and stop == layout.num_pieces
-    flagged = layout.keys
-    for lo in range(0, len(lengths), _BLOCK):
-        documents = np.asarray(entries(lo, min(len(lengths), lo + _BLOCK)))
-        if flagged is not None:  # 2 bytes a document gathered, not its length
-            key = flagged[documents]
-            long = np.flatnonzero(key >= _LONG_FLAG)
-            if long.size:
-                key[long] &= _LONG_FLAG - 1
-            if full_at < layout.full_count:
-                cut = documents[long]
-                full_at = _full_rows(cut, lengths[cut] // capacity, out, first, stop, full_at)
-            counts = np.bincount(key, minlength=capacity)
-            by_key = np.argsort(key, kind="stable")  # 16-bit keys: a radix sort
-            real = len(key) - int(counts[-1])  # key capacity - 1: no remainder piece, last
-            counts[-1] = 0
-            kept = documents[by_key[:real]]
-        else:
-            kept, counts, full_at = _block_keys(layout, documents, out, first, stop, full_at)
-        # the pieces in key order: a piece's place is its key's first free place plus its
-        # rank among this block's equal keys (the keys sorted: one repeat, no gathers)
-        place = np.arange(len(kept), dtype=np.int64)
-        place += np.repeat(key_starts + placed - (np.cumsum(counts) - counts), counts)
-        placed += counts
-        rows = row[place]
-        if not every_row:
-            inside = (rows >= first) & (rows < stop)
-            rows, kept = rows[inside] - first, kept[inside]
-        out[rows] = kept
+    documents_count = len(layout.lengths)
+    threads = fill_threads() if (first, stop) == (0, layout.num_pieces) else 1
+    starts = range(0, documents_count, _BLOCK)
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(ThreadPoolExecutor(threads)) if threads > 1 else None
+        run = map if pool is None else pool.map
+        for wave in range(0, len(starts), threads):
+            blocks = [np.asarray(entries(lo, min(documents_count, lo + _BLOCK)))
+                      for lo in starts[wave : wave + threads]]
+            jobs = []
+            for kept, counts, cut, pieces in run(lambda block: _block_sort(layout, block),
+                                                 blocks):
+                jobs.append((kept, counts, cut, pieces, key_starts + placed, full_at))
+                placed += counts
+                full_at += int(pieces.sum())
+            list(run(lambda job: _block_write(layout, out, first, stop, *job), jobs))
 
 
-def _block_keys(layout, documents, out, first, stop, full_at):
-    """``(kept, counts, full_at)`` of a block of ``documents`` from their lengths: the
-    documents with a remainder piece sorted by key (stable), pieces per key; writes the
-    block's capacity-sized pieces into ``out``."""
-    capacity = layout.capacity
+def fill_threads() -> int:
+    """Threads for filling piece rows: the usable cores, at most 4."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        usable = os.cpu_count() or 1
+    return max(1, min(4, usable))
+
+
+def _block_sort(layout: PackLayout, documents: np.ndarray):
+    """``(kept, counts, cut, pieces)`` of a block of ``documents``: the documents with a
+    remainder piece in key order (stable), pieces per key (the last slot, "no remainder",
+    0), the documents cut into capacity-sized pieces and how many each."""
+    capacity, flagged = layout.capacity, layout.keys
+    if flagged is not None:  # 2 bytes a document gathered, not its length
+        key = flagged[documents]
+        long = np.flatnonzero(key >= _LONG_FLAG)
+        if long.size:
+            key[long] &= _LONG_FLAG - 1
+        cut = documents[long]
+        counts = np.bincount(key, minlength=capacity)
+        by_key = np.argsort(key, kind="stable")  # 16-bit keys: a radix sort
+        real = len(key) - int(counts[-1])  # key capacity - 1: no remainder piece, last
+        counts[-1] = 0
+        return documents[by_key[:real]], counts, cut, layout.lengths[cut] // capacity
     sizes = layout.lengths[documents]
     remainder = np.remainder(sizes, capacity)
-    if full_at < layout.full_count:
-        cut = np.flatnonzero(sizes >= capacity)
-        full_at = _full_rows(documents[cut], sizes[cut] // capacity, out, first, stop, full_at)
+    long = np.flatnonzero(sizes >= capacity)
     has = np.flatnonzero(remainder)
     key = _sort_keys(remainder[has], capacity)
     by_key = np.argsort(key, kind="stable")  # 16-bit keys: a radix sort
     counts = np.bincount(key, minlength=capacity)
-    return documents[has[by_key]], counts, full_at
+    return documents[has[by_key]], counts, documents[long], sizes[long] // capacity
+
+
+def _block_write(layout, out, first, stop, kept, counts, cut, pieces, bases, full_at) -> None:
+    """Writes a block's pieces (from :func:`_block_sort`): capacity-sized ones from row
+    ``full_at``; each remainder piece at its key's base (``bases``: the key's first free
+    place) plus its rank among the block's equal keys (the keys sorted: one repeat)."""
+    if full_at < layout.full_count:
+        _full_rows(cut, pieces, out, first, stop, full_at)
+    place = np.arange(len(kept), dtype=np.int64)
+    place += np.repeat(bases - (np.cumsum(counts) - counts), counts)
+    rows = layout.row[place]
+    if (first, stop) != (0, layout.num_pieces):
+        inside = (rows >= first) & (rows < stop)
+        rows, kept = rows[inside] - first, kept[inside]
+    out[rows] = kept
 
 
 def _full_rows(cut, counts, out, first, stop, full_at) -> int:

@@ -172,6 +172,28 @@ def test_fill_in_blocks_and_row_ranges_equals_one_pass(lengths, capacity, block,
     assert np.array_equal(parts, whole)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 40), min_size=1, max_size=300),
+    st.integers(1, 17),
+    st.integers(1, 64),
+    st.integers(2, 4),
+    st.randoms(use_true_random=False),
+)
+def test_fill_on_threads_equals_one_pass(lengths, capacity, block, threads, random):
+    """Blocks filled in waves on several threads (each block's places from the blocks
+    before it) give the rows of one pass on one thread."""
+    lengths = np.array(lengths, dtype=np.int32)
+    order = np.array(random.sample(range(len(lengths)), len(lengths)), dtype=np.int64)
+    layout = packing.pack_layout(lengths, capacity)
+    with mock.patch.object(packing, "fill_threads", lambda: 1):
+        whole = packing.fill_documents(layout, order)
+    with mock.patch.object(packing, "_BLOCK", block), mock.patch.object(
+            packing, "fill_threads", lambda: threads):
+        waves = packing.fill_documents(layout, lambda lo, hi: order[lo:hi])
+    assert np.array_equal(waves, whole)
+
+
 @pytest.mark.parametrize("shuffle", ["megatron", "feistel"])
 @pytest.mark.parametrize("span", [True, False])
 def test_packed_indices_equal_one_best_fit_pack_per_epoch(shuffle, span):
