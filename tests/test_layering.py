@@ -4,8 +4,9 @@ Floors of ``megadata_core`` (a room imports numpy, the standard library and the 
 :data:`MAY_IMPORT` lists, all of them on lower floors; every room may import
 ``errors``; nothing imports adapters, tools or a framework):
 
-0. ground: ``errors``, ``checks``, ``files`` (identity, atomic replace, locks, temporary
-   names), ``handover`` (batches between processes)
+0. ground: ``errors``, ``checks``, ``cores`` (threads a process may run), ``files``
+   (identity, atomic replace, locks, temporary names), ``handover`` (batches between
+   processes)
 1. ``format`` (the .bin/.idx pair, byte sources)
 2. ``indices`` (pure functions over arrays), ``batch_size_schedule`` (Megatron's step
    batch-size schedule: arithmetic on steps), ``cache`` (everything under
@@ -32,21 +33,22 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "megadata_core"
 FLOORS = {
-    "errors": 0, "checks": 0, "files": 0, "handover": 0,
+    "errors": 0, "checks": 0, "cores": 0, "files": 0, "handover": 0,
     "format": 1,
     "indices": 2, "batch_size_schedule": 2, "cache": 2, "preprocess": 2,
     "datasets": 3, "samplers": 3,
     "build": 4,
 }
-GROUND = {"errors", "checks", "files", "handover"}
+GROUND = {"errors", "checks", "cores", "files", "handover"}
 #: The rooms each room may import (besides itself and ``errors``).
 MAY_IMPORT = {
     "errors": set(),
     "checks": set(),
+    "cores": set(),
     "files": set(),
     "handover": set(),
     "format": GROUND,
-    "indices": {"checks"},
+    "indices": {"checks", "cores"},
     "batch_size_schedule": {"checks"},
     "cache": GROUND | {"format"},
     "preprocess": GROUND | {"format"},

@@ -45,7 +45,6 @@ padded at its end.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from megadata_core.checks import INT32_MAX, check_int, check_lengths, narrow_int
+from megadata_core.cores import usable_threads
 from megadata_core.errors import DataError
 from megadata_core.indices.allocate import SCRATCH_PREFIX, Allocate, in_memory, is_spilled
 
@@ -339,11 +339,7 @@ def _fill_rows(
 
 def fill_threads() -> int:
     """Threads for filling piece rows: the usable cores, at most 4."""
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        usable = os.cpu_count() or 1
-    return max(1, min(4, usable))
+    return usable_threads()
 
 
 def _block_sort(layout: PackLayout, documents: np.ndarray):

@@ -11,11 +11,12 @@ or sentence splitting, takes the exact path for the whole block.
 
 from __future__ import annotations
 
-import threading
+import concurrent.futures
 from collections.abc import Sequence
 
 import numpy as np
 
+from megadata_core.preprocess import threads
 from megadata_core.preprocess.encoding import (
     TokenizedChunk,
     assemble_documents,
@@ -50,12 +51,11 @@ def tokenize_block(
         return tokenize_chunk(split_lines(data), tokenizer, json_keys, **options)
     # the whole block is encoded while it is scanned (the encoder releases the GIL); that
     # result is used when the scan leaves every line to it, as it mostly does
-    guesses = [_Background(native.encode_jsonl, data, key) for key in json_keys]
+    guesses = [_encoders().submit(native.encode_jsonl, data, key) for key in json_keys]
     scan = scan_block(data, json_keys, native.unproven)
     fast = np.flatnonzero(scan.kinds == NATIVE)
     slow = np.flatnonzero(scan.kinds == EXACT)
-    for guess in guesses:
-        guess.wait()
+    concurrent.futures.wait(guesses)
     lines = [data[scan.starts[i] : scan.ends[i] + 1] for i in slow]
     parsed = parse_lines(zip(slow.tolist(), lines), json_keys, path, first_line,
                          skip_bad_lines)  # a bad line raises here, as in tokenize_chunk
@@ -96,30 +96,10 @@ def tokenize_block(
     )
 
 
-class _Background:
-    """``function(*args)`` run on a thread of its own; ``result()`` waits for its value
-    (or raises its error)."""
-
-    def __init__(self, function, *args) -> None:
-        self._value = self._error = None
-        self._thread = threading.Thread(target=self._run, args=(function, args), daemon=True,
-                                        name="megadata-encode")
-        self._thread.start()
-
-    def _run(self, function, args) -> None:
-        try:
-            self._value = function(*args)
-        except BaseException as error:  # handed to result()'s caller
-            self._error = error
-
-    def wait(self) -> None:
-        self._thread.join()
-
-    def result(self):
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
+def _encoders() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads that encode whole blocks beside their scans (two per block thread: one
+    block of two keys at a time each; more keys queue)."""
+    return threads.shared_pool("megadata-encode", 2 * threads.threads_for_native())
 
 
 def _without(data: bytes, scan, slow: np.ndarray) -> bytes:

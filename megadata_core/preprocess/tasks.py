@@ -47,6 +47,7 @@ Engine = Callable[["TaskRunner", Sequence[Task]], Iterator[dict]]
 
 CHUNK_LINES = 1 << 16
 CHUNK_BYTES = 4 << 20
+MIN_BLOCK_BYTES = 1 << 20  # (smaller blocks cost more per byte than the threads give)
 
 
 class TaskRunner:
@@ -169,7 +170,7 @@ class TaskRunner:
             stream = stack.enter_context(self.open_binary(task.path))
             if task.start:
                 stream.seek(task.start)
-            chunks = _line_chunks(stream, task)
+            chunks = _line_chunks(stream, task, _block_bytes(task, threads))
             if threads > 1:  # (every block numbered as ``before`` stands now)
                 done = stack.enter_context(block_threads.in_order(
                     chunks, functools.partial(encode, offset=before), threads))
@@ -205,12 +206,21 @@ class TaskRunner:
             )
 
 
-def _line_chunks(stream: BinaryIO, task: Task):
+def _block_bytes(task: Task, threads: int) -> int:
+    """Bytes per block of a lines task: CHUNK_BYTES, or less when the task's range is too
+    short to give each of ``threads`` a block of that size (down to MIN_BLOCK_BYTES)."""
+    if threads <= 1 or task.stop < 0:
+        return CHUNK_BYTES
+    share = -(-(task.stop - task.start) // threads)
+    return min(CHUNK_BYTES, max(MIN_BLOCK_BYTES, share))
+
+
+def _line_chunks(stream: BinaryIO, task: Task, block_bytes: int = CHUNK_BYTES):
     """(first line number within the task, block of whole lines, bytes) of the task's
-    byte range, in blocks of about CHUNK_BYTES and at most CHUNK_LINES lines."""
+    byte range, in blocks of about ``block_bytes`` and at most CHUNK_LINES lines."""
     first = 1
     limit = task.stop - task.start if task.stop >= 0 else -1
-    for data in read_blocks(stream, CHUNK_BYTES, limit):
+    for data in read_blocks(stream, block_bytes, limit):
         nbytes = len(data)
         if first == 1 and task.start == 0:
             data = strip_bom(data)

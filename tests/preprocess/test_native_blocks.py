@@ -253,6 +253,35 @@ def test_in_order_keeps_input_order_and_raises_in_order():
     assert 1 <= threads.threads_for_native() <= 4
 
 
+def test_in_order_keeps_its_threads_and_a_forked_child_starts_its_own():
+    """Threads outlive a call (starting one costs milliseconds while others hold the GIL);
+    leaving early cancels the items not started; a forked child has no threads of the
+    parent's, so it makes its own pool."""
+    seen = set()
+
+    def work(item):
+        seen.add(threading.get_ident())
+        return item
+
+    for _ in range(3):
+        with threads.in_order(range(20), work, 2) as results:
+            assert [r for _, r in results] == list(range(20))
+    assert 1 <= len(seen) <= 2
+    started = []
+    with threads.in_order(range(100), lambda i: started.append(i) or i, 2) as results:
+        assert next(results) == (0, 0)
+    assert len(started) < 100  # the rest cancelled, not run
+    child = os.fork()
+    if child == 0:  # the child: exits 0 only when its own pool works
+        try:
+            with threads.in_order(range(10), lambda i: i + 1, 2) as results:
+                os._exit(0 if [r for _, r in results] == list(range(1, 11)) else 1)
+        finally:
+            os._exit(2)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 @pytest.mark.parametrize("name", ["hf", "gpt2", "sp", "tt"])
 def test_threads_encoding_at_once_take_instances_of_their_own(tokenizer_options, name):
     """gigatoken runs one call at a time per instance: a thread finding every instance busy
