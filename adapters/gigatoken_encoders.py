@@ -50,6 +50,19 @@ compare every code point in several contexts, with a vocabulary of every substri
 that equal ids mean equal splits); texts with code points unassigned in Unicode 14.0 go
 to tiktoken, as for byte-level BPE.
 
+Megatron's TikTokenizer (:func:`megatron_tiktoken`; ``--tiktoken-pattern v2``, whose
+expression splits as the "nemotron" scheme, measured as above; ``v1`` splits as none):
+the same proof on the ranks it uses (the first ``vocab_size - num_special_tokens``).
+gigatoken reads ranks dense from 0 only, so it is given the ranks as they are and the
+special tokens after them, and its ids are mapped to Megatron's (ranks + the number of
+special tokens; special token k -> k). Megatron encodes with every special token allowed:
+tiktoken cuts the text at each special-token string and encodes the pieces between them
+alone, as gigatoken does with its special tokens. The cuts agree because each special
+token is ``<`` + characters other than ``<`` and ``>`` + ``>`` (checked): two occurrences
+can neither overlap nor nest, so every matcher finds the same ones. gigatoken must hold
+each special token at its id, and the battery has special tokens beside each other, in
+words and by spaces.
+
 Every proof ends with gigatoken loading that ``tokenizer.json`` and handing back the same
 vocabulary and merges, and with a battery of hard texts (every kind of character, spaces,
 special-token text) encoded the same as by the reference.
@@ -686,8 +699,8 @@ def batch(
 # gigatoken's pre-tokenizer scheme that splits text as each expression does, measured
 # (tests/preprocess/test_gigatoken_tiktoken.py): cl100k_base's expression (our tiktoken
 # type's default) splits as "olmo3" (not "gpt4", which differs on spaces after a newline at
-# a text's end, e.g. "a\n "). Megatron's TikTokenizer "v2" splits as "nemotron" (not wired:
-# its ids are the ranks offset by the special tokens); "v1" as no scheme.
+# a text's end, e.g. "a\n "). Megatron's TikTokenizer "v2" splits as "nemotron"
+# (``megatron_tiktoken``); "v1" as no scheme.
 CL100K_SCHEME = "olmo3"
 MEGATRON_SCHEMES = {"v2": "nemotron"}
 
@@ -781,6 +794,9 @@ MEGATRON_TIKTOKEN_PROOF = ("tiktoken rank merging equals gigatoken's merges; the
                            "splits alike; special tokens split out alike")
 
 
+_SPECIAL = re.compile(r"<[^<>]*>")  # occurrences of such tokens never overlap
+
+
 def _load_megatron_ranks(source: str, backend: str):
     """gigatoken for ``source`` (JSON [a tiktoken ranks file's text, {special: id}]) with
     the scheme ``backend`` names ("megatron-tiktoken:SCHEME"), or (None, why)."""
@@ -816,6 +832,9 @@ def megatron_tiktoken(tokens: Sequence[bytes], specials: Sequence[str], scheme: 
     why = available()
     if why:
         return None, why
+    odd = next((token for token in specials if not _SPECIAL.fullmatch(token)), None)
+    if odd is not None:
+        return None, f"special token {odd!r} is not '<', characters other than '<>', '>'"
     ranks = {token: rank for rank, token in enumerate(tokens)}
     if len(ranks) != len(tokens) or any(ranks.get(bytes([b])) != b for b in range(256)):
         return None, "the ranks used are not the 256 bytes first, then distinct tokens"

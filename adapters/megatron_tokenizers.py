@@ -23,6 +23,11 @@ Megatron builds GPT2BPE and BERT through its legacy classes when it runs offline
 so those follow ``megatron/training/tokenizer``; the others follow
 ``megatron/core/tokenizers`` (the default of ``preprocess_data.py``). Files are
 only read locally.
+
+gigatoken encodes GPT2BPETokenizer, the SentencePiece types and TikTokenizer with
+``--tiktoken-pattern v2`` where a load-time proof shows it gives the reference encoder's
+ids (``adapters.gigatoken_encoders``); each class's ``encoder`` says which runs and why,
+its ``encoder`` argument (auto, gigatoken, reference) chooses.
 """
 
 from __future__ import annotations

@@ -176,3 +176,10 @@ def test_the_corpus_is_the_same_bytes_with_either_encoder(tmp_path, vocabulary, 
     expected = [[reference.encode(r["text"]).tolist() + [2]] if r["text"] else []
                 for r in records]
     assert read_documents(prefixes["auto"]) == expected
+
+
+def test_special_tokens_that_could_overlap_are_refused():
+    """The cuts at special tokens agree only when occurrences cannot overlap or nest."""
+    tokens = [bytes([b]) for b in range(256)]
+    found = giga.megatron_tiktoken(tokens, ["<s>", "<a<b>"], "nemotron", lambda text: [])
+    assert found == (None, "special token '<a<b>' is not '<', characters other than '<>', '>'")
