@@ -483,12 +483,13 @@ def output_command() -> dict:
 
 
 def table_reader_for(inputs: list[str]):
-    """A ParquetReader when an input is .parquet (its rows are the documents), else None."""
+    """A ParquetReader when an input is .parquet (its rows are the documents), else None;
+    pyarrow allocating from the system's allocator (see ParquetReader: faster here)."""
     if not any(is_table(path) for path in inputs):
         return None
     from adapters.parquet_records import ParquetReader
 
-    return ParquetReader()
+    return ParquetReader(memory_pool="system")
 
 
 def run_tasks(inputs, factory, splitter, progress, merge_bar) -> PreprocessSummary:

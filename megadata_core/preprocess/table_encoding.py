@@ -84,13 +84,18 @@ def _text_bytes(offsets: np.ndarray, rows: np.ndarray) -> int:
 
 
 def _select(data, offsets, rows: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
-    """(data, offsets) of the texts at ``rows`` only (the column itself when all)."""
+    """(data, offsets) of the texts at ``rows`` (sorted) only (the column itself when all):
+    one boolean mask over the bytes, so the cost is a pass over them, not an int64 index
+    per byte."""
     if rows.size == total:
         return data, offsets
-    lengths = offsets[rows + 1] - offsets[rows]
-    out = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    index = np.repeat(offsets[rows] - out[:-1], lengths) + np.arange(int(out[-1]))
-    return np.asarray(data)[index], out
+    lengths = np.diff(offsets)
+    keep = np.zeros(total, bool)
+    keep[rows] = True
+    text = np.asarray(data)[int(offsets[0]) : int(offsets[-1])]
+    out = np.zeros(rows.size + 1, np.int64)
+    np.cumsum(lengths[rows], out=out[1:])
+    return text[np.repeat(keep, lengths)], out
 
 
 def _texts(data, offsets, rows: np.ndarray, where: str, first_row: int) -> list[str]:

@@ -19,6 +19,7 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.format import IndexedDatasetWriter
+from megadata_core.preprocess import threads as block_threads
 from megadata_core.preprocess.block_encoding import tokenize_block
 from megadata_core.preprocess.encoding import MAX_EXAMPLES, TokenizedChunk
 from megadata_core.preprocess.outputs import write_documents
@@ -49,7 +50,11 @@ CHUNK_BYTES = 4 << 20
 
 
 class TaskRunner:
-    """Everything a worker needs to run tasks; ``runner(task) -> manifest`` (a dict)."""
+    """Everything a worker needs to run tasks; ``runner(task) -> manifest`` (a dict);
+    ``runner(task, threads=n)`` tokenizes a lines task's blocks on ``n`` threads of this
+    process when the tokenizer has a native block encoder (which releases the GIL), as
+    ``preprocess_jsonl`` does with one worker: the engine that runs tasks in its own
+    process asks for the usable cores; pools of processes take one each."""
 
     def __init__(
         self,
@@ -89,7 +94,7 @@ class TaskRunner:
             self._tools = (self.tokenizer_factory(), splitter)
         return self._tools
 
-    def __call__(self, task: Task) -> dict:
+    def __call__(self, task: Task, threads: int = 1) -> dict:
         """Write the task's shards and manifest; returns the manifest."""
         remove_task_files(self.directory, task)  # a killed attempt's partial shards
         documents = nbytes = blank = 0
@@ -102,7 +107,8 @@ class TaskRunner:
                 key: stack.enter_context(IndexedDatasetWriter(prefix, self.dtype))
                 for key, prefix in prefixes.items()
             }
-            parts = self._table_parts(task) if task.kind == "rows" else self._line_parts(task)
+            parts = (self._table_parts(task) if task.kind == "rows"
+                     else self._line_parts(task, threads))
             for part in parts:
                 for key, writer in writers.items():
                     write_documents(
@@ -132,31 +138,49 @@ class TaskRunner:
         write_json(manifest_path(self.directory, task), manifest)
         return manifest
 
-    def _line_parts(self, task: Task) -> Iterator[TokenizedChunk]:
-        """Tokenized chunks of a lines task. Messages name the file's own line numbers:
-        a task that starts past byte 0 counts the lines before it only when a chunk of
-        it has an error to report (a reread of the file up to the task, once)."""
+    def _line_parts(self, task: Task, threads: int = 1) -> Iterator[TokenizedChunk]:
+        """Tokenized chunks of a lines task, in order (``threads`` at once, see the class
+        docstring). Messages name the file's own line numbers: a task that starts past
+        byte 0 counts the lines before it only when a chunk of it has an error to report
+        (a reread of the file up to the task, once)."""
         tokenizer, splitter = self.tools()
+        if splitter is not None or getattr(tokenizer, "block_encoder", None) is None:
+            threads = 1
         before = 0 if task.start == 0 else None  # lines of the file before the task
-        with naming_read_errors(task.path), self.open_binary(task.path) as stream:
+
+        def encode(chunk: tuple[int, bytes, int], offset: int | None):
+            """(offset, the chunk's part with lines numbered from ``offset``), or, when the
+            offset is unknown (None: numbered from the task's first line), (None, the
+            DataError that raised)."""
+            first_line, data, _ = chunk
+            try:
+                return offset, tokenize_block(
+                    data, tokenizer, self.json_keys, path=task.path,
+                    first_line=first_line + (offset or 0), append_eod=self.append_eod,
+                    dtype=self.dtype, skip_bad_lines=self.skip_bad_lines, splitter=splitter,
+                    keep_empty=self.keep_empty)
+            except DataError as error:
+                if offset is not None:
+                    raise
+                return None, error
+
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(naming_read_errors(task.path))
+            stream = stack.enter_context(self.open_binary(task.path))
             if task.start:
                 stream.seek(task.start)
-            for first_line, data, nbytes in _line_chunks(stream, task):
-                encode = functools.partial(
-                    tokenize_block, data, tokenizer, self.json_keys, path=task.path,
-                    append_eod=self.append_eod, dtype=self.dtype,
-                    skip_bad_lines=self.skip_bad_lines, splitter=splitter,
-                    keep_empty=self.keep_empty,
-                )
-                part = None
-                if before is None:
-                    with contextlib.suppress(DataError):  # raised again below, numbered
-                        part = encode(first_line=first_line)
-                    if part is None or part.bad_examples:
-                        before, part = self._lines_before(task), None
-                if part is None:
-                    part = encode(first_line=before + first_line)
-                part.nbytes = nbytes
+            chunks = _line_chunks(stream, task)
+            if threads > 1:  # (every block numbered as ``before`` stands now)
+                done = stack.enter_context(block_threads.in_order(
+                    chunks, functools.partial(encode, offset=before), threads))
+            else:
+                done = ((chunk, encode(chunk, before)) for chunk in chunks)
+            for chunk, (offset, part) in done:
+                if offset is None and (isinstance(part, DataError) or part.bad_examples):
+                    if before is None:
+                        before = self._lines_before(task)
+                    _, part = encode(chunk, before)  # numbered from the file's start
+                part.nbytes = chunk[2]
                 yield part
 
     def _lines_before(self, task: Task) -> int:
@@ -241,8 +265,9 @@ def local_engine(workers: int = 1, start_method: str | None = None) -> Engine:
         raise DataError(f"workers: {workers!r} must be an integer >= 1")
 
     def run(runner: TaskRunner, tasks: Sequence[Task]) -> Iterator[dict]:
-        if workers == 1 or len(tasks) <= 1:
-            yield from map(runner, tasks)
+        if workers == 1 or len(tasks) <= 1:  # here: blocks on the usable cores
+            here = block_threads.threads_for_native()
+            yield from (runner(task, threads=here) for task in tasks)
             return
         method = start_method
         if method is None and any(is_remote(task.path) for task in tasks):

@@ -173,6 +173,38 @@ def test_one_corpus_whatever_runs_it(tmp_path, tokenizer_options, name, monkeypa
         sorted(map(str, read_documents(reference.output_prefixes["text"])))
 
 
+def test_a_task_on_threads_names_the_files_line_numbers(tmp_path, tokenizer_options,
+                                                        monkeypatch):
+    """Run in this process, a lines task tokenizes its blocks on threads (as
+    preprocess_jsonl does): the corpus is the one-thread corpus, and bad lines in tasks
+    past the first are named by the file's line numbers, skipped or raised."""
+    from megadata_core.preprocess import tasks
+
+    monkeypatch.setattr(tasks, "CHUNK_BYTES", 64)  # several blocks per task
+    monkeypatch.setattr(threads, "threads_for_native", lambda: 3)
+    asked = []
+    in_order = threads.in_order
+    monkeypatch.setattr(threads, "in_order", lambda items, work, count: asked.append(count)
+                        or in_order(items, work, count))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(("".join(f'{{"text": "line {i} Zürich"}}\n' for i in range(20))
+                     + "{oops\n").encode() * 3)  # bad lines 21, 42, 63
+    giga = _factory(tokenizer_options, "hf")
+    expected = files_of(preprocess_jsonl(
+        [str(bad)], str(tmp_path / "ref"), _factory(tokenizer_options, "hf", "reference"),
+        append_eod=True, skip_bad_lines=True).output_prefixes["text"])
+    summary = preprocess_tasks([str(bad)], str(tmp_path / "t"), giga, append_eod=True,
+                               skip_bad_lines=True, task_size=300, engine=local_engine(1))
+    assert asked and set(asked) == {3}
+    assert files_of(summary.output_prefixes["text"]) == expected
+    assert summary.bad_lines == 3 and summary.documents == 60
+    assert [e.split(": ")[0].rsplit(", ", 1)[1] for e in summary.bad_line_examples] == [
+        "line 21", "line 42", "line 63"]
+    with pytest.raises(DataError, match=r"bad\.jsonl, line 21: invalid JSON"):
+        preprocess_tasks([str(bad)], str(tmp_path / "u"), giga, append_eod=True,
+                         task_size=300, engine=local_engine(1))
+
+
 def test_parquet_gives_the_jsonl_corpus(tmp_path, tokenizer_options):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq

@@ -255,6 +255,24 @@ def test_tool_task_plan_matches_its_default_run(tmp_path):
     assert refused.returncode != 0 and "--partitions 2: Megatron's partitions" in refused.stderr
 
 
+@pytest.mark.parametrize("mode", [["--workers", "1"], ["--workers", "2"],
+                                  ["--workers", "2", "--partitions", "2"]])
+def test_tool_reads_parquet_without_the_task_plan(tmp_path, mode):
+    """`--input x.parquet` in the default pipeline (rows as documents, pyarrow on the system
+    allocator) writes what the .jsonl of the same texts gives, in each mode."""
+    paths = write_inputs(tmp_path, texts(25))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tools")])}
+    for name in ("parquet", "jsonl"):
+        result = subprocess.run(
+            [sys.executable, str(REPO / "tools" / "preprocess_data.py"), "--input",
+             paths[name], "--output_prefix", str(tmp_path / name), "--append_eod",
+             "--noprogress", *mode], capture_output=True, text=True, env=env, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert "documents:   25" in result.stdout
+    assert files_of(str(tmp_path / "parquet_text_document")) == files_of(
+        str(tmp_path / "jsonl_text_document"))
+
+
 def test_tool_no_merge_reports_the_data_args_it_wrote(tmp_path):
     paths = write_inputs(tmp_path, texts(9))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tools")])}
