@@ -58,6 +58,9 @@ def test_v2_takes_gigatoken_and_v1_stays_on_tiktoken(vocabulary):
         "alike; special tokens split out alike; texts with characters unassigned in Unicode "
         "14.0 go to tiktoken)")
     assert tokenizer.block_encoder is not None and tokenizer.block_encoder.shift == (RANKS, 1000)
+    unassigned = "a \U0001fae8 </s>"  # a code point unassigned in Unicode 14.0: tiktoken's
+    assert tokenizer.block_encoder.needs_reference(unassigned)
+    assert tokenizer.encode(unassigned).tolist() == reference.encode(unassigned).tolist()
     assert reference.encoder == "tiktoken (--encoder reference)"
     assert reference.block_encoder is None
     v1 = load_tokenizer("TikTokenizer", tokenizer_model=vocabulary, tiktoken_pattern="v1",
