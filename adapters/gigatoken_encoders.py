@@ -50,6 +50,19 @@ compare every code point in several contexts, with a vocabulary of every substri
 that equal ids mean equal splits); texts with code points unassigned in Unicode 14.0 go
 to tiktoken, as for byte-level BPE.
 
+Megatron's TikTokenizer (:func:`megatron_tiktoken`; ``--tiktoken-pattern v2``, whose
+expression splits as the "nemotron" scheme, measured as above; ``v1`` splits as none):
+the same proof on the ranks it uses (the first ``vocab_size - num_special_tokens``).
+gigatoken reads ranks dense from 0 only, so it is given the ranks as they are and the
+special tokens after them, and its ids are mapped to Megatron's (ranks + the number of
+special tokens; special token k -> k). Megatron encodes with every special token allowed:
+tiktoken cuts the text at each special-token string and encodes the pieces between them
+alone, as gigatoken does with its special tokens. The cuts agree because each special
+token is ``<`` + characters other than ``<`` and ``>`` + ``>`` (checked): two occurrences
+can neither overlap nor nest, so every matcher finds the same ones. gigatoken must hold
+each special token at its id, and the battery has special tokens beside each other, in
+words and by spaces.
+
 Every proof ends with gigatoken loading that ``tokenizer.json`` and handing back the same
 vocabulary and merges, and with a battery of hard texts (every kind of character, spaces,
 special-token text) encoded the same as by the reference.
@@ -57,6 +70,7 @@ special-token text) encoded the same as by the reference.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import hashlib
@@ -73,7 +87,8 @@ import numpy as np
 from adapters.byte_level_bpe import bytes_to_unicode, is_byte_alphabet, token_bytes
 from adapters.unicode_14 import unassigned_14
 
-__all__ = ["GigaEncoder", "available", "byte_level", "sentencepiece", "tiktoken_ranks"]
+__all__ = ["GigaEncoder", "available", "byte_level", "megatron_tiktoken", "sentencepiece",
+           "tiktoken_ranks"]
 
 MAX_INSTANCES = 4  # gigatoken instances one encoder loads for threads encoding at once
 
@@ -149,7 +164,10 @@ class GigaEncoder:
     ``proof``: what was proven (or, for Megatron's ``--use-gigatoken``, why not);
     ``loaded_from``: what gigatoken read, the tokenizer's ``file`` as written or a
     ``config`` built for it; ``source``: that ``tokenizer.json`` (text or dict) and
-    ``backend`` the class gigatoken must load it as, for more instances (below).
+    ``backend`` the class gigatoken must load it as, for more instances (below);
+    ``shift``: ``(ranks, specials)`` for Megatron's TikTokenizer, whose gigatoken ids are
+    ranks 0..ranks-1 then its special tokens: its ids are those ranks + specials, and the
+    special tokens 0..specials-1 (one add and one masked subtract per result).
 
     A batch or block is encoded on the calling thread (``parallel=False``): the pipeline's
     threads and processes are the parallelism (gigatoken's own pool, started per block,
@@ -160,7 +178,7 @@ class GigaEncoder:
 
     def __init__(self, tokenizer, unproven: np.ndarray, proof: str,
                  loaded_from: str = "config", source: dict | str | None = None,
-                 backend: str = "") -> None:
+                 backend: str = "", shift: tuple[int, int] | None = None) -> None:
         import awkward  # noqa: F401 - gigatoken's results; imported once, before workers fork
 
         self._tokenizer = tokenizer
@@ -168,6 +186,7 @@ class GigaEncoder:
         self.proof = proof
         self.loaded_from = loaded_from
         self._source, self._backend = source, backend
+        self.shift = shift
         self._finder = _character_class(unproven)
         self._idle = [tokenizer]
         self._instances = 1
@@ -176,7 +195,7 @@ class GigaEncoder:
     def with_unproven(self, unproven: np.ndarray) -> GigaEncoder:
         """This encoder (the same gigatoken) sending the texts of ``unproven`` elsewhere."""
         return GigaEncoder(self._tokenizer, unproven, self.proof, self.loaded_from,
-                           self._source, self._backend)
+                           self._source, self._backend, self.shift)
 
     @contextlib.contextmanager
     def _instance(self) -> Iterator:
@@ -207,20 +226,30 @@ class GigaEncoder:
         return self._finder is not None and not text.isascii() and bool(
             self._finder.search(text))
 
+    def _ids(self, found: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """gigatoken's (ids, lengths) as this tokenizer's ids (``shift``)."""
+        if self.shift is None:
+            return found
+        ranks, specials = self.shift
+        ids = found[0] + np.asarray(specials, found[0].dtype)  # a new array: ranks shifted
+        np.subtract(ids, ranks + specials, out=ids, where=ids >= ranks + specials)
+        return ids, found[1]
+
     def encode(self, text: str) -> np.ndarray:
-        return np.asarray(self._tokenizer.encode(text), dtype=np.int64)
+        ids = np.asarray(self._tokenizer.encode(text), dtype=np.int64)
+        return ids if self.shift is None else self._ids((ids, None))[0]
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(uint32 ids of all texts concatenated, int64 lengths)."""
         with self._instance() as tokenizer:
-            return _arrays(tokenizer.encode_batch(list(texts), parallel=False))
+            return self._ids(_arrays(tokenizer.encode_batch(list(texts), parallel=False)))
 
     def encode_jsonl(self, block: bytes, key: str) -> tuple[np.ndarray, np.ndarray]:
         import gigatoken
 
         with _memory_file(block) as path, self._instance() as tokenizer:
             source = gigatoken.JsonlFileSource([path], key)
-            return _arrays(tokenizer.encode_files(source, parallel=False))
+            return self._ids(_arrays(tokenizer.encode_files(source, parallel=False)))
 
     def encode_utf8(self, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         import awkward as ak
@@ -231,7 +260,7 @@ class GigaEncoder:
             parameters={"__array__": "string"},
         )
         with self._instance() as tokenizer:
-            return _arrays(tokenizer.encode_batch(ak.Array(strings), parallel=False))
+            return self._ids(_arrays(tokenizer.encode_batch(ak.Array(strings), parallel=False)))
 
 
 
@@ -242,6 +271,8 @@ def _load(config: dict | str, backend: str):
 
     if backend.startswith("tiktoken:"):
         return _load_ranks(config, backend)
+    if backend.startswith("megatron-tiktoken:"):
+        return _load_megatron_ranks(config, backend)
     text = config if isinstance(config, str) else json.dumps(config, ensure_ascii=False)
     try:
         tokenizer = gigatoken.Tokenizer.from_json(text)
@@ -668,8 +699,8 @@ def batch(
 # gigatoken's pre-tokenizer scheme that splits text as each expression does, measured
 # (tests/preprocess/test_gigatoken_tiktoken.py): cl100k_base's expression (our tiktoken
 # type's default) splits as "olmo3" (not "gpt4", which differs on spaces after a newline at
-# a text's end, e.g. "a\n "). Megatron's TikTokenizer "v2" splits as "nemotron" (not wired:
-# its ids are the ranks offset by the special tokens); "v1" as no scheme.
+# a text's end, e.g. "a\n "). Megatron's TikTokenizer "v2" splits as "nemotron"
+# (``megatron_tiktoken``); "v1" as no scheme.
 CL100K_SCHEME = "olmo3"
 MEGATRON_SCHEMES = {"v2": "nemotron"}
 
@@ -755,3 +786,88 @@ def tiktoken_ranks(path: str, ranks: Mapping[bytes, int], scheme: str, reference
         return None, "gigatoken's merges are not tiktoken's joins in rank order"
     why = _battery(tokenizer, reference)
     return (None, why) if why else (encoder, "")
+
+
+# -- Megatron's TikTokenizer -----------------------------------------------------------------
+
+MEGATRON_TIKTOKEN_PROOF = ("tiktoken rank merging equals gigatoken's merges; the pre-tokenizer "
+                           "splits alike; special tokens split out alike")
+
+
+_SPECIAL = re.compile(r"<[^<>]*>")  # occurrences of such tokens never overlap
+
+
+def _load_megatron_ranks(source: str, backend: str):
+    """gigatoken for ``source`` (JSON [a tiktoken ranks file's text, {special: id}]) with
+    the scheme ``backend`` names ("megatron-tiktoken:SCHEME"), or (None, why)."""
+    import gigatoken
+
+    text, specials = json.loads(source)
+    try:
+        with _memory_file(text.encode("ascii")) as name:
+            tokenizer = gigatoken.Tokenizer.from_tiktoken(
+                name, pretokenizer=backend.removeprefix("megatron-tiktoken:"),
+                special_tokens=specials)
+    except BaseException as error:  # gigatoken's own types, and Rust panics (BaseException)
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            raise
+        return None, f"gigatoken cannot load the ranks ({error})"
+    return tokenizer, ""
+
+
+def megatron_tiktoken(tokens: Sequence[bytes], specials: Sequence[str], scheme: str,
+                      reference, *, proven: bool = False) -> tuple[GigaEncoder | None, str]:
+    """gigatoken for Megatron's TikTokenizer: ``tokens`` the BPE tokens by rank (the ranks
+    it uses, after ``vocab_size``'s cut), ``specials`` its special tokens (id = index;
+    rank r's id is r + len(specials)); ``scheme`` gigatoken's pre-tokenizer measured to
+    split as its expression; ``reference(text) -> ids`` is tiktoken with every special
+    token allowed. ``proven``: a proof passed before for the same file, options and
+    library versions (``adapters.proof_cache``).
+
+    gigatoken reads ranks dense from 0 only, so it is given the ranks as they are and the
+    special tokens after them (ids len(tokens)..): the encoder's ``shift`` maps its ids to
+    Megatron's. The proof is ``tiktoken_ranks``'s on the ranks used, plus: gigatoken holds
+    every special token at its id, and the battery (with texts of special tokens beside
+    each other, text and spaces) gives tiktoken's ids after the shift."""
+    why = available()
+    if why:
+        return None, why
+    odd = next((token for token in specials if not _SPECIAL.fullmatch(token)), None)
+    if odd is not None:
+        return None, f"special token {odd!r} is not '<', characters other than '<>', '>'"
+    ranks = {token: rank for rank, token in enumerate(tokens)}
+    if len(ranks) != len(tokens) or any(ranks.get(bytes([b])) != b for b in range(256)):
+        return None, "the ranks used are not the 256 bytes first, then distinct tokens"
+    merges, why = (None, "") if proven else _tiktoken_merges(ranks)
+    if why:  # (before gigatoken loads it: it may panic on such a file)
+        return None, why
+    text = "".join(f"{base64.b64encode(t).decode()} {r}\n" for r, t in enumerate(tokens))
+    special_ids = {token: len(tokens) + k for k, token in enumerate(specials)}
+    source = json.dumps([text, special_ids])
+    backend = f"megatron-tiktoken:{scheme}"
+    tokenizer, why = _load_megatron_ranks(source, backend)
+    if tokenizer is None:
+        return None, why
+    encoder = GigaEncoder(tokenizer, unassigned_14(), MEGATRON_TIKTOKEN_PROOF, "config",
+                          source, backend, shift=(len(tokens), len(specials)))
+    if proven:
+        return encoder, ""
+    vocab = tokenizer.vocab
+    if len(vocab) != len(tokens) + len(specials) or any(
+            vocab.get(rank) != token for rank, token in enumerate(tokens)):
+        return None, "gigatoken read other ranks"
+    held = getattr(tokenizer, "_special_tokens", None)  # {content: id}
+    if held is None or held() != special_ids or any(
+            vocab.get(i) != token.encode() for token, i in special_ids.items()):
+        return None, "gigatoken holds other special tokens"
+    if [tuple(merge) for merge in tokenizer.merges] != merges:
+        return None, "gigatoken's merges are not tiktoken's joins in rank order"
+    why = _battery(encoder, reference, extra=_special_texts(specials))
+    return (None, why) if why else (encoder, "")
+
+
+def _special_texts(specials: Sequence[str]) -> list[str]:
+    """Texts of special tokens alone, beside each other, inside words and spaces, cut."""
+    first, last = specials[:8], specials[-3:]
+    return [*first, *last, "".join(first), " ".join(last) + " ", f"a{last[-1]}b  {first[0]}\n",
+            f"{first[-1][:-1]} {first[1]}{first[1][1:]} <{first[2]}> \n {last[0]}  x"]

@@ -23,6 +23,11 @@ Megatron builds GPT2BPE and BERT through its legacy classes when it runs offline
 so those follow ``megatron/training/tokenizer``; the others follow
 ``megatron/core/tokenizers`` (the default of ``preprocess_data.py``). Files are
 only read locally.
+
+gigatoken encodes GPT2BPETokenizer, the SentencePiece types and TikTokenizer with
+``--tiktoken-pattern v2`` where a load-time proof shows it gives the reference encoder's
+ids (``adapters.gigatoken_encoders``); each class's ``encoder`` says which runs and why,
+its ``encoder`` argument (auto, gigatoken, reference) chooses.
 """
 
 from __future__ import annotations
@@ -386,6 +391,13 @@ class MegatronTikTokenizer:
     then ``<SPECIAL_k>`` fillers), BPE ranks follow, the first
     ``vocab_size - num_special_tokens`` of them used. EOD is ``</s>`` (2). Special-token
     strings in the text are encoded as those tokens (Megatron's ``allowed_special="all"``).
+
+    With the ``v2`` expression gigatoken encodes (its ``nemotron`` scheme, measured to split
+    alike) where its ids are proven tiktoken's (``gigatoken_encoders.megatron_tiktoken``,
+    the verdict cached by ``adapters.proof_cache``); ``v1`` splits as no gigatoken scheme
+    and stays on tiktoken. ``encoder`` (auto, gigatoken, reference) chooses as
+    ``gigatoken_encoders.choose`` says; the ``encoder`` attribute names the one in use and
+    why. Pickles as its constructor call.
     """
 
     def __init__(
@@ -394,9 +406,12 @@ class MegatronTikTokenizer:
         pattern: str = "v2",
         num_special_tokens: int = 1000,
         vocab_size: int | None = None,
+        encoder: str = "auto",
     ) -> None:
         import tiktoken
 
+        self._arguments = (path, pattern, num_special_tokens, vocab_size, encoder)
+        self.mode = giga.check_mode(encoder)
         self.path = local_path(path, "--tokenizer-model", "TikTokenizer JSON vocabulary file")
         if pattern not in TIKTOKEN_PATTERNS:
             raise DataError(f"--tiktoken-pattern: {pattern!r} is not one of 'v1', 'v2'")
@@ -407,7 +422,9 @@ class MegatronTikTokenizer:
                 f"--tiktoken-num-special-tokens: {num_special_tokens} must be at least "
                 f"{len(TIKTOKEN_SPECIAL_TOKENS)} and below --vocab-size {vocab_size}"
             )
-        ranks = self._read_ranks(vocab_size - num_special_tokens, num_special_tokens)
+        with open(self.path, "rb") as stream:
+            raw = stream.read()
+        ranks = self._read_ranks(raw, vocab_size - num_special_tokens, num_special_tokens)
         specials = list(TIKTOKEN_SPECIAL_TOKENS) + [
             f"<SPECIAL_{i}>" for i in range(len(TIKTOKEN_SPECIAL_TOKENS), num_special_tokens)
         ]
@@ -421,13 +438,47 @@ class MegatronTikTokenizer:
             mergeable_ranks=ranks,
             special_tokens={token: i for i, token in enumerate(specials)},
         )
+        found = self._prove(raw, ranks, specials)
+        self.block_encoder, self.encoder = giga.choose(found, self.mode, "tiktoken")
 
-    def _read_ranks(self, inner_size: int, offset: int) -> dict[bytes, int]:
+    def _prove(self, raw: bytes, ranks: dict[bytes, int], specials: list[str]):
+        """``gigatoken_encoders.megatron_tiktoken``'s (encoder | None, why), its verdict
+        cached per file bytes, pattern, special tokens, vocab_size and library versions."""
+        if self.mode == "reference":
+            return None, ""
+        scheme = giga.MEGATRON_SCHEMES.get(self.pattern)
+        if scheme is None:
+            return None, (f"Megatron's {self.pattern} expression splits as none of "
+                          "gigatoken's pre-tokenizer schemes (measured)")
+        why = giga.available()
+        if why:
+            return None, why
+        options = f"{self.pattern} {len(specials)} {len(ranks)}".encode()
+        proof_key = proof_cache.key(f"Megatron TikTokenizer ranks, scheme {scheme}",
+                                    raw + b"\0" + options, ("gigatoken", "tiktoken"))
+        verdict = proof_cache.load(proof_key, ("gigatoken",))
+        if verdict is not None and verdict["gigatoken"]:
+            return None, verdict["gigatoken"]
+        found = giga.megatron_tiktoken(list(ranks), specials, scheme, self._reference,
+                                       proven=verdict is not None)
+        if verdict is None:
+            proof_cache.store(proof_key, {"gigatoken": found[1]})
+        return found
+
+    def _read_ranks(self, raw: bytes, inner_size: int, offset: int) -> dict[bytes, int]:
+        """{token bytes: id} of the first ``inner_size`` ranks of the file's bytes ``raw``,
+        ids = ranks + ``offset``, in rank order."""
         where = f"--tokenizer-model {self.path}"
         if not self.path.endswith(".json"):
             raise DataError(f"{where}: TikTokenizer takes Megatron's JSON vocabulary (*.json)")
         try:
-            vocab = json.loads(_read_text(self.path, "--tokenizer-model", "JSON vocabulary"))
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise DataError(
+                f"{where}: not a JSON vocabulary (invalid UTF-8 at byte {error.start})"
+            ) from None
+        try:
+            vocab = json.loads(text)
         except json.JSONDecodeError as error:
             raise DataError(f"{where}: not JSON ({error.msg} at line {error.lineno})") from None
         if not isinstance(vocab, list):
@@ -452,18 +503,34 @@ class MegatronTikTokenizer:
             raise DataError(f"{where}: repeated token_bytes among the first {inner_size} ranks")
         return ranks
 
-    def encode(self, text: str) -> np.ndarray:
-        """uint32[n] ids of ``text``."""
+    def _reference(self, text: str) -> np.ndarray:
         return self._encoding.encode_to_numpy(text, allowed_special="all")
 
-    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
+    def _reference_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         return flatten_ids(self._encoding.encode_batch(
             list(texts), num_threads=self._threads, allowed_special="all"
         ))
 
+    def encode(self, text: str) -> np.ndarray:
+        """uint32[n] ids of ``text``."""
+        if self.block_encoder is not None and not self.block_encoder.needs_reference(text):
+            return self.block_encoder.encode(text).astype(np.uint32)
+        return self._reference(text)
+
+    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
+        if self.block_encoder is not None:
+            return giga.batch(self.block_encoder, texts, self._reference_batch)
+        return self._reference_batch(texts)
+
     def decode(self, ids) -> str:
         return self._encoding.decode([int(i) for i in np.asarray(ids).reshape(-1)])
+
+    def __getstate__(self):  # gigatoken does not pickle; rebuilt (the verdict cached)
+        return {"arguments": self._arguments}
+
+    def __setstate__(self, state) -> None:
+        self.__init__(*state["arguments"])
 
     def __repr__(self) -> str:
         return f"MegatronTikTokenizer({self.path!r}, pattern={self.pattern!r})"

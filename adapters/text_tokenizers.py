@@ -398,7 +398,8 @@ def build_tokenizer(kind: str, path: str | None = None, **options):
     picklable factory for ``megadata_core.preprocess.preprocess_jsonl``.
 
     ``encoder``: ``auto`` (default; gigatoken where its ids are proven the reference's,
-    for byte-level BPE and SentencePiece BPE types), ``reference`` (never gigatoken) or
+    for byte-level BPE, SentencePiece BPE, tiktoken ranks and TikTokenizer ``v2``
+    types), ``reference`` (never gigatoken) or
     ``gigatoken`` (Megatron's ``--use-gigatoken``: gigatoken's ids even unproven; a
     DataError for types gigatoken cannot run).
     """
@@ -428,7 +429,8 @@ def build_tokenizer(kind: str, path: str | None = None, **options):
 
 # The types gigatoken can encode (where proven: adapters.gigatoken_encoders).
 GIGATOKEN_TYPES = {"huggingface", "tiktoken", "GPT2BPETokenizer", "SentencePieceTokenizer",
-                   "GPTSentencePieceTokenizer", "Llama2Tokenizer", "HuggingFaceTokenizer"}
+                   "GPTSentencePieceTokenizer", "Llama2Tokenizer", "HuggingFaceTokenizer",
+                   "TikTokenizer"}
 
 _TAKES = {  # the options each Megatron type reads
     "GPT2BPETokenizer": {"vocab_file", "merge_file", "encoder"},
@@ -439,7 +441,8 @@ _TAKES = {  # the options each Megatron type reads
     "Llama2Tokenizer": {"tokenizer_model", "encoder"},
     "HuggingFaceTokenizer": {"tokenizer_model", "eod_token", "encoder"},
     "TikTokenizer": {
-        "tokenizer_model", "tiktoken_pattern", "tiktoken_num_special_tokens", "vocab_size"
+        "tokenizer_model", "tiktoken_pattern", "tiktoken_num_special_tokens", "vocab_size",
+        "encoder",
     },
     "NullTokenizer": {"vocab_size"},
 }
@@ -475,5 +478,6 @@ def _load_megatron(kind: str, path: str | None, options: dict):
             pattern=get("tiktoken_pattern") or "v2",
             num_special_tokens=get("tiktoken_num_special_tokens") or 1000,
             vocab_size=get("vocab_size"),
+            encoder=encoder,
         )
     return mt.NullTokenizer(get("vocab_size"))

@@ -92,8 +92,9 @@ flags.DEFINE_string(
 flags.DEFINE_bool("append_eod", False, "Append the end-of-document id to every non-empty text.")
 flags.DEFINE_enum(
     "encoder", "auto", list(ENCODERS),
-    "auto: gigatoken (pip install 'megadata[gigatoken]') for byte-level BPE and SentencePiece "
-    "BPE tokenizers where its ids are proven equal to the reference encoder's when the "
+    "auto: gigatoken (pip install 'megadata[gigatoken]') for byte-level BPE, SentencePiece "
+    "BPE, tiktoken ranks and TikTokenizer --tiktoken-pattern v2 tokenizers where its ids are "
+    "proven equal to the reference encoder's when the "
     "tokenizer loads, the reference (tiktoken, tokenizers, sentencepiece) elsewhere; "
     "reference: never gigatoken; gigatoken: as --use_gigatoken. The log says which runs."
 )

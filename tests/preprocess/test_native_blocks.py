@@ -62,6 +62,8 @@ def tokenizer_options(tmp_path_factory):
                {"tokenizer_model": files.write_sentencepiece_model(
                    directory, normalization="identity")}),
         "tt": ("tiktoken", {"path": files.write_tiktoken_ranks(directory)}),
+        "mtt": ("TikTokenizer", {"tokenizer_model": files.write_trained_tiktoken_json(directory),
+                                 "vocab_size": 1000 + 1999, "tiktoken_pattern": "v2"}),
     }
 
 
@@ -70,7 +72,7 @@ def _factory(options, name, encoder="auto"):
     return functools.partial(load_tokenizer, kind, encoder=encoder, **kwargs)
 
 
-@pytest.mark.parametrize("name", ["hf", "gpt2", "sp", "tt"])
+@pytest.mark.parametrize("name", ["hf", "gpt2", "sp", "tt", "mtt"])
 def test_proven_types_take_gigatoken(tokenizer_options, name):
     tokenizer = _factory(tokenizer_options, name)()
     assert tokenizer.encoder.startswith("gigatoken"), tokenizer.encoder
@@ -106,7 +108,7 @@ lines = st.lists(
 )
 
 
-@pytest.mark.parametrize("name", ["hf", "sp", "tt"])
+@pytest.mark.parametrize("name", ["hf", "sp", "tt", "mtt"])
 @settings(max_examples=60, deadline=None)
 @given(block=lines, skip_bad_lines=st.booleans(), keep_empty=st.booleans())
 def test_block_path_equals_exact_path(tokenizer_options, name, block, skip_bad_lines,
@@ -139,7 +141,7 @@ def _odd_corpus(directory, count=400):
     return path
 
 
-@pytest.mark.parametrize("name", ["hf", "sp", "tt"])
+@pytest.mark.parametrize("name", ["hf", "sp", "tt", "mtt"])
 def test_one_corpus_whatever_runs_it(tmp_path, tokenizer_options, name, monkeypatch):
     source = _odd_corpus(str(tmp_path))
     run = functools.partial(preprocess_jsonl, [source], append_eod=True, chunk_bytes=2048)
@@ -282,7 +284,7 @@ def test_in_order_keeps_its_threads_and_a_forked_child_starts_its_own():
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-@pytest.mark.parametrize("name", ["hf", "gpt2", "sp", "tt"])
+@pytest.mark.parametrize("name", ["hf", "gpt2", "sp", "tt", "mtt"])
 def test_threads_encoding_at_once_take_instances_of_their_own(tokenizer_options, name):
     """gigatoken runs one call at a time per instance: a thread finding every instance busy
     loads another from the proven source (up to MAX_INSTANCES; then it shares one), with

@@ -129,7 +129,8 @@ def write_hf_directory(directory: str) -> str:
     return path
 
 
-def write_tiktoken_json(directory: str, merges=(b"th", b"he", b"the", b" t", b"in", b"er")) -> str:
+def write_tiktoken_json(directory: str, merges=(b"th", b"he", b"the", b" t", b"in", b"er"),
+                        name: str = "tiktoken.json") -> str:
     """Megatron's TikTokenizer vocabulary: a JSON list of {rank, token_bytes, token_str}."""
     tokens = [bytes([b]) for b in range(256)] + list(merges)
     entries = [
@@ -137,10 +138,17 @@ def write_tiktoken_json(directory: str, merges=(b"th", b"he", b"the", b" t", b"i
          "token_str": t.decode("utf-8", "replace")}
         for i, t in enumerate(tokens)
     ]
-    path = os.path.join(directory, "tiktoken.json")
+    path = os.path.join(directory, name)
     with open(path, "w") as stream:
         json.dump(entries, stream)
     return path
+
+
+def write_trained_tiktoken_json(directory: str, vocab_size: int = 2000) -> str:
+    """Megatron's TikTokenizer vocabulary of ``write_tiktoken_ranks``' trained ranks."""
+    with open(write_tiktoken_ranks(directory, vocab_size), "rb") as stream:
+        tokens = [base64.b64decode(line.split()[0]) for line in stream if line.strip()]
+    return write_tiktoken_json(directory, tokens[256:], name="trained-tiktoken.json")
 
 
 def write_all(directory: str) -> dict[str, str]:

@@ -77,6 +77,15 @@ def test_bench_preprocess_peers_smoke(tmp_path):
     assert "where the time goes (s): ours, one thread: load (proof)" in out
 
 
+def test_bench_preprocess_encoders_smoke(tmp_path):
+    pytest.importorskip("gigatoken")
+    pytest.importorskip("sentencepiece")
+    out = _run_suite("preprocess", tmp_path, "--only", "encoders")
+    assert "ours 1 worker, gigatoken vs the reference encoder, end to end (MB/s)" in out
+    assert "check encoders: TikTokenizer v2, " in out
+    assert "ranks, gigatoken's corpus == the reference encoder's: yes" in out
+
+
 def test_bench_gpt_smoke(tmp_path):
     out = _run_suite("gpt", tmp_path)
     assert out.startswith("command: ")

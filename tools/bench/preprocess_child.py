@@ -4,11 +4,11 @@ in a fresh interpreter so that its peak RSS is its own.
     python preprocess_child.py SPEC_JSON
 
 SPEC: ``side`` (below), ``kind`` (a tokenizer type of ``load_tokenizer``), ``options``
-(its files), ``input`` (a jsonl), ``prefix`` (the output corpus), ``workers``. The
-libraries a side needs are imported before the clock starts; the tokenizer's load (and
-for ours its load-time proof) is timed. Prints ``RESULT {json}``: seconds, documents,
-tokens, phases (seconds by stage), rss_mib (this process' peak), base_mib (its RSS
-after the imports), children_mib (the largest peak of its child processes).
+(its files; ``encoder`` for ours), ``input`` (a jsonl), ``prefix`` (the output corpus),
+``workers``. The libraries a side needs are imported before the clock starts; the
+tokenizer's load (and for ours its load-time proof) is timed. Prints ``RESULT {json}``:
+seconds, documents, tokens, phases (seconds by stage), rss_mib (this process' peak),
+base_mib (its RSS after the imports), children_mib (the largest peak of its child processes).
 
 Sides:
 
@@ -71,7 +71,8 @@ def _megatron_builder():
 def _eod(spec) -> int:
     from adapters.text_tokenizers import load_tokenizer
 
-    return int(load_tokenizer(spec["kind"], encoder="reference", **spec["options"]).eod_id)
+    options = {k: v for k, v in spec["options"].items() if k != "encoder"}
+    return int(load_tokenizer(spec["kind"], encoder="reference", **options).eod_id)
 
 
 def gigatoken_side(spec, eod, dtype, start):
@@ -278,7 +279,8 @@ def main() -> None:
     from adapters.text_tokenizers import load_tokenizer  # imports common to every side
     from megadata_core.format import optimal_dtype
 
-    reference = load_tokenizer(spec["kind"], encoder="reference", **spec["options"])
+    options = {k: v for k, v in spec["options"].items() if k != "encoder"}
+    reference = load_tokenizer(spec["kind"], encoder="reference", **options)
     eod, vocab = int(reference.eod_id), reference.vocab_size
     dtype = np.dtype(optimal_dtype(vocab)).type
     if spec["side"] in ("gigatoken", "ours", "phases", "prime"):

@@ -2,7 +2,7 @@
 main's ``tools/preprocess_data_fast.py``) and Megatron's ``preprocess_data.py`` loop, on
 real text.
 
-    python tools/bench.py preprocess --only peers,rss-2g,large,modes --repeats 3
+    python tools/bench.py preprocess --only peers,rss-2g,large,modes,encoders --repeats 3
 
 * ``peers``: a JSON-lines corpus of real text made offline from this Python's
   installation (the standard library's and site-packages' ``.py``, ``.md``, ``.rst`` and
@@ -29,6 +29,13 @@ real text.
 * ``large``: ours (1 worker, the verdict cached) beside gigatoken's whole-file path on all
   of this installation's text files up to 512 MB (no text repeated; the peers'
   tokenizers), when the machine has the memory gigatoken needs: the loads amortized.
+* ``encoders``: ours (1 worker, each side a fresh interpreter, the verdict cached) with
+  gigatoken (``--encoder auto``) beside the reference encoder (``--encoder reference``:
+  tokenizers/tiktoken, sentencepiece, tiktoken) for each tokenizer type gigatoken takes:
+  the peers' two, and Megatron's ``TikTokenizer --tiktoken-pattern v2`` whose JSON ranks
+  list is the 32k byte-level BPE's merges in order (bytes 0..255, then merge k's result at
+  rank 256 + k, as tiktoken's own files are laid out; 1000 special tokens). Check: the
+  two corpora byte-identical.
 * ``rss-2g``: peak RSS of ours (1 worker) on a 2 GB input (the corpus repeated; scale
   1), beside gigatoken's whole-file path when the machine has the memory it needs
   (estimated from its run in ``peers``), else a note saying why it was left out.
@@ -545,9 +552,74 @@ def _available_mib() -> float | None:
     return None
 
 
+def megatron_tiktoken_json(tokenizer_json: str, path: str) -> int:
+    """Write Megatron's TikTokenizer vocabulary (a JSON list of {rank, token_bytes,
+    token_str}) of a byte-level BPE ``tokenizer.json``: bytes 0..255, then merge k's
+    result at rank 256 + k. Returns the number of ranks."""
+    import base64
+
+    from adapters.byte_level_bpe import bytes_to_unicode
+
+    to_byte = {char: byte for byte, char in bytes_to_unicode().items()}
+    with open(tokenizer_json, encoding="utf-8") as stream:
+        merges = json.load(stream)["model"]["merges"]
+    pairs = [pair if isinstance(pair, list) else pair.split(" ") for pair in merges]
+    tokens = [bytes([b]) for b in range(256)]
+    tokens += [bytes(to_byte[c] for c in left + right) for left, right in pairs]
+    with open(path, "w", encoding="utf-8") as stream:
+        json.dump([{"rank": i, "token_bytes": base64.b64encode(t).decode(),
+                    "token_str": t.decode("utf-8", "replace")} for i, t in enumerate(tokens)],
+                  stream)
+    return len(tokens)
+
+
+def bench_encoders(bench, source: str, nbytes: int, tokenizers: dict) -> None:
+    """Ours 1 worker with gigatoken beside the reference encoder, per tokenizer type (the
+    module docstring's ``encoders``)."""
+    try:
+        import gigatoken  # noqa: F401
+    except ImportError:
+        bench.note("encoders: gigatoken is not installed: n/a")
+        return
+    kinds = dict(tokenizers)
+    label, (kind, options) = next(iter(tokenizers.items()))
+    if kind == "HuggingFaceTokenizer":
+        path = bench.path("encoders", "megatron-tiktoken.json")
+        ranks = megatron_tiktoken_json(
+            os.path.join(options["tokenizer_model"], "tokenizer.json"), path)
+        kinds[f"TikTokenizer v2, {ranks:,} ranks"] = ("TikTokenizer", {
+            "tokenizer_model": path, "tiktoken_pattern": "v2", "vocab_size": 1000 + ranks,
+            "tiktoken_num_special_tokens": 1000})
+    for number, (label, (kind, options)) in enumerate(kinds.items()):
+        cache = bench.path("encoders", f"proofs-{number}")
+        run_side("prime", kind, options, source, "", 1, cache)
+        seconds: dict[str, list[float]] = {"auto": [], "reference": []}
+        for repeat in range(bench.repeats):
+            order = ("auto", "reference") if repeat % 2 == 0 else ("reference", "auto")
+            for encoder in order:
+                progress(f"encoders: {label}, --encoder {encoder} ({repeat + 1}/"
+                         f"{bench.repeats})")
+                prefix = bench.path("encoders", encoder)
+                result = run_side("ours", kind, {**options, "encoder": encoder}, source,
+                                  prefix, 1, cache)
+                seconds[encoder].append(result["seconds"])
+            if not repeat:
+                pairs = [(bench.path("encoders", "auto") + ext,
+                          bench.path("encoders", "reference") + ext) for ext in (".bin", ".idx")]
+                bench.check(f"encoders: {label}, gigatoken's corpus == the reference "
+                            "encoder's", same_files(*pairs))
+        bench.row(f"{label}: ours 1 worker, gigatoken vs the reference encoder, end to end",
+                  "MB/s", "higher", nbytes / 1e6 / statistics.median(seconds["auto"]),
+                  nbytes / 1e6 / statistics.median(seconds["reference"]), bench.repeats)
+        for encoder in seconds:
+            _remove(bench.path("encoders", encoder))
+
+
 def peer_items(bench) -> None:
-    """The ``peers``, ``rss-2g``, ``large`` and ``modes`` items that ``bench.wants``."""
-    wanted = [item for item in ("peers", "rss-2g", "large", "modes") if bench.wants(item)]
+    """The ``peers``, ``rss-2g``, ``large``, ``modes`` and ``encoders`` items that
+    ``bench.wants``."""
+    wanted = [item for item in ("peers", "rss-2g", "large", "modes", "encoders")
+              if bench.wants(item)]
     if not wanted:
         return
     try:
@@ -571,6 +643,8 @@ def peer_items(bench) -> None:
         bench_rss_2g(bench, source, nbytes, tokenizers_, giga)
     if "modes" in wanted:
         bench_modes(bench, source, nbytes, tokenizers_)
+    if "encoders" in wanted:
+        bench_encoders(bench, source, nbytes, tokenizers_)
     if "large" in wanted:
         try:
             import gigatoken  # noqa: F401

@@ -1,5 +1,6 @@
 """The ``preprocess`` suite: ours beside gigatoken's whole-file path and Megatron's loop on
-real text (items ``peers``, ``rss-2g``: tools/bench/preprocess_peers.py), then the task
+real text (items ``peers``, ``rss-2g``, ``large``, ``modes``, ``encoders``:
+tools/bench/preprocess_peers.py), then the task
 plan on its engines against the single-process path (item ``scale``).
 
 Usage::
