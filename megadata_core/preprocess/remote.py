@@ -53,6 +53,23 @@ def _stat(source: ByteSource) -> tuple[int, str | None]:
     return size, generation
 
 
+def remember_size(url: str, size: int, generation: str | None) -> None:
+    """Record an object's size (from ``remote_identity`` in another process), so that
+    opening it here sends no size probes; a size is only ever kept under its generation."""
+    if generation is not None:
+        with _sizes_lock:
+            _sizes[(url, generation)] = int(size)
+
+
+def bound_reads(stream: BinaryIO, stop: int) -> None:
+    """Tell a stream of :func:`open_remote` that no byte at or past ``stop`` is wanted: its
+    reads and read-ahead end there (a task reading its byte range fetches nothing of the
+    next task's). Any other stream is left as it is."""
+    raw = getattr(stream, "raw", stream)
+    if isinstance(raw, RangedFile):
+        raw.stop = min(int(stop), raw.size())
+
+
 def remote_identity(url: str) -> list:
     """``[url, size, generation]`` of an object (generation None when the store has none)."""
     size, generation = _stat(open_source(url))
@@ -65,7 +82,8 @@ class RangedFile(io.RawIOBase):
     ``read_ahead``: after each read, the next range of the same size is requested on a
     background thread, so that reading the lines of an object overlaps the network with
     the work on the previous buffer; a read elsewhere discards it (its error too), and its
-    error, when taken, is raised as a direct read's would be."""
+    error, when taken, is raised as a direct read's would be. ``stop`` (the size unless
+    :func:`bound_reads` lowers it): reads from before it end there."""
 
     def __init__(self, source: ByteSource, size: int, read_ahead: bool = False) -> None:
         self.source = source
@@ -74,6 +92,7 @@ class RangedFile(io.RawIOBase):
         self._position = 0
         self._read_ahead = read_ahead
         self._ahead: tuple[int, int, concurrent.futures.Future] | None = None
+        self.stop = self._size
 
     def readable(self) -> bool:
         return True
@@ -95,7 +114,8 @@ class RangedFile(io.RawIOBase):
         return self._position
 
     def readinto(self, buffer) -> int:
-        count = min(len(buffer), self._size - self._position)
+        end = self.stop if self._position < self.stop else self._size
+        count = min(len(buffer), end - self._position)
         if count <= 0:
             return 0
         data = self._take_ahead(self._position, count)
@@ -103,8 +123,8 @@ class RangedFile(io.RawIOBase):
             data = self.source.read(self._position, count)
         memoryview(buffer).cast("B")[:count] = data
         self._position += count
-        if self._read_ahead and self._position < self._size:
-            following = min(count, self._size - self._position)
+        if self._read_ahead and self._position < end:
+            following = min(count, end - self._position)
             self._ahead = (self._position, following,
                            _read_ahead_pool().submit(self.source.read, self._position, following))
         return count

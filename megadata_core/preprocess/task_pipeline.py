@@ -39,6 +39,7 @@ from megadata_core.preprocess.plan import (
     plan_tasks,
 )
 from megadata_core.preprocess.reading import open_input
+from megadata_core.preprocess.remote import is_remote
 from megadata_core.preprocess.tasks import Engine, TaskRunner, local_engine
 from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
 from megadata_core.preprocess.workdir import (
@@ -121,6 +122,7 @@ def preprocess_tasks(
         runner = TaskRunner(
             directory, print_, tokenizer_factory, keys, level, dtype, append_eod, skip_bad_lines,
             open_binary, table_reader, splitter_factory, keep_empty,
+            objects=[item for item in identities if is_remote(item[0])],
         )
         manifests: dict[int, dict] = {}
         for task in tasks:

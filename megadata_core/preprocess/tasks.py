@@ -31,7 +31,7 @@ from megadata_core.preprocess.reading import (
     strip_bom,
     take_lines,
 )
-from megadata_core.preprocess.remote import is_remote
+from megadata_core.preprocess.remote import bound_reads, is_remote, remember_size
 from megadata_core.preprocess.table_encoding import tokenize_rows
 from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
 from megadata_core.preprocess.workdir import (
@@ -55,7 +55,9 @@ class TaskRunner:
     ``runner(task, threads=n)`` tokenizes a lines task's blocks on ``n`` threads of this
     process when the tokenizer has a native block encoder (which releases the GIL), as
     ``preprocess_jsonl`` does with one worker: the engine that runs tasks in its own
-    process asks for the usable cores; pools of processes take one each."""
+    process asks for the usable cores; pools of processes take one each. ``objects``:
+    ``[url, size, generation]`` of the inputs by URL, as the driver found them (each
+    process opening them then asks the store for no size)."""
 
     def __init__(
         self,
@@ -71,8 +73,10 @@ class TaskRunner:
         table_reader: TableReader | None = None,
         splitter_factory: Callable[[], SentenceSplitter] | None = None,
         keep_empty: bool = False,
+        objects: Sequence[Sequence] = (),
     ) -> None:
         self.directory = directory
+        self.objects = [list(identity) for identity in objects]
         self.keep_empty = bool(keep_empty)
         self.fingerprint = fingerprint
         self.tokenizer_factory = tokenizer_factory
@@ -91,6 +95,8 @@ class TaskRunner:
 
     def tools(self) -> tuple[Tokenizer, SentenceSplitter | None]:
         if self._tools is None:
+            for url, size, generation in self.objects:  # sizes the driver found: no probes
+                remember_size(url, size, generation)
             splitter = None if self.splitter_factory is None else self.splitter_factory()
             self._tools = (self.tokenizer_factory(), splitter)
         return self._tools
@@ -170,6 +176,8 @@ class TaskRunner:
             stream = stack.enter_context(self.open_binary(task.path))
             if task.start:
                 stream.seek(task.start)
+            if task.stop >= 0:
+                bound_reads(stream, task.stop)
             chunks = _line_chunks(stream, task, _block_bytes(task, threads))
             if threads > 1:  # (every block numbered as ``before`` stands now)
                 done = stack.enter_context(block_threads.in_order(

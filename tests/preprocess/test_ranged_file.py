@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from megadata_core import DataError
 from megadata_core.format.sources import LocalFileSource
-from megadata_core.preprocess.remote import RangedFile
+from megadata_core.preprocess.remote import RangedFile, bound_reads
 
 DATA = bytes(range(256)) * 40  # 10,240 bytes
 
@@ -110,3 +110,50 @@ def test_a_forked_child_reads_ahead_with_threads_of_its_own(path):
     _, status = os.waitpid(pid, 0)
     raw.close()
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, len(DATA)), st.integers(0, len(DATA) + 5), st.integers(1, 3000))
+def test_bounded_reads_fetch_nothing_past_the_stop(path, start, stop, buffer_size):
+    """A task reading bytes [start, stop) through a buffered stream gets exactly them, and
+    no request (read-ahead included) reaches past the stop; past it, reads go on to the
+    end of the object when asked."""
+    source = CountingSource(path)
+    stream = io.BufferedReader(RangedFile(source, len(DATA), read_ahead=True),
+                               buffer_size=buffer_size)
+    with stream:
+        stream.seek(start)
+        bound_reads(stream, stop)
+        got = b""
+        while len(got) < max(0, min(stop, len(DATA)) - start):
+            piece = stream.read(min(buffer_size, min(stop, len(DATA)) - start - len(got)))
+            assert piece
+            got += piece
+        assert got == DATA[start:stop]
+        assert all(offset + length <= max(stop, start) for offset, length in source.reads)
+        if stop < len(DATA):
+            stream.seek(stop)
+            assert stream.read() == DATA[stop:]
+
+
+def test_a_size_remembered_sends_no_probes(monkeypatch):
+    """Sizes found by the driver, remembered in a worker under the object's generation,
+    are not asked of the store again; without a generation nothing is kept."""
+    from megadata_core.preprocess import remote
+
+    class Source:
+        path = "s3://bucket/remembered.jsonl"
+        sized = 0
+
+        def generation(self):
+            return "abc123"
+
+        def size(self):
+            Source.sized += 1
+            return 77
+
+    monkeypatch.setattr(remote, "_sizes", {})
+    remote.remember_size(Source.path, 1234, "abc123")
+    remote.remember_size(Source.path, 99, None)
+    assert remote._stat(Source()) == (1234, "abc123") and Source.sized == 0
+    assert remote._sizes == {(Source.path, "abc123"): 1234}
