@@ -493,15 +493,17 @@ def _modes_s3(bench, source: str, nbytes: int, kind: str, options: dict, cache: 
                "AWS_SECRET_ACCESS_KEY": s3rver.SECRET_KEY, "AWS_DEFAULT_REGION": "us-east-1"}
         megabytes = nbytes / 1e6
         for workers in (1, 2):
-            local, remote = [], []
+            local, remote, served = [], [], []
             for repeat in range(bench.repeats):
                 progress(f"modes: task plan {workers} worker(s), local and s3:// "
                          f"({repeat + 1}/{bench.repeats})")
                 local.append(run_side("plan", kind, options, source,
                                       bench.path("modes", "local"), workers, cache)["seconds"])
+                before = server.cpu_seconds()
                 remote.append(run_side("plan", kind, options, "s3://corpora/input.jsonl",
                                        bench.path("modes", "s3"), workers, cache, env=env,
                                        size=nbytes)["seconds"])
+                served.append(server.cpu_seconds() - before)
                 if not repeat:
                     bench.check(f"modes: s3:// corpus == local file's ({workers} worker(s))",
                                 same_files(*[(bench.path("modes", "s3") + ext,
@@ -511,6 +513,9 @@ def _modes_s3(bench, source: str, nbytes: int, kind: str, options: dict, cache: 
                       "(s3rver on 127.0.0.1) vs local file", "MB/s", "higher",
                       megabytes / statistics.median(remote),
                       megabytes / statistics.median(local), bench.repeats)
+            bench.note(f"modes: s3:// with {workers} worker(s): s3rver itself spent "
+                       f"{statistics.median(served):.2f} s of CPU per run on the same cores "
+                       f"(the run took {statistics.median(remote):.2f} s)")
         bench.note("modes: the task plan's workers for inputs by URL are spawned (fresh "
                    "interpreters, each importing and loading its tokenizer: TensorStore "
                    "aborts in a forked child), local inputs' workers are forked")
