@@ -384,7 +384,30 @@ class SentencePieceTokenizer:
         return f"SentencePieceTokenizer({self.model_file!r}, type_name={self.type_name!r})"
 
 
-class MegatronTikTokenizer:
+class TiktokenDispatch:
+    """``encode``, ``encode_batch`` and ``decode`` of a tokenizer over a tiktoken
+    ``_encoding``: its proven gigatoken ``block_encoder`` first, its ``_reference`` and
+    ``_reference_batch`` (tiktoken) for texts gigatoken is not proven on, or for all."""
+
+    block_encoder = None
+
+    def encode(self, text: str) -> np.ndarray:
+        """uint32[n] ids of ``text``."""
+        if self.block_encoder is not None and not self.block_encoder.needs_reference(text):
+            return self.block_encoder.encode(text).astype(np.uint32)
+        return self._reference(text)
+
+    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
+        if self.block_encoder is not None:
+            return giga.batch(self.block_encoder, texts, self._reference_batch)
+        return self._reference_batch(texts)
+
+    def decode(self, ids) -> str:
+        return self._encoding.decode([int(i) for i in np.asarray(ids).reshape(-1)])
+
+
+class MegatronTikTokenizer(TiktokenDispatch):
     """Megatron's TikTokenizer: a JSON list of ``{"rank", "token_bytes", "token_str"}``.
 
     Ids 0..num_special_tokens-1 are special (``<unk> <s> </s> <mask> <pad> <cls> <sep>``
@@ -510,21 +533,6 @@ class MegatronTikTokenizer:
         return flatten_ids(self._encoding.encode_batch(
             list(texts), num_threads=self._threads, allowed_special="all"
         ))
-
-    def encode(self, text: str) -> np.ndarray:
-        """uint32[n] ids of ``text``."""
-        if self.block_encoder is not None and not self.block_encoder.needs_reference(text):
-            return self.block_encoder.encode(text).astype(np.uint32)
-        return self._reference(text)
-
-    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
-        if self.block_encoder is not None:
-            return giga.batch(self.block_encoder, texts, self._reference_batch)
-        return self._reference_batch(texts)
-
-    def decode(self, ids) -> str:
-        return self._encoding.decode([int(i) for i in np.asarray(ids).reshape(-1)])
 
     def __getstate__(self):  # gigatoken does not pickle; rebuilt (the verdict cached)
         return {"arguments": self._arguments}

@@ -234,7 +234,7 @@ def _configured_eos(directory: str) -> str | None:
     return found.get("eos_token", found.get("sep_token"))
 
 
-class TiktokenTokenizer:
+class TiktokenTokenizer(mt.TiktokenDispatch):
     """A tiktoken BPE ranks file (lines ``base64(token) rank``) from a local path.
 
     The ranks must cover all 256 single bytes and be 0..n-1; the EOD token is a
@@ -334,21 +334,6 @@ class TiktokenTokenizer:
         return mt.flatten_ids(
             self._encoding.encode_ordinary_batch(list(texts), num_threads=threads)
         )
-
-    def encode(self, text: str) -> np.ndarray:
-        """uint32[n] token ids of ``text`` (no special tokens recognized)."""
-        if self._giga is not None and not self._giga.needs_reference(text):
-            return self._giga.encode(text).astype(np.uint32)
-        return self._reference(text)
-
-    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
-        if self._giga is not None:
-            return giga.batch(self._giga, texts, self._reference_batch)
-        return self._reference_batch(texts)
-
-    def decode(self, ids) -> str:
-        return self._encoding.decode([int(i) for i in np.asarray(ids).reshape(-1)])
 
     def __repr__(self) -> str:
         return f"TiktokenTokenizer({self.path!r}, eod_token={self.eod_token!r})"
