@@ -120,7 +120,29 @@ def _rebuild(cls, args: tuple, kwargs: dict):
     return cls(*args, **kwargs)
 
 
-class RustTokenizer:
+class GigaFirst:
+    """``encode`` and ``encode_batch`` of a tokenizer with a reference encoder
+    (``_reference(text)``, ``_reference_batch(texts) -> (ids, lengths)``) and, when its ids
+    are proven, a gigatoken ``block_encoder`` taken first: for every text but those holding
+    a character it is not proven on. ``ids_dtype``: the dtype ``encode`` returns."""
+
+    block_encoder = None
+    ids_dtype = np.int64
+
+    def encode(self, text: str) -> np.ndarray:
+        """``ids_dtype``[n] ids of ``text``."""
+        if self.block_encoder is not None and not self.block_encoder.needs_reference(text):
+            return self.block_encoder.encode(text).astype(self.ids_dtype, copy=False)
+        return np.asarray(self._reference(text), dtype=self.ids_dtype)
+
+    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
+        if self.block_encoder is not None:
+            return giga.batch(self.block_encoder, texts, self._reference_batch)
+        return self._reference_batch(texts)
+
+
+class RustTokenizer(GigaFirst):
     """Shared encode/decode over a ``tokenizers.Tokenizer`` without added special tokens.
 
     ``_ranks``: a ``byte_level_bpe.RankEncoder`` giving the same ids faster, used when
@@ -196,18 +218,6 @@ class RustTokenizer:
             return self._ranks.encode_batch(texts)
         encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
         return flatten_ids([encoding.ids for encoding in encodings])
-
-    def encode(self, text: str) -> np.ndarray:
-        """int64[n] ids of ``text``."""
-        if self._giga is not None and not self._giga.needs_reference(text):
-            return self._giga.encode(text)
-        return self._reference(text)
-
-    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
-        if self._giga is not None:
-            return giga.batch(self._giga, texts, self._reference_batch)
-        return self._reference_batch(texts)
 
     def decode(self, ids) -> str:
         return self._tokenizer.decode([int(i) for i in np.asarray(ids).reshape(-1)])
@@ -320,7 +330,7 @@ class BertWordPieceTokenizer(RustTokenizer):
         return f"BertWordPieceTokenizer({self.vocab_file!r}, lower_case={self.lower_case})"
 
 
-class SentencePieceTokenizer:
+class SentencePieceTokenizer(GigaFirst):
     """A SentencePiece ``.model`` (Megatron's SentencePieceTokenizer, GPTSentencePieceTokenizer,
     Llama2Tokenizer): plain ``encode`` ids, EOD = the model's eos id, vocab_size = its pieces.
     A model without an eos piece has ``eod_id`` -1, which ``--append-eod`` refuses.
@@ -359,18 +369,6 @@ class SentencePieceTokenizer:
             self._processor.encode(list(texts), out_type=int, num_threads=self._threads)
         )
 
-    def encode(self, text: str) -> np.ndarray:
-        """int64[n] ids of ``text``."""
-        if self.block_encoder is not None:
-            return self.block_encoder.encode(text)
-        return np.array(self._reference(text), dtype=np.int64)
-
-    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
-        if self.block_encoder is not None:
-            return giga.batch(self.block_encoder, texts, self._reference_batch)
-        return self._reference_batch(texts)
-
     def decode(self, ids) -> str:
         return self._processor.decode([int(i) for i in np.asarray(ids).reshape(-1)])
 
@@ -384,24 +382,10 @@ class SentencePieceTokenizer:
         return f"SentencePieceTokenizer({self.model_file!r}, type_name={self.type_name!r})"
 
 
-class TiktokenDispatch:
-    """``encode``, ``encode_batch`` and ``decode`` of a tokenizer over a tiktoken
-    ``_encoding``: its proven gigatoken ``block_encoder`` first, its ``_reference`` and
-    ``_reference_batch`` (tiktoken) for texts gigatoken is not proven on, or for all."""
+class TiktokenDispatch(GigaFirst):
+    """:class:`GigaFirst` over a tiktoken ``_encoding`` (uint32 ids, as tiktoken's)."""
 
-    block_encoder = None
-
-    def encode(self, text: str) -> np.ndarray:
-        """uint32[n] ids of ``text``."""
-        if self.block_encoder is not None and not self.block_encoder.needs_reference(text):
-            return self.block_encoder.encode(text).astype(np.uint32)
-        return self._reference(text)
-
-    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(int64 ids of all texts concatenated, int64[len(texts)] lengths)."""
-        if self.block_encoder is not None:
-            return giga.batch(self.block_encoder, texts, self._reference_batch)
-        return self._reference_batch(texts)
+    ids_dtype = np.uint32
 
     def decode(self, ids) -> str:
         return self._encoding.decode([int(i) for i in np.asarray(ids).reshape(-1)])
