@@ -710,21 +710,32 @@ TIKTOKEN_PROOF = "tiktoken rank merging equals gigatoken's merges; the pre-token
 def _load_ranks(source: str, backend: str):
     """gigatoken for ``source`` (JSON [path, sha256 of the bytes proven]) with the scheme
     ``backend`` names ("tiktoken:SCHEME"), or (None, why); a changed file is refused."""
-    import gigatoken
-
     path, digest = json.loads(source)
     try:
         with open(path, "rb") as stream:
             raw = stream.read()
-        if hashlib.sha256(raw).hexdigest() != digest:
-            return None, f"{path} changed since its proof"
-        with _memory_file(raw) as name:  # the bytes hashed, not the file read again
+    except OSError as error:
+        return None, f"gigatoken cannot load {path} ({error})"
+    if hashlib.sha256(raw).hexdigest() != digest:
+        return None, f"{path} changed since its proof"
+    # the bytes hashed, not the file read again
+    return _from_tiktoken(raw, backend.removeprefix("tiktoken:"), {}, path)
+
+
+def _from_tiktoken(raw: bytes, scheme: str, specials: Mapping[str, int], what: str):
+    """gigatoken's tokenizer for a tiktoken ranks file's bytes ``raw``, pre-tokenized by
+    ``scheme``, with ``specials`` ({content: id}); or (None, why) naming ``what``."""
+    import gigatoken
+
+    try:
+        with _memory_file(raw) as name:
             tokenizer = gigatoken.Tokenizer.from_tiktoken(
-                name, pretokenizer=backend.removeprefix("tiktoken:"))
+                name, pretokenizer=scheme, **({"special_tokens": dict(specials)}
+                                              if specials else {}))
     except BaseException as error:  # gigatoken's own types, and Rust panics (BaseException)
         if isinstance(error, (KeyboardInterrupt, SystemExit)):
             raise
-        return None, f"gigatoken cannot load {path} ({error})"
+        return None, f"gigatoken cannot load {what} ({error})"
     return tokenizer, ""
 
 
@@ -800,19 +811,9 @@ _SPECIAL = re.compile(r"<[^<>]*>")  # occurrences of such tokens never overlap
 def _load_megatron_ranks(source: str, backend: str):
     """gigatoken for ``source`` (JSON [a tiktoken ranks file's text, {special: id}]) with
     the scheme ``backend`` names ("megatron-tiktoken:SCHEME"), or (None, why)."""
-    import gigatoken
-
     text, specials = json.loads(source)
-    try:
-        with _memory_file(text.encode("ascii")) as name:
-            tokenizer = gigatoken.Tokenizer.from_tiktoken(
-                name, pretokenizer=backend.removeprefix("megatron-tiktoken:"),
-                special_tokens=specials)
-    except BaseException as error:  # gigatoken's own types, and Rust panics (BaseException)
-        if isinstance(error, (KeyboardInterrupt, SystemExit)):
-            raise
-        return None, f"gigatoken cannot load the ranks ({error})"
-    return tokenizer, ""
+    return _from_tiktoken(text.encode("ascii"), backend.removeprefix("megatron-tiktoken:"),
+                          specials, "the ranks")
 
 
 def megatron_tiktoken(tokens: Sequence[bytes], specials: Sequence[str], scheme: str,

@@ -461,16 +461,10 @@ class MegatronTikTokenizer(TiktokenDispatch):
         if why:
             return None, why
         options = f"{self.pattern} {len(specials)} {len(ranks)}".encode()
-        proof_key = proof_cache.key(f"Megatron TikTokenizer ranks, scheme {scheme}",
-                                    raw + b"\0" + options, ("gigatoken", "tiktoken"))
-        verdict = proof_cache.load(proof_key, ("gigatoken",))
-        if verdict is not None and verdict["gigatoken"]:
-            return None, verdict["gigatoken"]
-        found = giga.megatron_tiktoken(list(ranks), specials, scheme, self._reference,
-                                       proven=verdict is not None)
-        if verdict is None:
-            proof_cache.store(proof_key, {"gigatoken": found[1]})
-        return found
+        return proof_cache.proven_once(
+            f"Megatron TikTokenizer ranks, scheme {scheme}", raw + b"\0" + options,
+            ("gigatoken", "tiktoken"), lambda proven: giga.megatron_tiktoken(
+                list(ranks), specials, scheme, self._reference, proven=proven))
 
     def _read_ranks(self, raw: bytes, inner_size: int, offset: int) -> dict[bytes, int]:
         """{token bytes: id} of the first ``inner_size`` ranks of the file's bytes ``raw``,

@@ -21,10 +21,10 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 
-__all__ = ["PROOF_VERSION", "cache_dir", "key", "load", "store"]
+__all__ = ["PROOF_VERSION", "cache_dir", "key", "load", "proven_once", "store"]
 
 PROOF_VERSION = 2  # 2: byte-level BPE proven on the tokenizer.json as written
 
@@ -115,3 +115,19 @@ def store(proof_key: dict, verdict: dict) -> None:
             with contextlib.suppress(OSError):
                 os.remove(temp)
             raise
+
+
+def proven_once(kind: str, data: bytes, libraries: Sequence[str],
+                prove: Callable[[bool], tuple]) -> tuple:
+    """``prove(proven) -> (encoder | None, why)`` with its one-field verdict (``gigatoken``:
+    ``""`` or why not) cached under ``key(kind, data, libraries)``: a failure stored is
+    returned as ``(None, why)`` without proving; a success stored calls ``prove(True)``
+    (load only, checks skipped); no verdict calls ``prove(False)`` and stores its why."""
+    proof_key = key(kind, data, libraries)
+    verdict = load(proof_key, ("gigatoken",))
+    if verdict is not None and verdict["gigatoken"]:
+        return None, verdict["gigatoken"]
+    found = prove(verdict is not None)
+    if verdict is None:
+        store(proof_key, {"gigatoken": found[1]})
+    return found

@@ -306,16 +306,10 @@ class TiktokenTokenizer(mt.TiktokenDispatch):
         why = giga.available()
         if why:
             return None, why
-        proof_key = proof_cache.key(f"tiktoken ranks, scheme {giga.CL100K_SCHEME}",
-                                    raw + b"\0" + self.pattern.encode(), ("gigatoken", "tiktoken"))
-        verdict = proof_cache.load(proof_key, ("gigatoken",))
-        if verdict is not None and verdict["gigatoken"]:
-            return None, verdict["gigatoken"]
-        found = giga.tiktoken_ranks(self.path, ranks, giga.CL100K_SCHEME, self._reference,
-                                    proven=verdict is not None)
-        if verdict is None:
-            proof_cache.store(proof_key, {"gigatoken": found[1]})
-        return found
+        return proof_cache.proven_once(
+            f"tiktoken ranks, scheme {giga.CL100K_SCHEME}", raw + b"\0" + self.pattern.encode(),
+            ("gigatoken", "tiktoken"), lambda proven: giga.tiktoken_ranks(
+                self.path, ranks, giga.CL100K_SCHEME, self._reference, proven=proven))
 
     def __reduce__(self):
         arguments, options = self._arguments

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import concurrent.futures
 import io
-import os
 import threading
 from typing import BinaryIO
 
 from megadata_core.errors import DataError
 from megadata_core.format.sources import ByteSource, is_local, open_source
+from megadata_core.preprocess.threads import shared_pool
 
 BUFFER_SIZE = 4 << 20  # bytes per ranged request when reading lines
+READ_AHEAD_THREADS = 4  # ranges fetched ahead at once in a process (one per open file at most)
 
 _sizes: dict[tuple[str, str | None], int] = {}
 _sizes_lock = threading.Lock()
@@ -126,7 +127,8 @@ class RangedFile(io.RawIOBase):
         if self._read_ahead and self._position < end:
             following = min(count, end - self._position)
             self._ahead = (self._position, following,
-                           _read_ahead_pool().submit(self.source.read, self._position, following))
+                           shared_pool("megadata-read-ahead", READ_AHEAD_THREADS).submit(
+                               self.source.read, self._position, following))
         return count
 
     def _take_ahead(self, position: int, count: int) -> bytes | None:
@@ -153,26 +155,6 @@ def _discard(future: concurrent.futures.Future) -> None:
     """Drop a read ahead: cancelled, or waited for (its source may be closed next)."""
     if not future.cancel():
         concurrent.futures.wait([future])
-
-
-_pool: concurrent.futures.ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _read_ahead_pool() -> concurrent.futures.ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(4, "megadata-read-ahead")
-        return _pool
-
-
-def _forget_pool() -> None:  # a forked child has none of the parent's threads
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool)
 
 
 def open_remote(url: str, buffer_size: int | None = BUFFER_SIZE) -> BinaryIO:

@@ -146,23 +146,26 @@ def test_empty():
     assert packed.num_bins == 0 and len(packed.piece_document) == 0
 
 
+# lengths, capacity, documents per block: the fill's inputs; then one more integer, and the
+# random source of the order
+FILL_CASES = (st.lists(st.integers(0, 40), min_size=1, max_size=300), st.integers(1, 17),
+              st.integers(1, 64))
+
+
+def _fill_case(lengths, capacity, random):
+    """(int32 lengths, a random int64 order of the documents, their layout)."""
+    lengths = np.array(lengths, dtype=np.int32)
+    order = np.array(random.sample(range(len(lengths)), len(lengths)), dtype=np.int64)
+    return lengths, order, packing.pack_layout(lengths, capacity)
+
+
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(st.integers(0, 40), min_size=1, max_size=300),
-    st.integers(1, 17),
-    st.integers(1, 64),
-    st.integers(1, 50),
-    st.randoms(use_true_random=False),
-)
+@given(*FILL_CASES, st.integers(1, 50), st.randoms(use_true_random=False))
 def test_fill_in_blocks_and_row_ranges_equals_one_pass(lengths, capacity, block, scratch, random):
     """The fill walks the order a block at a time and, for an output larger than its
     buffer, writes it a row range at a time: any block and buffer size gives the rows
     of one pass over everything (which the BFD reference checks above)."""
-    lengths = np.array(lengths, dtype=np.int32)
-    order = list(range(len(lengths)))
-    random.shuffle(order)
-    order = np.array(order, dtype=np.int64)
-    layout = packing.pack_layout(lengths, capacity)
+    lengths, order, layout = _fill_case(lengths, capacity, random)
     whole = packing.fill_documents(layout, order)
     with mock.patch.object(packing, "_BLOCK", block):
         assert np.array_equal(packing.pack_layout(lengths, capacity).row, layout.row)
@@ -173,19 +176,11 @@ def test_fill_in_blocks_and_row_ranges_equals_one_pass(lengths, capacity, block,
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(st.integers(0, 40), min_size=1, max_size=300),
-    st.integers(1, 17),
-    st.integers(1, 64),
-    st.integers(2, 4),
-    st.randoms(use_true_random=False),
-)
+@given(*FILL_CASES, st.integers(2, 4), st.randoms(use_true_random=False))
 def test_fill_on_threads_equals_one_pass(lengths, capacity, block, threads, random):
     """Blocks filled in waves on several threads (each block's places from the blocks
     before it) give the rows of one pass on one thread."""
-    lengths = np.array(lengths, dtype=np.int32)
-    order = np.array(random.sample(range(len(lengths)), len(lengths)), dtype=np.int64)
-    layout = packing.pack_layout(lengths, capacity)
+    lengths, order, layout = _fill_case(lengths, capacity, random)
     with mock.patch.object(packing, "fill_threads", lambda: 1):
         whole = packing.fill_documents(layout, order)
     with mock.patch.object(packing, "_BLOCK", block), mock.patch.object(

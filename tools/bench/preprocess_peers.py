@@ -563,14 +563,13 @@ def megatron_tiktoken_json(tokenizer_json: str, path: str) -> int:
     result at rank 256 + k. Returns the number of ranks."""
     import base64
 
-    from adapters.byte_level_bpe import bytes_to_unicode
+    from adapters.byte_level_bpe import token_bytes
 
-    to_byte = {char: byte for byte, char in bytes_to_unicode().items()}
     with open(tokenizer_json, encoding="utf-8") as stream:
         merges = json.load(stream)["model"]["merges"]
     pairs = [pair if isinstance(pair, list) else pair.split(" ") for pair in merges]
     tokens = [bytes([b]) for b in range(256)]
-    tokens += [bytes(to_byte[c] for c in left + right) for left, right in pairs]
+    tokens += [token_bytes(left + right) for left, right in pairs]
     with open(path, "w", encoding="utf-8") as stream:
         json.dump([{"rank": i, "token_bytes": base64.b64encode(t).decode(),
                     "token_str": t.decode("utf-8", "replace")} for i, t in enumerate(tokens)],
