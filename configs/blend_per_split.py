@@ -1,14 +1,10 @@
 """Separate corpora per split, with two validation sets reported separately
 (Megatron's ``--train-data-path`` / ``--valid-data-path`` / ``--multiple-validation-sets``).
 
-    python tools/build_index.py --config=configs/blend_per_split.py --dry_run
+    megadata-build-index --config=blend_per_split --dry_run
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "tools"))
-from data_config import base_config  # noqa: E402
+from megadata_cli.data_config import base_config
 
 
 def get_config():

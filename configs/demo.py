@@ -1,14 +1,10 @@
 """The demo's data: the standard-library corpus that tools/demo.py tokenizes, with the
 byte tokenizer's EOD id, short samples and a small cache next to it.
 
-    python tools/build_index.py --config=configs/demo.py
+    megadata-build-index --config=demo
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "tools"))
-from data_config import base_config  # noqa: E402
+from megadata_cli.data_config import base_config
 
 
 def get_config():

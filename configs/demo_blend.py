@@ -1,14 +1,10 @@
 """The demo's blend (what tools/demo.py builds): its two standard-library corpora, module
 sources and their docstrings, weighted 0.7/0.3 and split 98/2/0, sharing its index cache.
 
-    python tools/inspect_data.py config --config=configs/demo_blend.py
+    megadata-inspect config --config=demo_blend
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "tools"))
-from data_config import base_config  # noqa: E402
+from megadata_cli.data_config import base_config
 
 
 def get_config():

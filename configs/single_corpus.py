@@ -1,14 +1,10 @@
 """One tokenized corpus split 969/30/1 into train/valid/test (Megatron's default split).
 
-    python tools/build_index.py --config=configs/single_corpus.py \
+    megadata-build-index --config=single_corpus \
         --config.data_path=/data/corpus_text_document --config.train_samples=1000000
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "tools"))
-from data_config import base_config  # noqa: E402
+from megadata_cli.data_config import base_config
 
 
 def get_config():

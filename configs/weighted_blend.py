@@ -1,14 +1,10 @@
 """A weighted blend of three corpora (Megatron's ``--data-path "w1 p1 w2 p2 ..."``),
 each split 98/2/0, samples apportioned by weight with Megatron's 0.5% surplus.
 
-    python tools/build_index.py --config=configs/weighted_blend.py --dry_run
+    megadata-build-index --config=weighted_blend --dry_run
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "tools"))
-from data_config import base_config  # noqa: E402
+from megadata_cli.data_config import base_config
 
 
 def get_config():

@@ -30,7 +30,8 @@ settings.load_profile(PROFILE)
 
 @pytest.fixture(autouse=True, scope="session")
 def _proof_cache_of_the_session(tmp_path_factory):
-    """Load-time proofs' verdicts (``adapters.proof_cache``) kept in this session's own
+    """Load-time proofs' verdicts (``megadata_adapters.tokenizing.proof_cache``) kept in this
+    session's own
     directory (subprocesses inherit it), never in the user's cache."""
     before = os.environ.get("MEGADATA_CACHE")
     os.environ["MEGADATA_CACHE"] = str(tmp_path_factory.mktemp("megadata-cache"))

@@ -32,6 +32,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "megadata_core"
+#: Installed package -> its folder in the repository (pyproject's package-dir mapping).
+PACKAGES = {
+    "megadata_core": CORE,
+    "megadata_adapters": ROOT / "adapters",
+    "megadata_cli": ROOT / "tools" / "cli",
+    "megadata_cli.configs": ROOT / "configs",
+}
+BENCH = ROOT / "tools" / "bench"
 FLOORS = {
     "errors": 0, "checks": 0, "cores": 0, "files": 0, "handover": 0,
     "format": 1,
@@ -100,10 +108,13 @@ def _resolved(node: ast.ImportFrom, package: str) -> str:
     return base
 
 
-def _modules(root: Path = CORE) -> list[tuple[Path, str]]:
+def _modules(package: str = "megadata_core", root: Path | None = None) -> list[tuple[Path, str]]:
+    """``(path, dotted name)`` of every module of ``package`` (its folder: ``root``, or
+    :data:`PACKAGES`' entry)."""
+    root = PACKAGES[package] if root is None else root
     modules = []
     for path in sorted(root.rglob("*.py")):
-        parts = path.relative_to(root.parent).with_suffix("").parts
+        parts = (*package.split("."), *path.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
         modules.append((path, ".".join(parts)))
@@ -186,7 +197,12 @@ def private_imports(path: Path, module: str) -> list[str]:
 
 
 def _is_module(dotted: str) -> bool:
-    path = ROOT.joinpath(*dotted.split("."))
+    for package in sorted(PACKAGES, key=len, reverse=True):
+        if dotted == package or dotted.startswith(f"{package}."):
+            rest = dotted[len(package):].lstrip(".").split(".")
+            path = PACKAGES[package].joinpath(*[part for part in rest if part])
+            return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+    path = ROOT.joinpath("tools", *dotted.split("."))  # the benchmarks' ``bench.x``
     return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
 
 
@@ -214,7 +230,10 @@ def test_indices_do_no_file_io(path, module):
     assert file_io(path) == []
 
 
-EVERY_MODULE = _modules(CORE) + _modules(ROOT / "adapters") + _modules(ROOT / "tools")
+ADAPTERS = _modules("megadata_adapters")
+COMMANDS = _modules("megadata_cli") + _modules("megadata_cli.configs")
+BENCHMARKS = _modules("bench", BENCH)
+EVERY_MODULE = _modules() + ADAPTERS + COMMANDS + BENCHMARKS
 
 
 @pytest.mark.parametrize(
@@ -275,3 +294,68 @@ def test_a_private_import_is_found(tmp_path):
     assert private_imports(path, "megadata_core.datasets.bad")[1:2] == [
         "megadata_core.datasets.bad (line 2): from megadata_core.indices import _blend_engine"
     ]
+
+
+# -- what ships imports nothing that does not ----------------------------------------
+
+
+def _outside_imports(path: Path, module: str, forbidden: tuple[str, ...]) -> list[str]:
+    return [
+        f"{module} (line {line}) imports {name}"
+        for line, name in _imports(path, module)
+        if name.split(".")[0] in forbidden
+    ]
+
+
+@pytest.mark.parametrize(("path", "module"), ADAPTERS, ids=[m for _, m in ADAPTERS])
+def test_adapters_import_neither_the_commands_nor_the_benchmarks(path, module):
+    assert _outside_imports(path, module, ("megadata_cli", "bench", "tools", "adapters")) == []
+
+
+@pytest.mark.parametrize(("path", "module"), COMMANDS, ids=[m for _, m in COMMANDS])
+def test_commands_never_import_the_benchmarks(path, module):
+    """tools/bench/ imports the commands, never the reverse (the benchmarks do not ship)."""
+    assert _outside_imports(path, module, ("bench", "tools", "adapters", "loopback")) == []
+
+
+def import_cycles(modules: list[tuple[Path, str]]) -> list[list[str]]:
+    """The import cycles among ``modules`` (each as the list of modules around it)."""
+    names = {module for _, module in modules}
+    edges = {
+        module: sorted({name for _, name in _imports(path, module) if name in names} - {module})
+        for path, module in modules
+    }
+    cycles, done = [], set()
+
+    def visit(module: str, trail: list[str]) -> None:
+        if module in trail:
+            cycles.append(trail[trail.index(module):])
+            return
+        if module in done:
+            return
+        for other in edges[module]:
+            visit(other, [*trail, module])
+        done.add(module)
+
+    for module in sorted(names):
+        visit(module, [])
+    return cycles
+
+
+@pytest.mark.parametrize(
+    "package", ["megadata_core", "megadata_adapters", "megadata_cli", "bench"]
+)
+def test_no_import_cycle_between_modules(package):
+    modules = {
+        "megadata_core": _modules(), "megadata_adapters": ADAPTERS, "megadata_cli": COMMANDS,
+        "bench": BENCHMARKS,
+    }[package]
+    packages = {m for p, m in modules if p.name == "__init__.py"}  # a package's front door
+    assert import_cycles([(p, m) for p, m in modules if m not in packages]) == []
+
+
+def test_an_import_cycle_is_found(tmp_path):
+    (tmp_path / "a.py").write_text("from bench import b\n")
+    (tmp_path / "b.py").write_text("import bench.a\n")
+    found = import_cycles([(tmp_path / "a.py", "bench.a"), (tmp_path / "b.py", "bench.b")])
+    assert found == [["bench.a", "bench.b"]]

@@ -16,7 +16,7 @@ Suites (the first positional argument; ``--only`` picks items within one):
     loaders  Grain, torch and JAX adapter paths against the core's raw batched read
     cloud    shuffled batches from s3rver / fake-gcs-server behind a latency and
              bandwidth shaping proxy: ours, megatron-core, boto3 / GCS client pools
-    megatron the megatron.core.datasets drop-in (adapters/megatron_datasets) beside
+    megatron the megatron.core.datasets drop-in (adapters/trainers/megatron_datasets) beside
              megatron-core: builder cold / warm start, GPTDataset.__getitem__ loop
     preprocess  the task plan: local pool of 1 and 2 workers and Ray beside one
              process (documents/s, MB/s, scaling, Ray start-up, worker RSS)
@@ -52,10 +52,11 @@ import tempfile
 import time
 
 import numpy as np
-import tool_main
 from absl import app, flags
 from bench import SUITES
 from bench.harness import Bench, render_table, version_of
+
+from megadata_cli import tool_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("repeats", 5, "Repeats per measurement; the table shows medians.")

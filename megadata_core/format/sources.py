@@ -101,7 +101,7 @@ def _factory_for(scheme: str, path: str) -> SourceFactory:
             return factory
     extra = _EXTRA_FOR_SCHEME.get(scheme)
     hint = (
-        f"install it with: pip install 'megadata[{extra}]'"
+        f"install it with: pip install 'megadata-core[{extra}]'"
         if extra
         else f"install a package that provides the '{ENTRY_POINT_GROUP}' entry point '{scheme}'"
     )

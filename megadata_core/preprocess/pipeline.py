@@ -11,7 +11,7 @@ Work is split into chunks of consecutive lines that a ``multiprocessing`` pool
 tokenizes; results are written strictly in input order, so the output bytes do
 not depend on the worker count, the chunk size or the number of partitions.
 Only numpy and the standard library are used here; real tokenizers live in
-``adapters/text_tokenizers.py`` and reach this module as zero-argument factories.
+``adapters/tokenizing/text_tokenizers.py`` and reach this module as zero-argument factories.
 """
 
 from __future__ import annotations

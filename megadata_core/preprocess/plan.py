@@ -37,7 +37,7 @@ TABLE_SUFFIXES = (".parquet",)
 
 
 class TableReader(Protocol):
-    """What parquet input needs (``adapters/parquet_records.py`` fills it with pyarrow)."""
+    """What parquet input needs (``adapters/engines/parquet_records.py`` fills it with pyarrow)."""
 
     def row_group_sizes(self, path: str) -> list[int]:
         """Bytes (uncompressed) of each row group, in file order."""
@@ -129,8 +129,10 @@ def plan_tasks(
         if is_table(path):
             if table_reader is None:
                 raise DataError(
-                    f"{path}: parquet input needs a table reader (pip install 'megadata[parquet]'"
-                    "; tools/preprocess_data.py passes adapters.parquet_records.ParquetReader)"
+                    f"{path}: parquet input needs a table reader "
+                    "(pip install 'megadata-core[parquet]'"
+                    "; megadata-preprocess passes "
+                    "megadata_adapters.engines.parquet_records.ParquetReader)"
                 )
             groups = table_reader.row_group_sizes(path)
             start = 0

@@ -1,6 +1,6 @@
 """Inputs named by URL (``s3://``, ``gs://``, ...): a seekable file over a byte source.
 
-The byte source comes from the format's scheme registry (``adapters/tensorstore_bins.py``
+The byte source comes from the format's scheme registry (``adapters/storage/tensorstore_bins.py``
 fills it for s3, gs and http(s) with the tensorstore extra). Every read is a ranged
 request: planning a plain ``.jsonl`` reads one buffer per cut, a task reads its own
 byte range, a ``.gz``/``.zst`` file streams whole, and pyarrow reads a parquet file's

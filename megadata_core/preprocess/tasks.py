@@ -2,7 +2,7 @@
 
 :class:`TaskRunner` is picklable (it carries factories, not a tokenizer) and builds its
 tokenizer once per process, so any engine can ship it to workers: the local process pool
-(:func:`local_engine`) or Ray (``adapters/ray_preprocess.py``). An engine is a callable
+(:func:`local_engine`) or Ray (``adapters/engines/ray_preprocess.py``). An engine is a callable
 ``engine(runner, tasks) -> iterator of manifests`` (any order; the driver puts them in
 plan order).
 """

@@ -22,13 +22,13 @@ import megadata_core as mdc
 def batches(kind: str, dataset):
     """An endless iterator of micro-batches of 4 read by 2 workers."""
     if kind == "grain":
-        from adapters import grain_source
+        from megadata_adapters.frameworks import grain_source
 
         return iter(grain_source.batched_dataset(dataset, micro_batch_size=4, worker_count=2))
     if kind == "grain-loader":
         import grain
 
-        from adapters import grain_source
+        from megadata_adapters.frameworks import grain_source
 
         source = grain_source.GrainSource(dataset)
         sampler = grain.samplers.IndexSampler(len(source), shuffle=False, num_epochs=1, seed=0)
@@ -36,7 +36,7 @@ def batches(kind: str, dataset):
                                      operations=[grain.transforms.Batch(4)]))
     import torch
 
-    from adapters import torch_data
+    from megadata_adapters.frameworks import torch_data
 
     sampler = mdc.samplers.PretrainingSampler(len(dataset), 0, 4, 0, 1)
     persistent = kind.endswith("-persistent")

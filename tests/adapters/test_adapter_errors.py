@@ -50,13 +50,13 @@ def datasets(tmp_path_factory):
 @pytest.fixture(scope="module")
 def mesh():
     pytest.importorskip("jax")
-    from adapters import jax_sharding
+    from megadata_adapters.frameworks import jax_sharding
 
     return jax_sharding.data_mesh(("data", "fsdp"), (4, 2))
 
 
 def test_global_batch_unknown_axis(mesh):
-    from adapters import jax_sharding
+    from megadata_adapters.frameworks import jax_sharding
 
     batch = {"tokens": np.zeros((8, SEQ), np.int32)}
     with pytest.raises(mdc.DataError, match=r"'model' is not in the mesh.*'data', 'fsdp'"):
@@ -66,7 +66,7 @@ def test_global_batch_unknown_axis(mesh):
 
 
 def test_global_batch_leading_axis_does_not_divide(mesh):
-    from adapters import jax_sharding
+    from megadata_adapters.frameworks import jax_sharding
 
     batch = {"tokens": np.zeros((6, SEQ), np.int32), "labels": np.zeros((6, SEQ), np.int32)}
     with pytest.raises(mdc.DataError, match=r"local batch of 6 rows does not divide over the 8"):
@@ -80,7 +80,7 @@ def test_global_batch_leading_axis_does_not_divide(mesh):
 
 def _grain():
     grain = pytest.importorskip("grain")
-    return grain, pytest.importorskip("adapters.grain_source")
+    return grain, pytest.importorskip("megadata_adapters.frameworks.grain_source")
 
 
 def _grain_loader(grain, source):
@@ -206,7 +206,7 @@ PICKLE_MESSAGE = r"(?i)pickle"
 @deadline(60)
 def test_torch_loader_workers_unpicklable_source(datasets, kind):
     pytest.importorskip("torch")
-    from adapters import torch_data
+    from megadata_adapters.frameworks import torch_data
 
     source = _Unpicklable(datasets["train"], kind)
     try:

@@ -68,7 +68,7 @@ def test_core_small_blends_too():
 
 
 def test_grain(blend):
-    grain_source = pytest.importorskip("adapters.grain_source")
+    grain_source = pytest.importorskip("megadata_adapters.frameworks.grain_source")
     batch = next(iter(grain_source.batched_dataset(blend, micro_batch_size=8)))
     _check(batch["dataset_id"], batch["tokens"])
     source = grain_source.GrainSource(blend)
@@ -82,7 +82,7 @@ def test_grain(blend):
 
 def test_torch(blend):
     torch = pytest.importorskip("torch")
-    torch_data = pytest.importorskip("adapters.torch_data")
+    torch_data = pytest.importorskip("megadata_adapters.frameworks.torch_data")
     dataset = torch_data.TorchDataset(blend)
     batch = torch.utils.data.default_collate(dataset.__getitems__(list(range(8))))
     assert batch["dataset_id"].dtype == torch.int32
@@ -95,7 +95,7 @@ def test_torch(blend):
 
 
 def test_jax(blend):
-    jax_sharding = pytest.importorskip("adapters.jax_sharding")
+    jax_sharding = pytest.importorskip("megadata_adapters.frameworks.jax_sharding")
     mesh = jax_sharding.data_mesh(("data",))
     arrays = jax_sharding.global_batch(blend.__getitems__(np.arange(8)), mesh)
     _check(np.asarray(arrays["dataset_id"]), np.asarray(arrays["tokens"]))

@@ -1,4 +1,5 @@
-"""adapters.grain_source: Grain data source (MapDataset, DataLoader with workers,
+"""megadata_adapters.frameworks.grain_source: Grain data source (MapDataset, DataLoader with
+workers,
 checkpoints), the batched micro-batch dataset (resume across worker counts and DP
 layouts), and the absl-flags workaround (grain issue 1355)."""
 
@@ -17,7 +18,7 @@ import megadata_core as mdc
 from megadata_core.handover import pack
 
 grain = pytest.importorskip("grain")
-grain_source = pytest.importorskip("adapters.grain_source")
+grain_source = pytest.importorskip("megadata_adapters.frameworks.grain_source")
 
 SEQ = 16
 
@@ -384,7 +385,7 @@ def test_workers_start_outside_an_absl_app(train, tmp_path):
         textwrap.dedent(f"""
         import pickle, sys
         import grain, jax  # noqa: F401  (jax installed is the trigger)
-        from adapters import grain_source
+        from megadata_adapters.frameworks import grain_source
 
         if __name__ == "__main__":
             with open({str(tmp_path / "train.pkl")!r}, "rb") as f:

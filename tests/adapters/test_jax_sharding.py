@@ -1,4 +1,5 @@
-"""adapters.jax_sharding: per-process numpy batches -> global jax.Arrays on a mesh."""
+"""megadata_adapters.frameworks.jax_sharding: per-process numpy batches -> global jax.Arrays on a
+mesh."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 import megadata_core as mdc
-from adapters import jax_sharding
+from megadata_adapters.frameworks import jax_sharding
 
 
 def test_eight_simulated_devices():
@@ -254,7 +255,7 @@ _PROCESS = textwrap.dedent(
     import jax
     import numpy as np
     sys.path.insert(0, {root!r})
-    from adapters import jax_sharding
+    from megadata_adapters.frameworks import jax_sharding
 
     process_id, port = int(sys.argv[1]), int(sys.argv[2])
     jax.distributed.initialize(

@@ -10,9 +10,9 @@ import pytest
 from adapter_helpers import deadline, gpt_dataset, write_corpus
 
 import megadata_core as mdc
-from adapters import maxtext_keys
+from megadata_adapters.frameworks import maxtext_keys
 
-grain_source = pytest.importorskip("adapters.grain_source")
+grain_source = pytest.importorskip("megadata_adapters.frameworks.grain_source")
 
 SEQ = 16
 MAXTEXT = {
@@ -116,7 +116,7 @@ def test_batched_dataset_renames_after_the_hand_over(packed, workers):
 
 
 def test_jax_global_batch_renames(packed):
-    jax_sharding = pytest.importorskip("adapters.jax_sharding")
+    jax_sharding = pytest.importorskip("megadata_adapters.frameworks.jax_sharding")
     mesh = jax_sharding.data_mesh(("data",))
     batch = packed.__getitems__(np.arange(8))
     arrays = jax_sharding.global_batch(batch, mesh, key_names="maxtext")
@@ -127,7 +127,7 @@ def test_jax_global_batch_renames(packed):
 
 
 def test_unknown_key_names_and_missing_keys_raise(concat):
-    jax_sharding = pytest.importorskip("adapters.jax_sharding")
+    jax_sharding = pytest.importorskip("megadata_adapters.frameworks.jax_sharding")
     with pytest.raises(mdc.DataError, match="key_names: 't5'"):
         grain_source.GrainSource(concat, key_names="t5")
     with pytest.raises(mdc.DataError, match="key_names"):

@@ -43,7 +43,7 @@ def _equal(got: dict, want: dict) -> None:
 
 @deadline(120)
 def test_grain_two_workers_resumes_with_one(packed_blend):
-    grain_source = pytest.importorskip("adapters.grain_source")
+    grain_source = pytest.importorskip("megadata_adapters.frameworks.grain_source")
     make = grain_source.batched_dataset
     reference = iter(make(packed_blend, micro_batch_size=4))
     expected = [next(reference) for _ in range(6)]
@@ -66,7 +66,7 @@ def test_grain_two_workers_resumes_with_one(packed_blend):
 @deadline(120)
 def test_torch_two_workers_resumes_with_one(packed_blend):
     torch = pytest.importorskip("torch")
-    torch_data = pytest.importorskip("adapters.torch_data")
+    torch_data = pytest.importorskip("megadata_adapters.frameworks.torch_data")
     context = {"multiprocessing_context": "forkserver"}
 
     def sampler():

@@ -18,8 +18,8 @@ sys.path.insert(0, str(PREPROCESS_TESTS))  # task_helpers, importable in workers
 from preprocess_helpers import files_of  # noqa: E402
 from task_helpers import KillOnceTokenizer, texts, write_inputs  # noqa: E402
 
-from adapters.parquet_records import ParquetReader  # noqa: E402
-from adapters.ray_preprocess import ray_engine  # noqa: E402
+from megadata_adapters.engines.parquet_records import ParquetReader  # noqa: E402
+from megadata_adapters.engines.ray_preprocess import ray_engine  # noqa: E402
 from megadata_core.preprocess import ByteTokenizer, preprocess_jsonl, preprocess_tasks  # noqa: E402
 
 
@@ -68,7 +68,7 @@ def test_ray_with_gigatoken_gives_the_reference_encoders_bytes(cluster, tmp_path
     pytest.importorskip("gigatoken")
     import tokenizer_files
 
-    from adapters.text_tokenizers import load_tokenizer
+    from megadata_adapters.tokenizing.text_tokenizers import load_tokenizer
 
     hf = tokenizer_files.write_hf_directory(str(tmp_path))
     paths = write_inputs(tmp_path, texts(60, {5: "Zürich 東京 😀 \U0001fae8", 9: "<s> and </s>"}))

@@ -47,7 +47,7 @@ def rows(batches: list[dict]) -> np.ndarray:
 
 @deadline(120)
 def test_grain_state_resumes_the_edited_schedule(schedules):
-    grain_source = pytest.importorskip("adapters.grain_source")
+    grain_source = pytest.importorskip("megadata_adapters.frameworks.grain_source")
     old, edited, rewritten = schedules
     make = grain_source.batched_dataset
     it = iter(make(old, micro_batch_size=4, worker_count=2))
@@ -77,7 +77,7 @@ def test_grain_state_resumes_the_edited_schedule(schedules):
 @deadline(120)
 def test_torch_state_resumes_the_edited_schedule(schedules):
     pytest.importorskip("torch")
-    torch_data = pytest.importorskip("adapters.torch_data")
+    torch_data = pytest.importorskip("megadata_adapters.frameworks.torch_data")
     old, edited, rewritten = schedules
     context = {"multiprocessing_context": "forkserver"}
     loader = torch_data.StatefulLoader(old, PretrainingSampler(len(old), 0, 4, 0, 1),

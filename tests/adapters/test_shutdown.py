@@ -52,7 +52,7 @@ ENDINGS = ["close", "del", "with"]
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("ending", ENDINGS)
 def test_grain_batched_iterator_stops_its_workers(big, workers, ending):
-    grain_source = pytest.importorskip("adapters.grain_source")
+    grain_source = pytest.importorskip("megadata_adapters.frameworks.grain_source")
     before = {p.pid for p in multiprocessing.active_children()}
     iterator = iter(grain_source.batched_dataset(big, micro_batch_size=MBS, worker_count=workers))
     if ending == "with":
@@ -72,7 +72,7 @@ def test_grain_batched_iterator_stops_its_workers(big, workers, ending):
 
 
 def test_grain_iterator_in_a_with_block(big):
-    grain_source = pytest.importorskip("adapters.grain_source")
+    grain_source = pytest.importorskip("megadata_adapters.frameworks.grain_source")
     pipeline = grain_source.batched_dataset(big, micro_batch_size=4)
     with iter(pipeline) as iterator:
         batch = next(iterator)
@@ -98,7 +98,7 @@ def _endless(closed: list):
 
 @pytest.mark.parametrize("ending", ENDINGS)
 def test_prefetch_to_device_stops_its_thread_and_closes_its_source(ending):
-    jax_sharding = pytest.importorskip("adapters.jax_sharding")
+    jax_sharding = pytest.importorskip("megadata_adapters.frameworks.jax_sharding")
     closed: list = []
     prefetched = jax_sharding.prefetch_to_device(_endless(closed), jax_sharding.data_mesh())
     if ending == "with":
@@ -117,7 +117,7 @@ def test_prefetch_to_device_stops_its_thread_and_closes_its_source(ending):
 
 
 def _torch_loader(big, kind: str, persistent: bool):
-    torch_data = pytest.importorskip("adapters.torch_data")
+    torch_data = pytest.importorskip("megadata_adapters.frameworks.torch_data")
     from megadata_core.samplers import PretrainingSampler
 
     sampler = PretrainingSampler(len(big), 0, 8, 0, 1)
@@ -133,7 +133,7 @@ def _torch_loader(big, kind: str, persistent: bool):
 )
 @pytest.mark.parametrize("ending", ENDINGS)
 def test_torch_loader_stops_its_workers(big, kind, persistent, ending):
-    torch_data = pytest.importorskip("adapters.torch_data")
+    torch_data = pytest.importorskip("megadata_adapters.frameworks.torch_data")
     before = {p.pid for p in multiprocessing.active_children()}
     rings = len(torch_data._RINGS)
     data = _torch_loader(big, kind, persistent)
@@ -156,7 +156,7 @@ def test_torch_loader_stops_its_workers(big, kind, persistent, ending):
 
 @deadline(60)
 def test_torch_iterator_close_and_with(big):
-    torch_data = pytest.importorskip("adapters.torch_data")
+    torch_data = pytest.importorskip("megadata_adapters.frameworks.torch_data")
     data = _torch_loader(big, "loader", persistent=False)
     before = {p.pid for p in multiprocessing.active_children()}
     with iter(data) as batches:

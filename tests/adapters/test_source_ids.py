@@ -44,7 +44,7 @@ def _sources(dataset, indices):
 
 @pytest.mark.parametrize("key_names", ["megatron", "maxtext"])
 def test_grain_source_carries_source_ids(blend, picked, key_names):
-    grain_source = pytest.importorskip("adapters.grain_source")
+    grain_source = pytest.importorskip("megadata_adapters.frameworks.grain_source")
     source = grain_source.GrainSource(blend, key_names=key_names)
     indices = picked.tolist()
     datasets, documents = _sources(blend, indices)
@@ -58,7 +58,7 @@ def test_grain_source_carries_source_ids(blend, picked, key_names):
 
 @pytest.mark.parametrize("workers", [0, 1])
 def test_grain_batches_from_workers_carry_source_ids(blend, workers):
-    grain_source = pytest.importorskip("adapters.grain_source")
+    grain_source = pytest.importorskip("megadata_adapters.frameworks.grain_source")
     pipeline = grain_source.batched_dataset(blend, micro_batch_size=4, worker_count=workers,
                                             key_names="maxtext")
     with iter(pipeline) as iterator:
@@ -72,7 +72,7 @@ def test_grain_batches_from_workers_carry_source_ids(blend, workers):
 
 
 def test_torch_tensors_are_int32_sources(blend):
-    torch_data = pytest.importorskip("adapters.torch_data")
+    torch_data = pytest.importorskip("megadata_adapters.frameworks.torch_data")
     import torch
 
     dataset = torch_data.TorchDataset(blend)
@@ -89,7 +89,7 @@ def test_torch_tensors_are_int32_sources(blend):
 
 @pytest.mark.parametrize("key_names", ["megatron", "maxtext"])
 def test_jax_global_batch_carries_source_ids(blend, picked, key_names):
-    jax_sharding = pytest.importorskip("adapters.jax_sharding")
+    jax_sharding = pytest.importorskip("megadata_adapters.frameworks.jax_sharding")
     import jax
     from jax.sharding import Mesh
 

@@ -33,7 +33,7 @@ def _core(dataset, indices):
 @deadline(120)
 @pytest.mark.parametrize("key_names", ["megatron", "maxtext"])
 def test_grain_batches_carry_cu_seqlens_padded(thd_dataset, key_names):
-    grain_source = pytest.importorskip("adapters.grain_source")
+    grain_source = pytest.importorskip("megadata_adapters.frameworks.grain_source")
     batches = grain_source.batched_dataset(thd_dataset, micro_batch_size=4,
                                            key_names=key_names)
     batch = next(iter(batches))
@@ -53,7 +53,7 @@ def test_grain_batches_carry_cu_seqlens_padded(thd_dataset, key_names):
 @deadline(120)
 def test_torch_gives_int32_cu_seqlens_padded(thd_dataset):
     torch = pytest.importorskip("torch")
-    torch_data = pytest.importorskip("adapters.torch_data")
+    torch_data = pytest.importorskip("megadata_adapters.frameworks.torch_data")
     sample = torch_data.TorchDataset(thd_dataset)[0]
     assert sample["cu_seqlens_padded"].dtype == torch.int32
     core = thd_dataset[0]
@@ -73,7 +73,7 @@ def test_torch_gives_int32_cu_seqlens_padded(thd_dataset):
 @deadline(120)
 def test_jax_global_batch_and_thd_slice(thd_dataset):
     pytest.importorskip("jax")
-    from adapters import jax_sharding
+    from megadata_adapters.frameworks import jax_sharding
 
     batch = _core(thd_dataset, range(8))
     mesh = jax_sharding.data_mesh()

@@ -1,4 +1,5 @@
-"""adapters.torch_data: torch tensors with Megatron's dtypes, DataLoader with megadata's
+"""megadata_adapters.frameworks.torch_data: torch tensors with Megatron's dtypes, DataLoader with
+megadata's
 batch samplers (workers, DP ranks, resume), cheap pickling, blends, torch.distributed."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import megadata_core as mdc
 from megadata_core.samplers import PretrainingSampler, RandomSampler
 
 torch = pytest.importorskip("torch")
-torch_data = pytest.importorskip("adapters.torch_data")
+torch_data = pytest.importorskip("megadata_adapters.frameworks.torch_data")
 
 SEQ = 16
 DTYPES = {

@@ -71,7 +71,7 @@ class Store:
 
 
 def configure_cache(monkeypatch, cache_dir, **options) -> None:
-    from adapters import tensorstore_bins
+    from megadata_adapters.storage import tensorstore_bins
 
     monkeypatch.delenv(tensorstore_bins.OPTIONS_ENV, raising=False)
     tensorstore_bins.configure(cache_dir=str(cache_dir), **options)

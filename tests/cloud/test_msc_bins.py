@@ -68,7 +68,7 @@ def test_reads_and_samples_equal_the_local_corpus(msc, local_corpora, profile):
 
 
 def test_the_megatron_drop_in_reads_msc(msc, local_corpora, tmp_path):
-    from adapters.megatron_datasets import indexed_dataset
+    from megadata_adapters.trainers.megatron_datasets import indexed_dataset
 
     config = indexed_dataset.ObjectStorageConfig(path_to_idx_cache=str(tmp_path / "idx"))
     remote = indexed_dataset.IndexedDataset(msc["bucket"], multimodal=False, mmap=False,
@@ -94,7 +94,7 @@ def test_missing_objects_and_profiles_name_the_url(msc, url, match):
 
 
 def test_the_drop_ins_object_storage_utils_speak_msc(msc, local_corpora, tmp_path):
-    from adapters.megatron_datasets import object_storage_utils as utils
+    from megadata_adapters.trainers.megatron_datasets import object_storage_utils as utils
 
     prefix = msc["bucket"]
     assert utils.dataset_exists(prefix, prefix + ".idx", prefix + ".bin")

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from cloud_helpers import BUCKET
 
-from adapters.parquet_records import ParquetReader
+from megadata_adapters.engines.parquet_records import ParquetReader
 from megadata_core import DataError
 from megadata_core.preprocess import ByteTokenizer, local_engine, preprocess_tasks
 

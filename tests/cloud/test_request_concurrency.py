@@ -11,8 +11,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from adapters import tensorstore_bins
 from loopback.shaping_proxy import ShapingProxy
+from megadata_adapters.storage import tensorstore_bins
 
 WATCHDOG_S = 3.0
 
@@ -37,7 +37,7 @@ class Gate:
             opened.set()
         try:
             await asyncio.wait_for(opened.wait(), WATCHDOG_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             self.waiting -= 1

@@ -13,8 +13,8 @@ import pytest
 from cloud_helpers import CORPORA, EOD, configure_cache
 
 import megadata_core as mdc
-from adapters import tensorstore_bins
 from loopback.object_stores import FaultProxy, MotoS3Server, free_port
+from megadata_adapters.storage import tensorstore_bins
 
 
 def assert_same_items(remote: mdc.IndexedDataset, local: mdc.IndexedDataset) -> None:
@@ -257,7 +257,7 @@ def test_read_only_cache_dir_falls_back_with_a_warning(store, local_corpora, mon
 
 
 def test_torch_loader_workers_read_remote_corpora(store, local_corpora, tmp_path):
-    torch_data = pytest.importorskip("adapters.torch_data")
+    torch_data = pytest.importorskip("megadata_adapters.frameworks.torch_data")
     remote, local = (
         mdc.build_datasets(gpt_config([prefix], str(tmp_path / tag), weights=(1.0,)), [64, 0, 0])[0]
         for prefix, tag in ((store.url("web"), "remote"), (local_corpora["web"], "local"))

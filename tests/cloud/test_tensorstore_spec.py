@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import megadata_core as mdc
-from adapters import tensorstore_bins
-from adapters.tensorstore_bins import TensorStoreSource, kvstore_spec
+from megadata_adapters.storage import tensorstore_bins
+from megadata_adapters.storage.tensorstore_bins import TensorStoreSource, kvstore_spec
 
 
 @pytest.fixture

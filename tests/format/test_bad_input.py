@@ -187,7 +187,7 @@ def test_unknown_url_scheme_names_the_extra(monkeypatch):
     monkeypatch.setattr(sources, "_registry", {})
     monkeypatch.setattr(sources.metadata, "entry_points", lambda group: [])
     message = _open_error("s3://bucket/corpus")
-    assert "s3://" in message and "megadata[tensorstore]" in message
+    assert "s3://" in message and "megadata-core[tensorstore]" in message
     message = _open_error("weird://bucket/corpus")
     assert "weird://" in message and "megadata.storage" in message
 

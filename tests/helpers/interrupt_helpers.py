@@ -53,7 +53,7 @@ def write_input(path: Path, documents: int, seed: int = 0) -> Path:
 
 
 def environment() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tools")])}
+    return {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def session_processes(session: int) -> set[int]:

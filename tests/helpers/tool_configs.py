@@ -14,8 +14,7 @@ def write_tool_config(path: Path, body: str, cache: Path) -> Path:
     ``body`` (statements on ``c``, the config; indented as you like) in order."""
     path.write_text(
         "import sys\n"
-        f"sys.path.insert(0, {str(ROOT / 'tools')!r})\n"
-        "from data_config import base_config\n\n"
+        "from megadata_cli.data_config import base_config\n\n"
         "def get_config():\n"
         "    c = base_config()\n"
         f"    c.path_to_cache = {str(cache)!r}\n"

@@ -1,5 +1,6 @@
 """Helpers of the compat tests: the same calls to megatron-core and to
-adapters.megatron_datasets, side by side in one process (install() is not used here)."""
+megadata_adapters.trainers.megatron_datasets, side by side in one process (install() is not used
+here)."""
 
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ def theirs(module: str):
 
 
 def ours(module: str):
-    """adapters.megatron_datasets.<module>."""
-    return importlib.import_module(f"adapters.megatron_datasets.{module}")
+    """megadata_adapters.trainers.megatron_datasets.<module>."""
+    return importlib.import_module(f"megadata_adapters.trainers.megatron_datasets.{module}")
 
 
 def write_corpus(prefix: str, lengths, rng: np.random.Generator, dtype=np.uint16) -> str:

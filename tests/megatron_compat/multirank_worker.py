@@ -1,7 +1,8 @@
 """One rank of test_multirank: ``python multirank_worker.py RANK WORLD PORT CACHE OUT PREFIX...``.
 
 Joins a gloo process group on 127.0.0.1, builds ``[train, valid, test]`` through
-``adapters.megatron_datasets``' BlendedMegatronDatasetBuilder with the shared cache
+``megadata_adapters.trainers.megatron_datasets``' BlendedMegatronDatasetBuilder with the shared
+cache
 directory ``CACHE``, and writes to ``OUT/rank{RANK}.npz`` the samples it read and every
 file it opened for writing or renamed into ``CACHE`` while building (seen by an audit
 hook, so nothing in the build is replaced).

@@ -1,4 +1,5 @@
-"""install() and ``python -m adapters.megatron_datasets``, in fresh interpreters."""
+"""install() and ``python -m megadata_adapters.trainers.megatron_datasets``, in fresh
+interpreters."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import os
 import subprocess
 import sys
 import textwrap
+
+LAUNCHER = "megadata_adapters.trainers.megatron_datasets"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -36,10 +39,10 @@ def _run(args: list[str], tmp_path) -> list[str]:
 
 def test_script_runs_with_megadata_installed(tmp_path):
     (tmp_path / "probe.py").write_text(PROBE)
-    lines = _run(["-m", "adapters.megatron_datasets", "probe.py", "--flag", "1"], tmp_path)
+    lines = _run(["-m", LAUNCHER, "probe.py", "--flag", "1"], tmp_path)
     assert lines == [
-        "adapters.megatron_datasets.gpt_dataset adapters.megatron_datasets.gpt_dataset",
-        "adapters.megatron_datasets.indexed_dataset",
+        f"{LAUNCHER}.gpt_dataset {LAUNCHER}.gpt_dataset",
+        "megadata_adapters.trainers.megatron_datasets.indexed_dataset",
         "True",
         "True ['--flag', '1']",
     ]
@@ -48,11 +51,11 @@ def test_script_runs_with_megadata_installed(tmp_path):
 def test_module_form_and_install_after_megatron_was_imported(tmp_path):
     (tmp_path / "probe_module.py").write_text(
         "import megatron.core.datasets.utils as before\n"
-        "from adapters.megatron_datasets import install\n"
+        "from megadata_adapters.trainers.megatron_datasets import install\n"
         "install()\n" + PROBE
     )
-    lines = _run(["-m", "adapters.megatron_datasets", "-m", "probe_module", "x"], tmp_path)
-    assert lines[0].startswith("adapters.megatron_datasets.gpt_dataset")
+    lines = _run(["-m", LAUNCHER, "-m", "probe_module", "x"], tmp_path)
+    assert lines[0].startswith("megadata_adapters.trainers.megatron_datasets.gpt_dataset")
     assert lines[-1] == "True ['x']"
 
 
@@ -74,7 +77,7 @@ def test_an_unimportable_megatron_core_is_reported_as_it_is(tmp_path):
     (tmp_path / "probe.py").write_text("from megatron.core import mpu\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), ROOT]))
     done = subprocess.run(
-        [sys.executable, "-m", "adapters.megatron_datasets", "probe.py"], cwd=tmp_path,
+        [sys.executable, "-m", LAUNCHER, "probe.py"], cwd=tmp_path,
         env=env, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 1

@@ -30,8 +30,10 @@ READER = textwrap.dedent(
     directory, cache, limit, budget = sys.argv[1:5]
     if int(limit):
         resource.setrlimit(resource.RLIMIT_NOFILE, (int(limit), int(limit)))
-    from adapters.megatron_datasets import blended_megatron_dataset_builder as builder
-    from adapters.megatron_datasets import gpt_dataset
+    from megadata_adapters.trainers.megatron_datasets import (
+        blended_megatron_dataset_builder as builder,
+    )
+    from megadata_adapters.trainers.megatron_datasets import gpt_dataset
 
     class Tokenizer:
         eod, vocab_size = 0, 1000

@@ -36,7 +36,7 @@ def s3_corpus(tmp_path_factory):
 def s3(s3_corpus, monkeypatch, tmp_path):
     """The corpus prefixes with TensorStore sent to the moto server (no host credentials,
     a private .idx cache)."""
-    from adapters import tensorstore_bins
+    from megadata_adapters.storage import tensorstore_bins
 
     server, remote, local = s3_corpus
     for name, value in dict(

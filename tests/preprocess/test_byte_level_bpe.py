@@ -1,5 +1,6 @@
-"""tiktoken's rank merging in place of pair merging (adapters.byte_level_bpe), and gigatoken
-in front of it (adapters.gigatoken_encoders).
+"""tiktoken's rank merging in place of pair merging (megadata_adapters.tokenizing.byte_level_bpe),
+and gigatoken
+in front of it (megadata_adapters.tokenizing.gigatoken_encoders).
 
 Where the merges are canonical, GPT2BPETokenizer and plain HuggingFaceTokenizer files
 encode through tiktoken; the ids must be those of the ``tokenizers`` BPE model on any
@@ -18,8 +19,12 @@ import tokenizer_files as files
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters.byte_level_bpe import bytes_to_unicode, rank_encoder, tokenizer_json_encoder
-from adapters.text_tokenizers import load_tokenizer
+from megadata_adapters.tokenizing.byte_level_bpe import (
+    bytes_to_unicode,
+    rank_encoder,
+    tokenizer_json_encoder,
+)
+from megadata_adapters.tokenizing.text_tokenizers import load_tokenizer
 
 PIECES = [
     "the", " cat", "'s", "'ll", " don't", "Zürich", "naïve", "e\u0301", "東京", "서울", "😀",
@@ -127,7 +132,7 @@ def tiktoken_pieces(merges, text):
     """The tokens (as bytes) plain tiktoken ranks (merge k's result = 256 + k) would give."""
     import tiktoken
 
-    from adapters.byte_level_bpe import GPT2_PATTERN
+    from megadata_adapters.tokenizing.byte_level_bpe import GPT2_PATTERN
 
     to_byte = {char: byte for byte, char in bytes_to_unicode().items()}
     ranks = {bytes([b]): b for b in range(256)}

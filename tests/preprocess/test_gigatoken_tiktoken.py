@@ -13,10 +13,14 @@ import tokenizer_files as files
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters import gigatoken_encoders as giga
-from adapters.megatron_tokenizers import TIKTOKEN_PATTERNS
-from adapters.text_tokenizers import DEFAULT_SPLIT_PATTERN, TiktokenTokenizer, load_tokenizer
-from adapters.unicode_14 import unassigned_14
+from megadata_adapters.tokenizing import gigatoken_encoders as giga
+from megadata_adapters.tokenizing.megatron_tokenizers import TIKTOKEN_PATTERNS
+from megadata_adapters.tokenizing.text_tokenizers import (
+    DEFAULT_SPLIT_PATTERN,
+    TiktokenTokenizer,
+    load_tokenizer,
+)
+from megadata_adapters.tokenizing.unicode_14 import unassigned_14
 
 gigatoken = pytest.importorskip("gigatoken")
 tiktoken = pytest.importorskip("tiktoken")

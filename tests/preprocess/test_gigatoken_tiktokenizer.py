@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from preprocess_helpers import REPO, files_of, read_documents
 
-from adapters import gigatoken_encoders as giga
-from adapters.megatron_tokenizers import MegatronTikTokenizer
-from adapters.text_tokenizers import load_tokenizer
+from megadata_adapters.tokenizing import gigatoken_encoders as giga
+from megadata_adapters.tokenizing.megatron_tokenizers import MegatronTikTokenizer
+from megadata_adapters.tokenizing.text_tokenizers import load_tokenizer
 from megadata_core import DataError
 
 gigatoken = pytest.importorskip("gigatoken")
@@ -160,7 +160,7 @@ def test_the_corpus_is_the_same_bytes_with_either_encoder(tmp_path, vocabulary, 
                for _ in range(300)]
     records += [{"text": text} for text in files.training_text()[:200]]
     source = write_jsonl("in.jsonl", records)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tools")])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     prefixes, logs = {}, {}
     for encoder in ("auto", "reference"):
         prefix = str(tmp_path / encoder)

@@ -1,4 +1,5 @@
-"""Megatron-LM's tokenizer types (adapters.megatron_tokenizers via load_tokenizer).
+"""Megatron-LM's tokenizer types (megadata_adapters.tokenizing.megatron_tokenizers via
+load_tokenizer).
 
 Ids, EOD and vocabulary sizes must be Megatron's. SentencePiece, TikTokenizer and
 NullTokenizer are checked against megatron-core's own tokenizer builder (the one its
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 import tokenizer_files as files
 
-from adapters.text_tokenizers import TOKENIZER_TYPES, load_tokenizer
+from megadata_adapters.tokenizing.text_tokenizers import TOKENIZER_TYPES, load_tokenizer
 from megadata_core import DataError
 
 # unicode, accents, control characters, CJK, special-token text, whitespace runs
@@ -319,7 +320,7 @@ def test_malformed_and_wrong_kind_files(tmp_path, tokenizer_dir):
 def _threads_in_worker(_):
     import os
 
-    from adapters.megatron_tokenizers import batch_threads
+    from megadata_adapters.tokenizing.megatron_tokenizers import batch_threads
 
     return batch_threads(), os.environ.get("TOKENIZERS_PARALLELISM")
 
@@ -327,7 +328,7 @@ def _threads_in_worker(_):
 def test_batch_encoders_use_one_thread_inside_pool_workers(monkeypatch):
     import multiprocessing
 
-    from adapters.megatron_tokenizers import batch_threads
+    from megadata_adapters.tokenizing.megatron_tokenizers import batch_threads
 
     monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
     assert batch_threads() == (os.cpu_count() or 1)  # the main process: every core

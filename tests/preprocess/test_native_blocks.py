@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from preprocess_helpers import files_of, read_documents
 
-from adapters.text_tokenizers import load_tokenizer
+from megadata_adapters.tokenizing.text_tokenizers import load_tokenizer
 from megadata_core import DataError
 from megadata_core.preprocess import local_engine, preprocess_jsonl, preprocess_tasks, threads
 from megadata_core.preprocess.block_encoding import tokenize_block
@@ -209,7 +209,7 @@ def test_parquet_gives_the_jsonl_corpus(tmp_path, tokenizer_options):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    from adapters.parquet_records import ParquetReader
+    from megadata_adapters.engines.parquet_records import ParquetReader
 
     source = _odd_corpus(str(tmp_path))
     with open(source, encoding="utf-8", errors="surrogatepass") as stream:
@@ -289,7 +289,7 @@ def test_threads_encoding_at_once_take_instances_of_their_own(tokenizer_options,
     """gigatoken runs one call at a time per instance: a thread finding every instance busy
     loads another from the proven source (up to MAX_INSTANCES; then it shares one), with
     the same ids."""
-    from adapters import gigatoken_encoders
+    from megadata_adapters.tokenizing import gigatoken_encoders
 
     kind, options = tokenizer_options[name]
     giga = load_tokenizer(kind, **options, encoder="gigatoken").block_encoder

@@ -22,7 +22,7 @@ from megadata_core.preprocess import ByteTokenizer, preprocess_jsonl
 
 HELPERS = pathlib.Path(__file__).resolve().parent
 # this checkout's code, not an installed one; tools/ for the tools' shared tool_main
-TOOL_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tools")])}
+TOOL_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def run_preprocess_tool(*args, **kwargs):
@@ -279,6 +279,6 @@ def test_cli_zst_input_without_zstandard_is_one_line_error(tmp_path, write_jsonl
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"error: {zst}: reading .zst input needs the zstandard package; install it with "
-        "pip install 'megadata[cli]' (or pip install zstandard)"
+        "pip install 'megadata-core[cli]' (or pip install zstandard)"
     ]
     assert sorted(os.listdir(tmp_path)) == ["in.jsonl", "in.jsonl.zst"]

@@ -10,8 +10,8 @@ import pytest
 import tokenizer_files as files
 from preprocess_helpers import files_of, read_documents
 
-from adapters.sentence_splitters import SentencexSplitter
-from adapters.text_tokenizers import load_tokenizer
+from megadata_adapters.tokenizing.sentence_splitters import SentencexSplitter
+from megadata_adapters.tokenizing.text_tokenizers import load_tokenizer
 from megadata_core.preprocess import ByteTokenizer, preprocess_jsonl, tokenize_chunk
 
 

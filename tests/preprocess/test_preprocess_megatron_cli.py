@@ -11,8 +11,8 @@ import pytest
 import tokenizer_files as files
 from preprocess_helpers import REPO, read_documents
 
-from adapters.sentence_splitters import SentencexSplitter
-from adapters.text_tokenizers import load_tokenizer
+from megadata_adapters.tokenizing.sentence_splitters import SentencexSplitter
+from megadata_adapters.tokenizing.text_tokenizers import load_tokenizer
 
 TEXTS = ["Hello world. Second sentence here!", "", "Zürich und 東京.\nNew line? Yes.", "x"]
 
@@ -30,7 +30,7 @@ def run(*args, sentencex=True, env=None):
     return subprocess.run(
         [sys.executable, "-c", _RUN, "yes" if sentencex else "no-sentencex", *map(str, args)],
         capture_output=True, text=True, cwd=REPO, timeout=300,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tools")]),
+        env={**os.environ, "PYTHONPATH": str(REPO),
              "NLTK_DATA": "/nonexistent", **(env or {})},
     )
 

@@ -19,7 +19,7 @@ import pytest
 from preprocess_helpers import REPO, files_of
 from task_helpers import StallOnceTokenizer, texts, write_inputs
 
-from adapters.parquet_records import ParquetReader
+from megadata_adapters.engines.parquet_records import ParquetReader
 from megadata_core import DataError, IndexedDataset
 from megadata_core.datasets.blend_args import read_data_args
 from megadata_core.preprocess import ByteTokenizer, local_engine, preprocess_jsonl, preprocess_tasks
@@ -237,7 +237,7 @@ def test_gzip_inputs_are_whole_file_tasks(tmp_path):
 
 def test_tool_task_plan_matches_its_default_run(tmp_path):
     paths = write_inputs(tmp_path, texts(25))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tools")])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     common = [sys.executable, str(REPO / "tools" / "preprocess_data.py"), "--input",
               f"{paths['jsonl']},{paths['parquet']}", "--append_eod", "--noprogress"]
     planned = subprocess.run(
@@ -261,7 +261,7 @@ def test_tool_reads_parquet_without_the_task_plan(tmp_path, mode):
     """`--input x.parquet` in the default pipeline (rows as documents, pyarrow on the system
     allocator) writes what the .jsonl of the same texts gives, in each mode."""
     paths = write_inputs(tmp_path, texts(25))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tools")])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     for name in ("parquet", "jsonl"):
         result = subprocess.run(
             [sys.executable, str(REPO / "tools" / "preprocess_data.py"), "--input",
@@ -275,7 +275,7 @@ def test_tool_reads_parquet_without_the_task_plan(tmp_path, mode):
 
 def test_tool_no_merge_reports_the_data_args_it_wrote(tmp_path):
     paths = write_inputs(tmp_path, texts(9))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tools")])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     prefix = tmp_path / "n"
     result = subprocess.run(
         [sys.executable, str(REPO / "tools" / "preprocess_data.py"), "--input", paths["jsonl"],

@@ -1,4 +1,5 @@
-"""adapters.text_tokenizers: HuggingFace and tiktoken tokenizers built offline in the test."""
+"""megadata_adapters.tokenizing.text_tokenizers: HuggingFace and tiktoken tokenizers built offline
+in the test."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import numpy as np
 import pytest
 from preprocess_helpers import TEXTS, expected_sequences, read_documents
 
-from adapters.text_tokenizers import HuggingFaceTokenizer, TiktokenTokenizer, load_tokenizer
+from megadata_adapters.tokenizing.text_tokenizers import (
+    HuggingFaceTokenizer,
+    TiktokenTokenizer,
+    load_tokenizer,
+)
 from megadata_core import DataError, IndexedDataset
 from megadata_core.preprocess import ByteTokenizer, preprocess_jsonl
 

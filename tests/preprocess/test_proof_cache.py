@@ -1,4 +1,5 @@
-"""Load-time proofs' verdicts kept on disk (adapters.proof_cache): a stored verdict is
+"""Load-time proofs' verdicts kept on disk (megadata_adapters.tokenizing.proof_cache): a stored
+verdict is
 reused without proving again, a changed tokenizer file misses it, and a damaged, foreign
 or malformed cache file is ignored and rewritten."""
 
@@ -11,8 +12,8 @@ import stat
 import pytest
 import tokenizer_files as files
 
-from adapters import byte_level_bpe, gigatoken_encoders, proof_cache
-from adapters.text_tokenizers import build_tokenizer
+from megadata_adapters.tokenizing import byte_level_bpe, gigatoken_encoders, proof_cache
+from megadata_adapters.tokenizing.text_tokenizers import build_tokenizer
 
 pytest.importorskip("gigatoken", reason="the proof cache keeps gigatoken's proofs")
 
@@ -152,7 +153,7 @@ def test_a_cached_proof_defers_the_reference_tokenizer(hf_tokenizer):
 
 
 def test_a_vocabulary_the_reference_reads_otherwise_keeps_it_loaded(hf_tokenizer, monkeypatch):
-    from adapters import text_tokenizers
+    from megadata_adapters.tokenizing import text_tokenizers
 
     real = text_tokenizers._vocabulary
     monkeypatch.setattr(text_tokenizers, "_vocabulary", lambda config: {**real(config), "x": -1})

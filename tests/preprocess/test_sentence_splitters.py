@@ -1,4 +1,5 @@
-"""adapters.sentence_splitters: NLTK punkt as Megatron uses it, sentencex offline, linear time."""
+"""megadata_adapters.tokenizing.sentence_splitters: NLTK punkt as Megatron uses it, sentencex
+offline, linear time."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizer_files import training_text
 
-from adapters import sentence_splitters as ss
+from megadata_adapters.tokenizing import sentence_splitters as ss
 from megadata_core import DataError
 
 nltk = pytest.importorskip("nltk")
@@ -134,7 +135,7 @@ def test_splitters_pickle(nltk_data):
 
 WATCHDOG = r"""
 import sys
-from adapters import sentence_splitters as ss
+from megadata_adapters.tokenizing import sentence_splitters as ss
 engine = sys.argv[1]
 for text in ("x" * 300_000, "x" * 300_000 + ". Y", "a." * 150_000, ("x" * 299_998) + ".\n",
              "(" * 300_000, "Mr. " * 75_000, "a\n" * 150_000):

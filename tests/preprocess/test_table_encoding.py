@@ -37,7 +37,7 @@ def test_parquet_reader_memory_pool(tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    from adapters.parquet_records import ParquetReader
+    from megadata_adapters.engines.parquet_records import ParquetReader
 
     path = str(tmp_path / "t.parquet")
     pq.write_table(pa.table({"text": ["a", "bc", None, "déf"]}), path, row_group_size=3)

@@ -15,7 +15,7 @@ import megadata_core as mdc
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
-from data_config import to_gpt_config  # noqa: E402
+from megadata_cli.data_config import to_gpt_config  # noqa: E402
 
 
 @pytest.fixture()
@@ -30,8 +30,7 @@ def corpora(tmp_path):
     config = tmp_path / "config.py"
     config.write_text(
         "import sys\n"
-        f"sys.path.insert(0, {str(ROOT / 'tools')!r})\n"
-        "from data_config import base_config\n\n"
+        "from megadata_cli.data_config import base_config\n\n"
         "def get_config():\n"
         "    c = base_config()\n"
         f"    c.data_path = '0.7 {tmp_path / 'a'} 0.3 {tmp_path / 'b'}'\n"

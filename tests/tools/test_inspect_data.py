@@ -25,7 +25,7 @@ from megadata_core.preprocess import ByteTokenizer, preprocess_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
-from make_demo_corpus import build_demo_corpus  # noqa: E402
+from megadata_cli.make_demo_corpus import build_demo_corpus  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's packages
@@ -94,7 +94,7 @@ def _check_png(path: Path) -> None:
 
 
 def _built(config_path: Path):
-    from data_config import to_gpt_config
+    from megadata_cli.data_config import to_gpt_config
 
     namespace: dict = {}
     exec(config_path.read_text(), namespace)
@@ -283,7 +283,7 @@ def test_progress_bar_on_a_terminal_only(data, name):
 
 
 def test_segment_ids_are_marked_when_samples_carry_them():
-    import inspect_samples
+    from megadata_cli import inspect_samples
 
     tokens = np.array([7, 8, 0, 9, 0, 5])
     documents = np.array([3, 3, 3, 4, 4, 4])

@@ -14,7 +14,7 @@ TOOLS = Path(__file__).resolve().parents[2] / "tools"
 SCRIPT = f"""
 import os, signal, sys, time
 sys.path.insert(0, {str(TOOLS)!r})
-import interrupts
+from megadata_cli import interrupts
 
 def interrupt_me():
     os.kill(os.getpid(), signal.SIGINT)
@@ -46,7 +46,7 @@ def test_other_unraisable_errors_are_reported_as_python_does():
     script = f"""
 import sys
 sys.path.insert(0, {str(TOOLS)!r})
-import interrupts
+from megadata_cli import interrupts
 interrupts.during_work()
 
 class Finalized:

@@ -78,8 +78,7 @@ def _config_file(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "typo_config.py"
     path.write_text(
         "import sys\n"
-        f"sys.path.insert(0, {str(ROOT / 'tools')!r})\n"
-        "from data_config import base_config\n\n"
+        "from megadata_cli.data_config import base_config\n\n"
         "def get_config():\n"
         "    config = base_config()\n"
         "    config.data_path = 'corpus_text_document'\n"
@@ -123,7 +122,7 @@ def test_a_config_that_does_not_load(tmp_path):
 
 def test_config_fields_unit(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "tools"))
-    from data_config import base_config, to_gpt_config
+    from megadata_cli.data_config import base_config, to_gpt_config
 
     config = base_config()
     config.data_path = "x"

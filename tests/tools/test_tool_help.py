@@ -1,4 +1,5 @@
-"""Every absl program in tools/ answers --help with its usage and exit status 0."""
+"""Every absl program answers --help with its usage and exit status 0: the console scripts
+(from any directory) and a checkout's ``python tools/X.py``."""
 
 from __future__ import annotations
 
@@ -10,10 +11,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+CLI = ROOT / "tools" / "cli"
+#: The checkout's scripts whose program defines absl flags (tools/X.py runs megadata_cli.X).
 TOOLS = sorted(
     path.name
     for path in (ROOT / "tools").glob("*.py")
-    if re.search(r"\bDEFINE_\w+\(", path.read_text()) and "__main__" in path.read_text()
+    if path.name == "bench.py" or (
+        (CLI / path.name).exists()
+        and re.search(r"\bDEFINE_\w+\(", (CLI / path.name).read_text())
+    )
+)
+#: The console scripts (pyproject's [project.scripts]) and the module each runs.
+SCRIPTS = dict(
+    re.findall(
+        r'^(megadata-[\w-]+) = "([\w.]+):cli"$',
+        (ROOT / "pyproject.toml").read_text().split("[project.scripts]")[1].split("\n[")[0],
+        re.MULTILINE,
+    )
 )
 
 
@@ -59,7 +73,7 @@ def test_a_bad_flag_with_help_still_fails():
 
 def test_build_index_help_keeps_the_example_lines():
     lines = _help("build_index.py").stdout.splitlines()
-    first = "    python tools/build_index.py --config=configs/weighted_blend.py \\"
+    first = "    megadata-build-index --config=weighted_blend \\"
     assert first in lines
     assert lines[lines.index(first) + 1] == "        --config.sequence_length=2048 [--dry_run]"
 
@@ -73,3 +87,23 @@ def test_bench_help_lists_every_suite():
     out = _help("bench.py").stdout
     for name in SUITES:
         assert re.search(rf"^    {name}\s+\S", out, re.MULTILINE), name
+
+
+def test_every_console_script_is_installed():
+    assert set(SCRIPTS) == {
+        "megadata-preprocess", "megadata-preprocess-fast", "megadata-build-index",
+        "megadata-inspect", "megadata-merge", "megadata-megatron", "megadata-demo",
+    }
+    for name in SCRIPTS:
+        assert (Path(sys.executable).parent / name).exists(), name
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_console_script_answers_h_from_any_directory(script, tmp_path):
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / script), "-h"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "usage" in result.stdout.lower() or "USAGE" in result.stdout, result.stdout
+    assert not list(tmp_path.iterdir())  # help writes nothing

@@ -229,7 +229,7 @@ def suite_cloud(bench) -> None:
 
 def _first_batch_ours(bench, store: str, url: str, index_cache: str, indices):
     """(seconds, tokens): open on a cold .idx cache, index cache hit, one batch."""
-    from adapters import tensorstore_bins
+    from megadata_adapters.storage import tensorstore_bins
 
     tensorstore_bins.configure(cache_dir=bench.path("cloud", store, "idx_cache"))
     start = time.perf_counter()
@@ -240,7 +240,7 @@ def _first_batch_ours(bench, store: str, url: str, index_cache: str, indices):
 
 def _wide_reader(bench, store, url, index_cache, rows, expected, proxy, server) -> _Reader:
     """Ours with WIDE_CONCURRENCY requests in flight (its first batch checked)."""
-    from adapters import tensorstore_bins
+    from megadata_adapters.storage import tensorstore_bins
 
     resource = f"{'s3' if store == 's3' else 'gcs'}_request_concurrency"
     tensorstore_bins.configure(cache_dir=bench.path("cloud", store, "idx_cache"),

@@ -87,18 +87,17 @@ def _run(python: str, spec: dict) -> dict | str:
         return f"fails: {last_line(str(failure))}"
 
 
-def levanter_schedule(bench, size: int, half: int) -> dict | str:
-    """Levanter's MixtureDataset over web / code / books with stages [(0, A), (switch, B)]
+def levanter_schedule(bench, size: int, half: int, names: tuple[str, ...],
+                      weights_a: tuple[float, ...], weights_b: tuple[float, ...]) -> dict | str:
+    """Levanter's MixtureDataset over ``names`` with stages [(0, A), (switch, B)]
     (``switch``: ``half`` rounded to a block), samples [0, size) read: the child's figures
     (:func:`bench.levanter_child.repeats`, with ``levanter`` and ``jax`` versions), or
     why there are none."""
-    from bench.schedule import NAMES, WEIGHTS_A, WEIGHTS_B
-
     python, why = _python(bench)
     if python is None:
         return why
-    spec = {"size": size, "half": half, "names": list(NAMES), "weights_a": list(WEIGHTS_A),
-            "weights_b": list(WEIGHTS_B), "seed": bench.seed, "block_size": block_size(size)}
+    spec = {"size": size, "half": half, "names": list(names), "weights_a": list(weights_a),
+            "weights_b": list(weights_b), "seed": bench.seed, "block_size": block_size(size)}
     result = _run(python, {"repeats": spec})
     if isinstance(result, str):
         return result

@@ -132,7 +132,7 @@ def _raw(ds):
 def _grain_map(ds):
     import grain
 
-    from adapters.grain_source import GrainSource
+    from megadata_adapters.frameworks.grain_source import GrainSource
 
     pipeline = (
         grain.MapDataset.source(GrainSource(ds))
@@ -145,7 +145,7 @@ def _grain_map(ds):
 
 
 def _grain_batched(ds, workers: int = WORKERS, writable: bool = False):
-    from adapters.grain_source import batched_dataset
+    from megadata_adapters.frameworks.grain_source import batched_dataset
 
     pipeline = batched_dataset(ds, micro_batch_size=BATCH, worker_count=workers, writable=writable)
     iterator = iter(pipeline)
@@ -153,7 +153,7 @@ def _grain_batched(ds, workers: int = WORKERS, writable: bool = False):
 
 
 def _torch(ds, workers: int = WORKERS):
-    from adapters.torch_data import TorchDataset, loader
+    from megadata_adapters.frameworks.torch_data import TorchDataset, loader
 
     context = {"multiprocessing_context": "forkserver"} if workers else {}
     data = loader(TorchDataset(ds), _sampler(len(ds)), num_workers=workers, **context)
@@ -182,7 +182,10 @@ class _Nothing:
 def _grain_ipc(ds):
     import grain
 
-    from adapters.grain_source import BATCHED_READ_OPTIONS, ensure_absl_flags_parsed
+    from megadata_adapters.frameworks.grain_source import (
+        BATCHED_READ_OPTIONS,
+        ensure_absl_flags_parsed,
+    )
 
     ensure_absl_flags_parsed()
     steps = len(ds) // BATCH
@@ -217,7 +220,7 @@ def _torch_ipc(ds):
 def _jax(ds):
     import jax
 
-    from adapters.jax_sharding import data_mesh, global_batch
+    from megadata_adapters.frameworks.jax_sharding import data_mesh, global_batch
 
     mesh = data_mesh(("data",))
     if mesh.devices.size != 8:
@@ -235,7 +238,7 @@ def _megatron_dtypes(ds):
     """The raw loop plus what any torch path must do at least: every key in Megatron's
     dtypes (int64 tokens, labels and position ids, float32 loss mask), in C-contiguous
     buffers of its own, reused batch after batch (warm pages, no torch)."""
-    from adapters.torch_data import DTYPES
+    from megadata_adapters.frameworks.torch_data import DTYPES
 
     buffers: dict[str, np.ndarray] = {}
 

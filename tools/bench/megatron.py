@@ -1,5 +1,6 @@
 """The ``megatron`` suite of tools/bench.py: megatron.core.datasets served by megadata
-(``adapters.megatron_datasets``) beside megatron-core itself, through the same calls.
+(``megadata_adapters.trainers.megatron_datasets``) beside megatron-core itself, through the same
+calls.
 
 Usage::
 
@@ -46,10 +47,13 @@ READS = 2000
 def _compat_build(blend, sizes, cache: str):
     """The same build as megatron-core's (bench.builder.megatron_build), through the
     compat package's classes."""
-    from adapters.megatron_datasets.blended_megatron_dataset_builder import (
+    from megadata_adapters.trainers.megatron_datasets.blended_megatron_dataset_builder import (
         BlendedMegatronDatasetBuilder,
     )
-    from adapters.megatron_datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+    from megadata_adapters.trainers.megatron_datasets.gpt_dataset import (
+        GPTDataset,
+        GPTDatasetConfig,
+    )
 
     return _megatron_build(
         (BlendedMegatronDatasetBuilder, GPTDataset, GPTDatasetConfig), blend, sizes, cache
@@ -64,7 +68,7 @@ def _megatron_build(megatron, blend, sizes, cache: str):
 
 def _flush_shared() -> None:
     """Wait for the drop-in's background writer of Megatron's cache files."""
-    from adapters.megatron_datasets import megatron_cache
+    from megadata_adapters.trainers.megatron_datasets import megatron_cache
 
     megatron_cache.flush()
 

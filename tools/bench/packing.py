@@ -92,9 +92,8 @@ def long_tail_lengths(rng: np.random.Generator, count: int) -> np.ndarray:
 
 def demo_lengths(bench) -> np.ndarray:
     """int64 [D] document lengths of the demo corpus (stdlib sources, byte tokens + EOD)."""
-    from make_demo_corpus import build_demo_corpus
-
     import megadata_core as mdc
+    from megadata_cli.make_demo_corpus import build_demo_corpus
     from megadata_core.preprocess import ByteTokenizer, preprocess_jsonl
 
     jsonl = bench.path("demo", "stdlib.jsonl")

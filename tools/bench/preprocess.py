@@ -9,7 +9,7 @@ Usage::
   and ``HuggingFaceTokenizer`` (a tokenizer.json directory), both trained here on the
   input (16k byte-level BPE). Ours: ``preprocess_jsonl`` (chunks through each
   tokenizer's batch encoder; for these canonical byte-level merges that is tiktoken,
-  adapters/byte_level_bpe.py). Two peers, both Megatron-LM's method re-implemented
+  adapters/tokenizing/byte_level_bpe.py). Two peers, both Megatron-LM's method re-implemented
   (its script is not in the megatron-core wheel): the main process reads lines into
   ``Pool.imap(encode, lines, chunksize=32)``, each worker encodes one document at a
   time and appends the EOD, the main process calls ``add_document`` per document
@@ -84,7 +84,7 @@ class MegatronStyleGPT2BPE:
     def __init__(self, vocab_file: str, merge_file: str) -> None:
         import regex
 
-        from adapters.byte_level_bpe import bytes_to_unicode
+        from megadata_adapters.tokenizing.byte_level_bpe import bytes_to_unicode
 
         with open(vocab_file, encoding="utf-8") as stream:
             self.vocab = json.load(stream)
@@ -129,7 +129,7 @@ class MegatronStyleGPT2BPE:
 def peer_encoder(kind: str, options: dict, peer: str):
     """(encode(text) -> list of ids, eod) of a peer: ``megatron`` (the encoder Megatron-LM
     calls for ``kind``) or ``rust`` (the ``tokenizers`` encoder, one text per call)."""
-    from adapters.text_tokenizers import load_tokenizer
+    from megadata_adapters.tokenizing.text_tokenizers import load_tokenizer
 
     tokenizer = load_tokenizer(kind, **options)
     if peer == "rust":
@@ -171,7 +171,7 @@ def peer_preprocess(megatron, kind, options, peer, jsonl, prefix, workers, dtype
 
 
 def ours_preprocess(kind, options, jsonl, prefix, workers):
-    from adapters.text_tokenizers import load_tokenizer
+    from megadata_adapters.tokenizing.text_tokenizers import load_tokenizer
     from megadata_core.preprocess import preprocess_jsonl
 
     factory = functools.partial(load_tokenizer, kind, **options)
@@ -201,7 +201,7 @@ def _available_peers(kind: str) -> tuple[list[str], list[str]]:
 
 def bench_tokenizer(bench, megatron, kind, options, jsonl, documents, nbytes, repeats) -> None:
     """Rows (docs/s, MB/s, tokens/s) for one tokenizer type: ours beside each peer."""
-    from adapters.text_tokenizers import load_tokenizer
+    from megadata_adapters.tokenizing.text_tokenizers import load_tokenizer
     from megadata_core.format import optimal_dtype
 
     tokenizer = load_tokenizer(kind, **options)
@@ -251,7 +251,7 @@ def bench_tokenizer(bench, megatron, kind, options, jsonl, documents, nbytes, re
 
 def bench_sentences(bench, jsonl: str, repeats: int) -> None:
     """MB/s of the sentence splitters over the input texts (split only, no tokenizing)."""
-    from adapters.sentence_splitters import load_splitter
+    from megadata_adapters.tokenizing.sentence_splitters import load_splitter
 
     texts = _texts(jsonl)
     nbytes = sum(len(t.encode("utf-8")) for t in texts)

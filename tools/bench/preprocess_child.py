@@ -69,7 +69,7 @@ def _megatron_builder():
 
 
 def _eod(spec) -> int:
-    from adapters.text_tokenizers import load_tokenizer
+    from megadata_adapters.tokenizing.text_tokenizers import load_tokenizer
 
     options = {k: v for k, v in spec["options"].items() if k != "encoder"}
     return int(load_tokenizer(spec["kind"], encoder="reference", **options).eod_id)
@@ -111,7 +111,7 @@ def gigatoken_side(spec, eod, dtype, start):
 def _factory(spec):
     import functools
 
-    from adapters.text_tokenizers import load_tokenizer
+    from megadata_adapters.tokenizing.text_tokenizers import load_tokenizer
 
     return functools.partial(load_tokenizer, spec["kind"], **spec["options"])
 
@@ -120,8 +120,7 @@ def ours_side(spec, eod, dtype, start):
     """``spec["json_keys"]`` (default text; each key's corpus moved to ``prefix`` + its
     index past the first), inputs opened as ``tools/preprocess_data.py`` opens them
     (.gz, .zst, .parquet)."""
-    import preprocess_data  # tools/: the tool's own openers
-
+    from megadata_cli import preprocess_data  # tools/: the tool's own openers
     from megadata_core.preprocess import preprocess_jsonl
 
     keys = spec.get("json_keys", ["text"])
@@ -143,7 +142,7 @@ def plan_side(spec, eod, dtype, start):
     if spec["side"] == "ray":
         import ray
 
-        from adapters.ray_preprocess import ray_engine
+        from megadata_adapters.engines.ray_preprocess import ray_engine
 
         ray.init(num_cpus=spec["workers"], include_dashboard=False, log_to_driver=False)
         engine = ray_engine(progress=False, num_cpus=spec["workers"])
@@ -276,7 +275,9 @@ SIDES = {"prime": prime_side, "gigatoken": gigatoken_side, "ours": ours_side,
 def main() -> None:
     spec = json.loads(sys.argv[1])
     side = SIDES[spec["side"]]
-    from adapters.text_tokenizers import load_tokenizer  # imports common to every side
+    from megadata_adapters.tokenizing.text_tokenizers import (
+        load_tokenizer,  # imports common to every side
+    )
     from megadata_core.format import optimal_dtype
 
     options = {k: v for k, v in spec["options"].items() if k != "encoder"}
@@ -286,15 +287,16 @@ def main() -> None:
     if spec["side"] in ("gigatoken", "ours", "phases", "prime"):
         import awkward  # noqa: F401 - gigatoken's results (both sides use them)
         import gigatoken  # noqa: F401
-        import preprocess_data  # noqa: F401 - ours opens inputs as the tool does
+
+        from megadata_cli import preprocess_data  # noqa: F401 - ours opens inputs as the tool does
     if spec["input"].endswith(".parquet"):  # the libraries of the input's kind, too
         import pyarrow.compute  # noqa: F401
         import pyarrow.parquet  # noqa: F401
 
-        import adapters.parquet_records  # noqa: F401
+        import megadata_adapters.engines.parquet_records  # noqa: F401
     if "://" in spec["input"]:
-        import adapters.tensorstore_bins  # noqa: F401 (tensorstore)
-    from adapters import text_tokenizers
+        import megadata_adapters.storage.tensorstore_bins  # noqa: F401 (tensorstore)
+    from megadata_adapters.tokenizing import text_tokenizers
 
     text_tokenizers._LOADED.clear()  # ours loads (and proves) on the clock
     base = _current_mib()

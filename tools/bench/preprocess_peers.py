@@ -12,7 +12,8 @@ real text.
   Each side runs in a fresh interpreter (tools/bench/preprocess_child.py; its docstring
   says what each side runs), its libraries imported before the clock starts and its
   tokenizer loaded on the clock. Ours proves gigatoken when a tokenizer loads and keeps
-  the verdict on disk (``adapters.proof_cache``): "ours 1 worker, first run" starts from
+  the verdict on disk (``megadata_adapters.tokenizing.proof_cache``): "ours 1 worker, first run"
+  starts from
   an empty cache each time (the proof made and stored: a tokenizer's first run), the
   other rows of ours from a cache holding that tokenizer's verdict (every later run).
   Rows: MB/s (input bytes / seconds) of ours on 1 and 2
@@ -182,7 +183,7 @@ def _sides() -> tuple[dict, list[str]]:
     try:
         import gigatoken  # noqa: F401
     except ImportError:
-        return {}, ["gigatoken is not installed (pip install 'megadata[gigatoken]'): "
+        return {}, ["gigatoken is not installed (pip install 'megadata-core[tokenizers]'): "
                     "the peers items are n/a"]
     try:
         import ray  # noqa: F401
@@ -563,7 +564,7 @@ def megatron_tiktoken_json(tokenizer_json: str, path: str) -> int:
     result at rank 256 + k. Returns the number of ranks."""
     import base64
 
-    from adapters.byte_level_bpe import token_bytes
+    from megadata_adapters.tokenizing.byte_level_bpe import token_bytes
 
     with open(tokenizer_json, encoding="utf-8") as stream:
         merges = json.load(stream)["model"]["merges"]

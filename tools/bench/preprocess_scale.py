@@ -90,7 +90,7 @@ def suite_preprocess_scale(bench: Bench) -> None:
     try:
         import ray
 
-        from adapters.ray_preprocess import ray_engine
+        from megadata_adapters.engines.ray_preprocess import ray_engine
     except ImportError:
         ray = None
         bench.note("ray is not installed: scale-ray2 and ray-startup are n/a")
@@ -127,8 +127,8 @@ def _tokenizer(bench, source: str):
     except ImportError:
         bench.note("the tokenizers package is not installed: ByteTokenizer instead of BPE")
         return ByteTokenizer, "ByteTokenizer"
-    from adapters.text_tokenizers import load_tokenizer
     from bench.preprocess import train_tokenizer_files
+    from megadata_adapters.tokenizing.text_tokenizers import load_tokenizer
 
     files = train_tokenizer_files(source, bench.path("scale", "tokenizer"))
     factory = functools.partial(load_tokenizer, "GPT2BPETokenizer", **files["GPT2BPETokenizer"])

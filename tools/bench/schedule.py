@@ -210,7 +210,7 @@ def _levanter_repeats(bench, size: int, half: int, ours: tuple, theirs: tuple,
     """Levanter's staged MixtureDataset on the same run, beside ours and Megatron's
     rebuild: notes, and checks of its own properties."""
     progress("schedule: Levanter's MixtureDataset with stages (overlay venv, child process)")
-    lev = levanter_schedule(bench, size, half)
+    lev = levanter_schedule(bench, size, half, NAMES, WEIGHTS_A, WEIGHTS_B)
     if isinstance(lev, str):
         bench.note(f"schedule: Levanter ({LEVANTER}): n/a ({lev})")
         bench.check("schedule: Levanter's staged mixture serves no (dataset, index) twice "
