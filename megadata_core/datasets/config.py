@@ -42,7 +42,6 @@ _BOOL_FIELDS = (
     "multiple_validation_sets",
     "full_validation",
     "document_masking",
-    "mask_cross_document_labels",
     "source_ids",
 )
 
@@ -129,10 +128,13 @@ class GPTDataConfig:
             ``--pad-packed-seq-alignment``. Needs ``packing="best_fit"``,
             ``document_masking=True`` and ``sequence_length`` a multiple of a; samples
             hold S tokens (the extra label token is padding).
-        mask_cross_document_labels: with ``document_masking``, also no loss on the label
-            that crosses into the next document piece (a document's last position,
-            whose label is the next document's first token). Off by default, as in
-            Megatron, whose loss mask trains on it.
+        mask_cross_document_labels: no loss on a label that crosses into the next
+            document piece (a document's last position, whose label is the next
+            document's first token). None (the default) decides by packing: False for
+            ``concat`` (Megatron 0.19's ``inter_document_masking`` trains on it), True
+            for ``best_fit`` (a packed document's neighbour is arbitrary, so that label
+            is noise), with or without ``packing_alignment``. True or False overrides
+            either way. :attr:`masks_cross_document_labels` is the decision.
         source_ids: samples also carry ``dataset_ids`` (index into the blend's
             prefixes) and ``document_ids`` (document in its corpus), int32 [S], the
             source of every token, -1 on padding
@@ -163,10 +165,18 @@ class GPTDataConfig:
     blend_order: str = "balanced"
     packing: str = "concat"
     document_masking: bool = False
-    mask_cross_document_labels: bool = False
+    mask_cross_document_labels: bool | None = None
     packing_alignment: int | None = None
     source_ids: bool = False
     max_open_files: int = DEFAULT_MAX_OPEN_FILES
+
+    @property
+    def masks_cross_document_labels(self) -> bool:
+        """Whether samples train no label that crosses into another document:
+        ``mask_cross_document_labels``, or when None, True for ``best_fit`` only."""
+        if self.mask_cross_document_labels is None:
+            return self.packing == "best_fit"
+        return self.mask_cross_document_labels
 
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
@@ -203,11 +213,9 @@ class GPTDataConfig:
             raise DataError(f"blend_order: {self.blend_order!r} is not one of {BLEND_ORDERS}")
         if self.packing not in PACKING_MODES:
             raise DataError(f"packing: {self.packing!r} is not one of {PACKING_MODES}")
-        if self.mask_cross_document_labels and not self.document_masking:
-            raise DataError(
-                "mask_cross_document_labels: True needs document_masking=True (the "
-                "document boundaries of a sample come with its document masks)"
-            )
+        if self.mask_cross_document_labels is not None:
+            put("mask_cross_document_labels",
+                _bool("mask_cross_document_labels", self.mask_cross_document_labels))
         self._check_alignment(put)
         if self.document_masking:
             for name in ("reset_position_ids", "reset_attention_mask"):

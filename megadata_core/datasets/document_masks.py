@@ -31,9 +31,10 @@ Given the pieces of every sample (text coordinates: S + extra tokens per sample)
   padding (positions past the sample's real tokens).
 * ``position_ids`` [B, S]: restart at 0 at every segment start.
 * ``boundary``: flat indices into [B, S] of the labels that cross into another document
-  piece (the last position of a piece whose next token starts the next piece); with
-  ``mask_cross_document_labels`` the dataset sets their loss mask to 0. Megatron's loss
-  mask (0.19's ``inter_document_masking``) trains on them, and so does ours by default.
+  piece (the last position of a piece whose next token starts the next piece); the
+  dataset sets their loss mask to 0 where ``GPTDataConfig.masks_cross_document_labels``
+  (by default for ``best_fit``). Megatron's loss mask (0.19's ``inter_document_masking``)
+  trains on them, and so does ``concat`` by default.
 """
 
 from __future__ import annotations
@@ -120,11 +121,34 @@ def document_masks(
         cu_seqlens, padding = _padded_layout(
             out, real_length, length, starts, sample, slots, kept, size
         )
-    crossing = (within > 0) & (length > 0) & (starts >= 1) & (starts - 1 < size)
-    out["boundary"] = sample[crossing] * size + starts[crossing] - 1
+    out["boundary"] = _crossing(starts, within, length, sample, size)
     if pieces.slot is not None:
         out["cu_seqlens"], out["padding"] = cu_seqlens, padding
     return out
+
+
+def _crossing(starts, within, length, sample, size) -> np.ndarray:
+    """Flat [B * S] positions whose label is the first token of a later piece (of pieces
+    at text offsets ``starts``, ``within`` their sample, taking ``length`` tokens)."""
+    crossing = (within > 0) & (length > 0) & (starts >= 1) & (starts - 1 < size)
+    return sample[crossing] * size + starts[crossing] - 1
+
+
+def crossing_labels(pieces: Pieces, sequence_length: int) -> np.ndarray:
+    """int64 flat indices into [B, S] of the labels that cross into another document
+    piece: ``document_masks``' ``boundary`` without the masks (samples of either packing
+    without ``document_masking``)."""
+    length = pieces.length.astype(np.int64, copy=False)
+    if pieces.slot is not None:
+        length = pieces.slot
+    first = pieces.first
+    counts = np.diff(first, append=len(length))
+    ends = np.cumsum(length)
+    base = ends[first] - length[first]
+    starts = ends - np.repeat(base, counts) - length
+    sample = np.repeat(np.arange(len(first), dtype=np.int64), counts)
+    within = np.arange(len(length), dtype=np.int64) - np.repeat(first, counts)
+    return _crossing(starts, within, length, sample, sequence_length)
 
 
 def _padded_layout(out, real_length, slot, starts, sample, slots, kept, size):

@@ -26,13 +26,18 @@ import numpy as np
 from megadata_core.cache.keys import document_ids
 from megadata_core.datasets import gpt_arrays, masks, origins, reading, source_ids
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
-from megadata_core.datasets.document_masks import document_masks, segment_attention_mask
+from megadata_core.datasets.document_masks import (
+    crossing_labels,
+    document_masks,
+    segment_attention_mask,
+)
 from megadata_core.datasets.gpt_maps import MappedIndices
 from megadata_core.datasets.gpt_siblings import GPTSiblings
 from megadata_core.datasets.pieces import Pieces, locate_packed_pieces, locate_pieces, one_sample
 from megadata_core.datasets.positions import sample_position, sample_positions
 from megadata_core.errors import DataError
 from megadata_core.handover.buffers import BufferPool
+from megadata_core.indices.feistel import FeistelDocumentIndex
 from megadata_core.indices.sample_order import FeistelOrder, feistel_orders
 
 TOKEN_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
@@ -62,6 +67,14 @@ def _check_token_id(field: str, value: int, dtype: np.dtype) -> None:
                 f"{field}: {value} is outside the corpus dtype {dtype} range "
                 f"[{info.min}, {info.max}]"
             )
+
+
+def _known(pieces: Pieces | None) -> Pieces:
+    """A batch's pieces where they must be known: every read locates them, and given text
+    has them with ``document_masking`` (see :meth:`GPTDataset.samples_from_text`)."""
+    if pieces is None:
+        raise DataError("pieces: a batch without its document pieces (internal error)")
+    return pieces
 
 
 class GPTDataset(GPTSiblings, MappedIndices):
@@ -97,10 +110,15 @@ class GPTDataset(GPTSiblings, MappedIndices):
     cache file that changed meanwhile is a DataError naming it.
     """
 
+    # The index views (_set_views): arrays, computed Feistel orders, None for best_fit.
+    sample_index: np.ndarray | None
+    document_index: np.ndarray | FeistelDocumentIndex | None
+    shuffle_index: np.ndarray | FeistelOrder
+
     def __init__(
         self,
         indexed,
-        indices: np.ndarray,
+        indices: np.ndarray | range,
         num_samples: int | None,
         config: GPTDataConfig,
         split: str = "train",
@@ -159,7 +177,7 @@ class GPTDataset(GPTSiblings, MappedIndices):
         of :func:`megadata_core.datasets.gpt_arrays.array_names`."""
         return dict(self._arrays)
 
-    def _check_dtypes(self, token_dtype: object) -> np.dtype:
+    def _check_dtypes(self, token_dtype: np.typing.DTypeLike) -> np.dtype:
         try:
             dtype = np.dtype(token_dtype)
         except TypeError:
@@ -294,7 +312,14 @@ class GPTDataset(GPTSiblings, MappedIndices):
         """Epochs of the split's documents that the samples hold."""
         if self._packed is not None:
             return int(self._packed["packed_shape"][0])
-        return len(self.document_index) // max(1, len(self.indices))
+        return len(self._concat_views()[1]) // max(1, len(self.indices))
+
+    def _concat_views(self) -> tuple[np.ndarray, np.ndarray | FeistelDocumentIndex]:
+        """``(sample_index, document_index)`` of a concat index (``_packed`` is None)."""
+        samples, documents = self.sample_index, self.document_index
+        if samples is None or documents is None:
+            raise DataError("sample_index: none in a best_fit index (internal error)")
+        return samples, documents
 
     def _pieces(self, rows: np.ndarray) -> Pieces:
         """The pieces of the samples at sample-index ``rows`` (shuffle index values),
@@ -304,9 +329,10 @@ class GPTDataset(GPTSiblings, MappedIndices):
                 return locate_packed_pieces(
                     self._packed, self.indexed.sequence_lengths, rows
                 )
+            samples, documents = self._concat_views()
             return locate_pieces(
-                self.sample_index,
-                self.document_index,
+                samples,
+                documents,
                 self.indexed.sequence_lengths,
                 rows,
                 self._extra,
@@ -367,8 +393,9 @@ class GPTDataset(GPTSiblings, MappedIndices):
             text, padded, pieces = self._text(np.array([position]))
             return SampleText(text[0], pieces.document.astype(np.int64), pieces.length, padded)
         try:
+            samples, document_index = self._concat_views()
             tokens, documents, lengths = one_sample(
-                flat, self.indexed.sequence_pointers, self.sample_index, self.document_index,
+                flat, self.indexed.sequence_pointers, samples, document_index,
                 self.indexed.sequence_lengths, int(self.shuffle_index[position]), self._extra,
             )
         except DataError as error:
@@ -462,8 +489,12 @@ class GPTDataset(GPTSiblings, MappedIndices):
         may_hold_pad = padded or self._pad_maybe_in_corpus or not self._extra
         documents = None
         if config.document_masking:
-            documents = document_masks(pieces, length, self._extra, packed, dtype)
-        if may_hold_pad or config.eod_mask_loss or config.mask_cross_document_labels:
+            documents = document_masks(_known(pieces), length, self._extra, packed, dtype)
+        crossing = None
+        if config.masks_cross_document_labels and pieces is not None:
+            crossing = (documents["boundary"] if documents is not None
+                        else crossing_labels(pieces, length))
+        if may_hold_pad or config.eod_mask_loss or crossing is not None:
             loss_mask = masks.loss_mask(
                 tokens,
                 labels if may_hold_pad else None,
@@ -474,11 +505,11 @@ class GPTDataset(GPTSiblings, MappedIndices):
             )
         else:  # all ones whatever the tokens: one shared read-only array per batch size
             loss_mask = self._constant("loss_mask", batch)
+        if crossing is not None:
+            loss_mask.reshape(-1)[crossing] = 0.0
         if documents is not None:
             if documents.get("padding") is not None:  # THD: pads between documents
                 loss_mask.reshape(-1)[documents["padding"]] = 0.0
-            if config.mask_cross_document_labels:
-                loss_mask.reshape(-1)[documents["boundary"]] = 0.0
             position_ids = documents["position_ids"]
         elif config.reset_position_ids:
             position_ids = masks.position_ids(
@@ -510,7 +541,7 @@ class GPTDataset(GPTSiblings, MappedIndices):
                     sample[key] = documents[key]
         if config.source_ids and sources:
             owned = source_ids.token_documents(
-                pieces, batch, length + self._extra, length
+                _known(pieces), batch, length + self._extra, length
             )
             sample["dataset_ids"] = source_ids.dataset_zeros(owned, padded)
             sample["document_ids"] = owned
