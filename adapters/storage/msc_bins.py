@@ -9,6 +9,13 @@ for the ``msc`` scheme through the ``megadata.storage`` entry point), so
 validated at open (a local copy of it, memory-mapped), batches read as coalesced byte
 ranges issued together (:data:`MAX_IN_FLIGHT` at a time), every range checked for its
 length. A ``file`` profile's object is mapped where it lies (its POSIX path).
+
+Of the storage client, only ``read(path=..., byte_range=Range(offset=..., size=...))`` is
+required, the one method Megatron's own MSC reader calls (so a client that offers only
+that, as Megatron's tests' double does, serves too). ``get_posix_path`` and ``info`` are
+used when the client has them: without ``get_posix_path`` no object counts as a local
+file; without ``info`` sizes are found by single-byte reads and an .idx copy is named
+after its content.
 """
 
 from __future__ import annotations
@@ -71,13 +78,32 @@ class MSCSource:
                 f"{self.path}: {what} failed: {type(error).__name__}: {error}"
             ) from None
 
+    def _info(self):
+        """The client's ``info`` method, or None where it has none (a client that only
+        reads, as Megatron's reader needs)."""
+        return getattr(self._client()[0], "info", None)
+
     def size(self) -> int:
-        """The object's size (one metadata request)."""
-        client, key = self._client()
-        return int(self._call("reading its size", client.info, key).content_length)
+        """The object's size: one metadata request, or, from a client without ``info``,
+        about 2 log2(size) single-byte reads."""
+        info = self._info()
+        if info is None:
+            return self._probed_size()
+        return int(self._call("reading its size", info, self._client()[1]).content_length)
 
     def check_size(self, minimum: int) -> int:
-        """The size, after checking the object holds at least ``minimum`` bytes."""
+        """The size, after checking the object holds at least ``minimum`` bytes (from a
+        client without ``info``: ``minimum``, after one single-byte read)."""
+        if self._info() is None:
+            if minimum <= 0:
+                self._read_range(0, 0)  # not found: a DataError
+                return 0
+            if not self._has_byte(minimum - 1):
+                raise DataError(
+                    f"{self.path}: the object is shorter than the {minimum} bytes its "
+                    "index refers to"
+                )
+            return minimum
         size = self.size()
         if size < minimum:
             raise DataError(
@@ -85,16 +111,36 @@ class MSCSource:
             )
         return size
 
+    def _read_range(self, offset: int, length: int) -> bytes:
+        """What the client answers for ``length`` bytes at ``offset`` (fewer past the end),
+        asked as Megatron's reader asks: ``read(path=..., byte_range=Range(...))``."""
+        client, key = self._client()
+        _, byte_range = _client_module()
+        return self._call(
+            f"reading {length} bytes at {offset}", client.read, path=key,
+            byte_range=byte_range(offset=int(offset), size=int(length)),
+        )
+
+    def _has_byte(self, offset: int) -> bool:
+        return len(self._read_range(offset, 1)) == 1
+
+    def _probed_size(self) -> int:
+        """The size found by single-byte reads (for a client without ``info``)."""
+        if not self._has_byte(0):  # a missing object raises
+            return 0
+        low, high = 1, 2  # the object holds at least `low` bytes and fewer than `high`
+        while self._has_byte(high - 1):
+            low, high = high, high * 2
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if self._has_byte(middle - 1) else (low, middle)
+        return low
+
     def read(self, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset`` (one request)."""
         if length == 0:
             return b""
-        client, key = self._client()
-        _, byte_range = _client_module()
-        data = self._call(
-            f"reading {length} bytes at {offset}", client.read, key,
-            byte_range=byte_range(offset=int(offset), size=int(length)),
-        )
+        data = self._read_range(offset, length)
         if len(data) != length:
             raise DataError(f"{self.path}: wanted {length} bytes at {offset}, got {len(data)}")
         return data
@@ -114,23 +160,35 @@ class MSCSource:
     def local_copy(self) -> str:
         """A local file with the whole object: a ``file`` profile's object itself, else a
         copy fetched once per object version (size and ETag or modification time) into
-        ``$MEGADATA_MSC_CACHE`` (default ``~/.cache/megadata/msc``)."""
+        ``$MEGADATA_MSC_CACHE`` (default ``~/.cache/megadata/msc``). A client without
+        ``get_posix_path`` has no local objects; from one without ``info`` the object is
+        read whole at every call and its copy named after its content."""
         client, key = self._client()
-        posix = self._call("finding its path", client.get_posix_path, key)
-        if posix and os.path.isfile(posix):
-            return posix
-        info = self._call("reading its metadata", client.info, key)
-        stamp = f"{info.content_length}-{info.etag or info.last_modified}"
+        get_posix_path = getattr(client, "get_posix_path", None)
+        if get_posix_path is not None:
+            posix = self._call("finding its path", get_posix_path, key)
+            if posix and os.path.isfile(posix):
+                return posix
+        info = self._info()
+        data = None
+        if info is None:
+            data = self.read(0, self._probed_size())
+            size, stamp = len(data), hashlib.sha256(data).hexdigest()
+        else:
+            found = self._call("reading its metadata", info, key)
+            size = int(found.content_length)
+            stamp = f"{size}-{found.etag or found.last_modified}"
         directory = os.environ.get(CACHE_ENV) or os.path.join(
             os.path.expanduser("~"), ".cache", "megadata", "msc"
         )
         name = hashlib.sha256(f"{self.path}\0{stamp}".encode()).hexdigest()[:40] + ".bin"
         path = os.path.join(directory, name)
-        if os.path.isfile(path) and os.path.getsize(path) == int(info.content_length):
+        if os.path.isfile(path) and os.path.getsize(path) == size:
             return path
         os.makedirs(directory, exist_ok=True)
         temporary.remove_stale(directory, [name])
-        data = self.read(0, int(info.content_length))
+        if data is None:
+            data = self.read(0, size)
         write_atomically(path, lambda stream: stream.write(data))
         return path
 
@@ -144,7 +202,7 @@ class MSCSource:
         return {"path": self.path}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"])
+        type(self).__init__(self, state["path"])
 
     def __repr__(self) -> str:
         return f"MSCSource({self.path!r})"

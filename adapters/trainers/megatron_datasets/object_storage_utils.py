@@ -86,7 +86,13 @@ def _exists(url: str) -> bool:
     try:
         source = open_source(url)
         try:
-            source.size()
+            # check_size(0): existence, as cheaply as the source can (an MSC client
+            # without ``info`` would otherwise probe the whole size)
+            check_size = getattr(source, "check_size", None)
+            if check_size is not None:
+                check_size(0)
+            else:
+                source.size()
         finally:
             getattr(source, "close", lambda: None)()
     except DataError:
