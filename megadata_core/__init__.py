@@ -1,7 +1,8 @@
 """megadata: Megatron-compatible pretraining data in pure numpy.
 
 The core imports numpy and the standard library only; framework adapters live in
-the top-level ``adapters`` package. Floors (a module imports only from its own floor or
+``megadata_adapters`` and the command line in ``megadata_cli`` (both in the same
+distribution, ``megadata-core``). Floors (a module imports only from its own floor or
 below; tests/test_layering.py checks it):
 
 0. ground: ``errors``, ``checks``, ``files/`` (identity, atomic replace, locks, temporary
@@ -35,7 +36,8 @@ from megadata_core.format import (
     register_scheme,
 )
 
-__version__ = "0.1.0"
+#: The one version of the distribution (pyproject.toml reads it from here).
+__version__ = "0.2.0"
 
 __all__ = [
     "DataError",

@@ -9,6 +9,7 @@ inputs), and the read-time range checks of index values (:func:`unsigned`,
 from __future__ import annotations
 
 import operator
+from typing import SupportsIndex, cast
 
 import numpy as np
 
@@ -30,7 +31,7 @@ def check_int(field: str, value: object, minimum: int | None = None) -> int:
     if isinstance(value, (bool, np.bool_, float, np.floating)):
         raise DataError(f"{field}: {value!r} is not an integer")
     try:
-        number = operator.index(value)
+        number = operator.index(cast(SupportsIndex, value))  # a TypeError if it is not
     except TypeError:
         raise DataError(f"{field}: {value!r} is not an integer") from None
     if minimum is not None and number < minimum:

@@ -38,7 +38,7 @@ its flags later (``app.run``) still does so normally.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import grain
@@ -109,7 +109,7 @@ class _Layout:
 
     __slots__ = ("keys", "constants")
 
-    def __init__(self, keys: tuple[str, ...], constants: dict) -> None:
+    def __init__(self, keys: tuple[str, ...], constants: dict | None) -> None:
         self.keys = keys
         self.constants = constants
 
@@ -164,7 +164,8 @@ def _plain(array: Any) -> Any:
         return array
     shm = getattr(array, "shm", None)
     if shm is not None and getattr(array, "_unlink_on_del", False):
-        array._unlink_on_del = False  # Grain's flag: close the mapping only, later
+        shared: Any = array  # a Grain SharedMemoryArray (grain is untyped)
+        shared._unlink_on_del = False  # Grain's flag: close the mapping only, later
         try:
             shm.unlink()
         except FileNotFoundError:  # already gone
@@ -379,7 +380,7 @@ class _ConsumedSamplesIterator(grain.DatasetIterator):
     def __init__(self, owner: _BatchedIterDataset) -> None:
         super().__init__()
         self._owner = owner
-        self._inner = None
+        self._inner: Iterator[dict[str, np.ndarray]] | None = None
         self._start(owner.consumed_samples)
 
     def _start(self, consumed: int) -> None:
@@ -393,6 +394,8 @@ class _ConsumedSamplesIterator(grain.DatasetIterator):
             inner.close()
 
     def __next__(self) -> dict[str, np.ndarray]:
+        if self._inner is None:  # closed: a TypeError, as next(None) raises
+            raise TypeError("next() on a closed iterator")
         batch = next(self._inner)
         self._consumed += self._owner.global_batch
         return batch
@@ -471,7 +474,7 @@ class _BatchedIterDataset(grain.IterDataset):
     ) -> None:
         super().__init__()
         self.key_names = check_key_names(key_names)
-        self._kwargs = dict(
+        self._kwargs: dict[str, Any] = dict(
             micro_batch_size=micro_batch_size,
             data_parallel_rank=data_parallel_rank,
             data_parallel_size=data_parallel_size,

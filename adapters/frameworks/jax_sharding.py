@@ -103,8 +103,8 @@ def _local_shards(mesh: Mesh, axes: tuple[str, ...]) -> int:
     positions = [mesh.axis_names.index(a) for a in axes]
     here = jax.process_index()
     seen = set()
-    for coords in np.ndindex(*mesh.devices.shape):
-        if mesh.devices[coords].process_index == here:
+    for coords, device in np.ndenumerate(mesh.devices):
+        if device.process_index == here:
             seen.add(tuple(coords[p] for p in positions))
     return len(seen)
 
@@ -120,7 +120,8 @@ def _to_global(sharding: NamedSharding, value) -> jax.Array:
     """``make_array_from_process_local_data``, reusing the result for immutable inputs."""
     if not is_constant(value):
         return jax.make_array_from_process_local_data(sharding, value)
-    key = (id(value), sharding, bool(jax.config.jax_enable_x64))
+    x64 = jax.config.jax_enable_x64  # type: ignore[attr-defined]  # jax flags: dynamic attributes
+    key = (id(value), sharding, bool(x64))
     with _CONSTANTS_LOCK:
         hit = _CONSTANTS.get(key)
         if hit is not None and hit[0] is value and not hit[1].is_deleted():  # donated?

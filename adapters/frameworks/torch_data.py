@@ -81,7 +81,7 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -95,6 +95,9 @@ from megadata_core.handover import orphans, pack
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.handover.shm_ring import ConsumerRings, ProducerRing, SlotRef
 from megadata_core.samplers import PretrainingSampler
+
+if TYPE_CHECKING:
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 __all__ = [
     "Loader",
@@ -202,6 +205,9 @@ class PackedBatch(pack.PackedBatch):
 
     __slots__ = ()
 
+    #: in a worker's ring (a :class:`SlotRef`) between the worker's ``put`` and :meth:`unpack`
+    text: np.ndarray | SlotRef | None  # type: ignore[assignment]
+
     def unpack(
         self, empty: Callable[[tuple[int, ...], np.dtype], np.ndarray] | None = None
     ) -> dict[str, torch.Tensor]:
@@ -260,8 +266,8 @@ class TorchDataset(Dataset):
             indices = indices.tolist()
         indices = list(indices)
         if self._pack_in_worker:
-            packed = self._packer(self._read(indices))
-            if self._ring is not None and packed.text is not None:
+            packed = cast(PackedBatch, self._packer(self._read(indices)))  # its packed_type
+            if self._ring is not None and isinstance(packed.text, np.ndarray):
                 packed.text = self._ring.put(packed.text) or packed.text
             return packed
         return Samples(self._stacked(indices), len(indices))
@@ -285,7 +291,8 @@ class TorchDataset(Dataset):
         tokens and labels views of one text buffer, shared constants) packed and
         unpacked into pooled buffers -- tokens and labels cast from the text once,
         constants filled, not copied."""
-        return self._packer(self._read(list(indices))).unpack(self._pool.empty)
+        packed = cast(PackedBatch, self._packer(self._read(list(indices))))  # its packed_type
+        return packed.unpack(self._pool.empty)
 
     def __repr__(self) -> str:
         return f"TorchDataset({self.dataset!r})"
@@ -345,7 +352,7 @@ class _Unpacking:
     pooled buffers (batches that are not packed pass through); :meth:`close` (or leaving
     a ``with`` block) stops its workers; other attributes are the wrapped iterator's."""
 
-    def __init__(self, inner: Iterator, pool: BufferPool) -> None:
+    def __init__(self, inner: _BaseDataLoaderIter, pool: BufferPool) -> None:
         self._inner = inner
         self._pool = pool
         self._closed = False
@@ -391,12 +398,13 @@ class Loader(DataLoader):
         self._unpack_pool = BufferPool()
         self._handed_out: weakref.WeakSet = weakref.WeakSet()
 
-    def __iter__(self) -> _Unpacking:
+    def __iter__(self) -> _Unpacking:  # type: ignore[override]  # wraps torch's iterator
         inner = super().__iter__()
-        if getattr(inner, "_workers", None) and inner not in self._handed_out:
+        workers = getattr(inner, "_workers", None)  # torch's multi-process iterator
+        if workers and inner not in self._handed_out:
             self._handed_out.add(inner)
             # after torch's own __del__ has stopped the workers: let go of their rings
-            weakref.finalize(inner, _RINGS.forget, [w.pid for w in inner._workers])
+            weakref.finalize(inner, _RINGS.forget, [w.pid for w in workers])
         return _Unpacking(inner, self._unpack_pool)
 
     def close(self) -> None:
@@ -475,10 +483,16 @@ class StatefulLoader:
     def __init__(self, dataset, batch_sampler, num_workers: int = 0, **kwargs) -> None:
         self.batch_sampler = batch_sampler
         self.loader = loader(dataset, batch_sampler, num_workers=num_workers, **kwargs)
-        self._resume = resume_fields(self.loader.dataset.dataset)
+        self._resume = resume_fields(self._data)
         self.fingerprint = self._resume["fingerprint"]
         self._start = int(batch_sampler.consumed_samples)
         self._yielded = 0
+
+    @property
+    def _data(self) -> Any:
+        """The megadata dataset the loader reads (:func:`loader` wraps it in a
+        :class:`TorchDataset`)."""
+        return cast(TorchDataset, self.loader.dataset).dataset
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -510,20 +524,20 @@ class StatefulLoader:
             raise DataError(
                 f"fingerprint: the state has none (saved before loader states carried "
                 f"one), so it cannot be checked against this data ({self.fingerprint!r}, "
-                f"{self.loader.dataset.dataset!r}); if it is the same data, restore it "
+                f"{self._data!r}); if it is the same data, restore it "
                 "with loader.batch_sampler.load_state_dict(state)"
             )
         edited = False
         if isinstance(state, Mapping) and state["fingerprint"] != self.fingerprint:
             consumed = check_int("consumed_samples", state.get("consumed_samples"), minimum=0)
             edited = continues_schedule(
-                state, self.loader.dataset.dataset, consumed,
+                state, self._data, consumed,
                 sequential=isinstance(self.batch_sampler, PretrainingSampler),
             )
         if isinstance(state, Mapping) and state["fingerprint"] != self.fingerprint and not edited:
             raise DataError(
                 f"fingerprint: the state was made for data/config {state['fingerprint']!r}, "
-                f"this loader reads {self.fingerprint!r} ({self.loader.dataset.dataset!r}): "
+                f"this loader reads {self.fingerprint!r} ({self._data!r}): "
                 "other data, or the same with another seed, sequence length, split or "
                 "blend; refusing to continue a different stream"
             )

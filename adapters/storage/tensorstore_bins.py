@@ -421,7 +421,7 @@ class TensorStoreSource:
         return {"path": self.path, "options": self._options}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"], state["options"])
+        type(self).__init__(self, state["path"], state["options"])
 
     def __repr__(self) -> str:
         return f"TensorStoreSource({self.path!r}, driver={self._spec['driver']!r})"

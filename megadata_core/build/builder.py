@@ -169,8 +169,11 @@ def _build_mock(
     ranges = splits.document_ranges(matrix, len(corpus))
 
     def one(split: int) -> GPTDataset:
+        documents = ranges[split]
+        if documents is None:  # (not reached: MOCK_SPLIT gives every split documents)
+            raise DataError(f"split: {MOCK_SPLIT!r} leaves {SPLIT_NAMES[split]} empty")
         return GPTDataset(
-            corpus, ranges[split], sizes[split], config, SPLIT_NAMES[split],
+            corpus, documents, sizes[split], config, SPLIT_NAMES[split],
             token_dtype=token_dtype,
         )
 

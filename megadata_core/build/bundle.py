@@ -41,8 +41,9 @@ from megadata_core.cache.entries import cached_result
 from megadata_core.cache.hashing import array_digest, description_key
 from megadata_core.cache.keys import corpus_identity
 from megadata_core.cache.packed import PackedArrays, pack_arrays
-from megadata_core.datasets.blended_dataset import BLEND_ARRAYS
+from megadata_core.datasets.blended_dataset import BLEND_ARRAYS, BlendedDataset
 from megadata_core.datasets.gpt_arrays import FEISTEL, config_array_names
+from megadata_core.datasets.lazy_members import LazyMembers
 from megadata_core.errors import DataError
 from megadata_core.indices import splits
 
@@ -87,12 +88,15 @@ class BundledBuild:
         # warned, rebuilt); the datasets are made outside, so that their own errors
         # (e.g. an eod_id outside the corpus dtype, not part of the key) are raised as
         # on a miss, not taken for damage.
+        def use(arrays: dict[str, np.ndarray]) -> list | _Unpacked:
+            return _Unpacked(self._unpack(arrays))
+
         found = cached_result(
             self.config.path_to_cache,
             description,
             BUNDLE_SPLIT,
             BUNDLE_ARRAYS,
-            use=lambda arrays: _Unpacked(self._unpack(arrays)),
+            use=use,
             build=self._build,
             stacklevel=3,  # build_datasets' caller
         )
@@ -130,7 +134,8 @@ class BundledBuild:
         for prefix in self.corpora.prefixes:
             self.corpora.validate(prefix)
         built, small = self.members.build(self.jobs, self.members.in_memory(self.jobs))
-        arrays, rows = [], np.full(len(self.jobs), -1, dtype=np.int64)
+        arrays: list[np.ndarray] = []
+        rows = np.full(len(self.jobs), -1, dtype=np.int64)
         for number, job in enumerate(self.jobs):
             if job in small:
                 rows[number] = len(arrays)
@@ -141,10 +146,11 @@ class BundledBuild:
                 recipe is not None and recipe.kind == "blend"
                 and blend_samples(recipe, built) < BUNDLE_BLEND_BELOW
             )
-            result.append(assemble(recipe, built, self.config, use_cache=not bundled))
-            if bundled:
+            made = assemble(recipe, built, self.config, use_cache=not bundled)
+            result.append(made)
+            if bundled and isinstance(made, BlendedDataset):  # (a blend recipe's: always)
                 blends[number] = len(arrays)
-                held = result[-1].index_arrays
+                held = made.index_arrays
                 arrays.extend(held[name] for name in BLEND_ARRAYS)
         return result, {"jobs": rows, "blends": blends, **pack_arrays(arrays)}
 
@@ -207,20 +213,22 @@ class BundledBuild:
         (:meth:`~megadata_core.datasets.gpt_siblings.GPTSiblings.lazy_siblings`)."""
         jobs, names, corpora = self.jobs, self.names, self.corpora.opened
         recorded = isinstance(corpora, blend_record.RecordedCorpora)
-        if recorded:
+        counts: np.ndarray | list[int]
+        if isinstance(corpora, blend_record.RecordedCorpora):
             numbers = np.array([corpora.number(job.prefix) for job in jobs], dtype=np.int64)
             counts = corpora.sequences[numbers]
         else:
             counts = [len(corpora[job.prefix]) for job in jobs]
         firsts, ends = splits.document_bounds([job.bookend for job in jobs], counts)
-        large, groups = [], {}
+        large: list[Job] = []
+        groups: dict[str, list[int]] = {}
         for position, (job, row) in enumerate(zip(jobs, rows)):
             if row < 0:
                 large.append(job)
             else:
                 groups.setdefault(job.split, []).append(position)
         built: dict[Job, object] = {}
-        lazy: dict[str, tuple[list[Job], object]] = {}  # split -> (its jobs, LazyMembers)
+        lazy: dict[str, tuple[list[Job], LazyMembers]] = {}  # split -> (its jobs, LazyMembers)
         unpacked: dict[Job, dict] = {}
         for group in groups.values():
             group_jobs = [jobs[n] for n in group]
@@ -257,8 +265,8 @@ class BundledBuild:
                 given = dict(zip(BLEND_ARRAYS, arrays[position : position + len(BLEND_ARRAYS)]))
             members = None
             if recipe is not None and recipe.kind == "blend":
-                group_jobs, candidate = lazy.get(recipe.jobs[0].split, (None, None))
-                if group_jobs is not None and recipe.jobs == group_jobs:
+                split_jobs, candidate = lazy.get(recipe.jobs[0].split, (None, None))
+                if split_jobs is not None and recipe.jobs == split_jobs:
                     members = candidate  # the split's members, in order: kept unmade
             made = {} if recipe is None or members is not None else {
                 job: _made(built[job]) for job in recipe.jobs

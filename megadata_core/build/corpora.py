@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from megadata_core.cache.corpus_trust import ensure_validated
 from megadata_core.errors import DataError
@@ -69,7 +70,8 @@ class Corpora(Mapping):
         self.fields, self.max_workers = fields, max_workers
         self.path_to_cache, self.mmap = path_to_cache, mmap
         self.prefixes = list(fields)
-        self.opened: Mapping[str, object] = {}
+        # prefix -> its IndexedDataset (or a record-described corpus): untyped corpora
+        self.opened: Mapping[str, Any] = {}
         # One bound for every corpus of the build: their .bin maps / descriptors.
         self.open_files = OpenFiles(max_open_files)
 
@@ -79,7 +81,7 @@ class Corpora(Mapping):
         one = self._validated if validate else self._deferred
         self.opened = dict(zip(self.prefixes, _open_all(one, self.prefixes, self.max_workers)))
 
-    def use_recorded(self, recorded: Mapping[str, object]) -> None:
+    def use_recorded(self, recorded: Mapping[str, Any]) -> None:
         """Serve record-described corpora instead (nothing opened until read)."""
         self.opened = recorded
 

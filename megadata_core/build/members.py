@@ -165,7 +165,7 @@ class Members:
         lows, highs = splits.document_bounds(
             [job.bookend for job in rest], [len(opened[job.prefix]) for job in rest]
         )
-        made = template.siblings(
+        siblings = template.siblings(
             [opened[job.prefix] for job in rest],
             [range(low, high) for low, high in zip(lows.tolist(), highs.tolist())],
             [job.num_samples for job in rest], [arrays[job] for job in rest], origin,
@@ -173,7 +173,7 @@ class Members:
         )
         for _ in jobs:
             self.progress(1)
-        return dict(zip(jobs, [template, *made]))
+        return dict(zip(jobs, [template, *siblings]))
 
     def dataset(
         self, job: Job, config, arrays: Arrays | None = None, origin: str | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
@@ -27,6 +27,7 @@ VALID = SPLIT_NAMES.index("valid")
 WHOLE = (0.0, 1.0)  # a whole corpus (blend_per_split)
 Sizes = tuple[int | None, int | None, int | None]  # samples per split: train, valid, test
 Matrix = Sequence[tuple[float, float] | None]  # (begin, end) fractions per split
+_T = TypeVar("_T")
 
 
 class Job(NamedTuple):
@@ -79,6 +80,13 @@ def check_sizes(sizes: object) -> Sizes:
     return tuple(checked)
 
 
+def _needed(value: _T | None, field: str) -> _T:
+    """A config field that the plan at hand needs (the config's checks ensure it)."""
+    if value is None:
+        raise DataError(f"{field}: None, but this build plan needs it")
+    return value
+
+
 def _weighted_size_error(field: str, name: str) -> DataError:
     return DataError(
         f"sizes[{name}]: None, but {field} has weights. Megatron apportions a weighted blend "
@@ -108,15 +116,15 @@ def _weighted_blend(
             recipes.append(None)
             continue
         jobs = [Job(p, name, bookend, buffer[s]) for p, buffer in zip(prefixes, buffers)]
-        size = sum(target[s] for target in targets)
+        size = sum(target[s] or 0 for target in targets)  # (all ints: sizes[s] is given)
         recipes.append(Recipe("blend", jobs, field, weights, size))
     return recipes
 
 
 def plan_blend(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
     """Recipes of the three splits of ``config.blend`` with ``config.split``."""
-    prefixes, weights = config.blend
-    matrix = config.split_matrix
+    prefixes, weights = _needed(config.blend, "blend")
+    matrix = _needed(config.split_matrix, "split")
     if weights is None:
         if len(prefixes) == 1:
             return [
@@ -140,7 +148,8 @@ def plan_blend(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
 def plan_blend_per_split(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
     """Recipes of ``config.blend_per_split``: each split over whole corpora."""
     recipes: list[Recipe | None] = []
-    for s, (blend, name, size) in enumerate(zip(config.blend_per_split, SPLIT_NAMES, sizes)):
+    per_split = _needed(config.blend_per_split, "blend_per_split")
+    for s, (blend, name, size) in enumerate(zip(per_split, SPLIT_NAMES, sizes)):
         field = f"blend_per_split[{name}]"
         if blend is None:
             recipes.append(None)
@@ -174,9 +183,9 @@ def plan_blend_per_split(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | N
 def plan_schedule(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
     """Recipes of ``config.blend_schedule`` with ``config.split``: every split a schedule
     over the same prefixes (the stages' starts in that split's samples)."""
-    prefixes = schedule_arrays(config.blend_schedule)[0]
+    prefixes = schedule_arrays(_needed(config.blend_schedule, "blend_schedule"))[0]
     recipes: list[Recipe | None] = []
-    for bookend, name, size in zip(config.split_matrix, SPLIT_NAMES, sizes):
+    for bookend, name, size in zip(_needed(config.split_matrix, "split"), SPLIT_NAMES, sizes):
         if bookend is None:
             recipes.append(None)
             continue
@@ -207,6 +216,7 @@ def distinct_jobs(recipes: list[Recipe | None]) -> tuple[list[Job], dict[str, st
     jobs = list(dict.fromkeys(job for recipe in recipes if recipe for job in recipe.jobs))
     fields: dict[str, str] = {}
     for recipe in recipes:
-        for job in recipe.jobs if recipe else ():
-            fields.setdefault(job.prefix, recipe.field)
+        if recipe is not None:
+            for job in recipe.jobs:
+                fields.setdefault(job.prefix, recipe.field)
     return jobs, fields

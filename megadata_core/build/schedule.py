@@ -20,11 +20,20 @@ from megadata_core.build.plan import Recipe
 from megadata_core.datasets.blend_schedule import schedule_arrays
 from megadata_core.datasets.epoch_chain import EpochChain
 from megadata_core.datasets.scheduled_blend import ScheduledBlendedDataset, schedule_index
+from megadata_core.errors import DataError
 
 
 def _epochs(counts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """int64 [n]: the passes each prefix needs for ``counts`` samples (at least one)."""
     return np.maximum(1, -(-counts // np.maximum(lengths, 1)))
+
+
+def _size(recipe: Recipe) -> int:
+    """A schedule recipe's samples (:func:`~megadata_core.build.plan.plan_schedule`
+    gives every one a size)."""
+    if recipe.size is None:
+        raise DataError(f"sizes[{recipe.jobs[0].split}]: None, but blend_schedule needs it")
+    return recipe.size
 
 
 def build_schedule(
@@ -54,7 +63,7 @@ def build_schedule(
     for number, recipe in enumerate(recipes):
         if recipe is not None:
             arrays = indices[number] = schedule_index(
-                config, recipe.jobs[0].split, starts, weights, recipe.size
+                config, recipe.jobs[0].split, starts, weights, _size(recipe)
             )
             reads = np.asarray(arrays["dataset_counts"]).tolist()
             units[number] = [
@@ -78,7 +87,7 @@ def build_schedule(
                 EpochChain([built[unit._replace(epoch=epoch)] for epoch in range(count)])
                 for unit, count in zip(units[number], epochs[number])
             ],
-            starts, weights, recipe.size, config, arrays=indices[number],
+            starts, weights, _size(recipe), config, arrays=indices[number],
         )
         for number, recipe in enumerate(recipes)
     ]

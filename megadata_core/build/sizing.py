@@ -32,7 +32,7 @@ class MemberSize:
 
 def member_documents(job: Job, count: int) -> range:
     """The documents of a job's split of a corpus of ``count`` documents."""
-    return splits.document_ranges([job.bookend], count)[0]
+    return splits.document_range(job.bookend, count)
 
 
 def _tokens(lengths: np.ndarray, documents: range) -> int:

@@ -192,7 +192,7 @@ class CorpusTable:
                 "where": self.where}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(**state)
+        type(self).__init__(self, **state)
 
 
 class RecordedCorpora(Mapping):
@@ -252,4 +252,4 @@ class RecordedCorpora(Mapping):
                 "open_files": self.open_files}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(**state)
+        type(self).__init__(self, **state)

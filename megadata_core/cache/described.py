@@ -144,7 +144,8 @@ class DescribedCorpus(IndexedDataset):
         }
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(
+        type(self).__init__(
+            self,
             state["path_prefix"], CorpusRecord(*state["record"]), state["where"],
             mmap=state["mmap"], validator=state.get("validator"),
         )

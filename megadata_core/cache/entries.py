@@ -61,7 +61,7 @@ import re
 import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 
@@ -247,7 +247,7 @@ def load_by_key(
     return stored, arrays
 
 
-def _same_json(stored: object, expected: object, canonical: str) -> bool:
+def _same_json(stored: Mapping, expected: Mapping, canonical: str) -> bool:
     """Whether ``stored`` (parsed JSON) is the expected description (canonical JSON
     ``canonical``): Python equality first (C speed; a tuple never equals the list it
     parses back as, so such descriptions fall through), else the canonical JSON. The
@@ -280,7 +280,7 @@ def save_cached(
     spilled = {name: take_spilled(value, paths[name]) for name, value in arrays.items()}
     arrays = {name: np.ascontiguousarray(value) for name, value in arrays.items()}
     headers = {name: npy_header(array) for name, array in arrays.items()}
-    metas = {}
+    metas: dict[str, dict[str, Any]] = {}
     with ThreadPoolExecutor(1) as pool:
         checksums = {
             name: pool.submit(npy_files.file_crc, headers[name], array)
@@ -288,13 +288,11 @@ def save_cached(
             if spilled[name] is None
         }
         for name, array in arrays.items():
-            if spilled[name] is not None:  # built in place: read back for its CRC, renamed
-                checksums[name] = pool.submit(_rename_spilled, spilled[name], paths[name])
+            temporary = spilled[name]
+            if temporary is not None:  # built in place: read back for its CRC, renamed
+                checksums[name] = pool.submit(_rename_spilled, temporary, paths[name])
             else:
-                write_atomically(
-                    paths[name],
-                    lambda stream, h=headers[name], a=array: npy_files.write_npy(stream, h, a),
-                )
+                write_atomically(paths[name], _npy_writer(headers[name], array))
             metas[name] = {
                 "file": os.path.basename(paths[name]),
                 "shape": list(array.shape),
@@ -317,6 +315,11 @@ def save_cached(
     text = json.dumps(record, indent=indent, sort_keys=True).encode("utf-8")
     write_atomically(paths["description"], lambda stream: stream.write(text))
     return {name: open_checked(paths[name], metas[name], "none")[0] for name in names}
+
+
+def _npy_writer(header: bytes, array: np.ndarray) -> Callable[[BinaryIO], None]:
+    """Writes ``array`` with ``header`` as an .npy file to a stream."""
+    return lambda stream: npy_files.write_npy(stream, header, array)
 
 
 def _rename_spilled(temporary: str, path: str) -> str:
@@ -357,8 +360,9 @@ def load_or_build(
     if directory is None:
         return dict(build())
 
-    def build_arrays() -> tuple[None, dict[str, np.ndarray]]:
-        return None, dict(build())
+    def build_arrays() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        built = dict(build())
+        return built, built  # the result is use(saved arrays) with reload
 
     # built arrays are saved and handed out memory-mapped (they pickle as file names)
     return cached_result(
@@ -403,12 +407,13 @@ def cached_result(
     key = text_key(canonical)
     damage: DataError | None = None
 
-    def try_use() -> tuple[bool, Result | None]:
+    def try_use() -> tuple[Result] | None:
+        """``(use(arrays),)`` on a cache hit, else None."""
         nonlocal damage
         try:
             found = _load_entry(directory, description, canonical, split, names, verify)
             if found is not None:
-                return True, use(found)
+                return (use(found),)
         except DataError as error:
             if damage is None:
                 damage = error
@@ -417,17 +422,17 @@ def cached_result(
                 warnings.warn(
                     f"{error}; rebuilding the index cache entry", stacklevel=stacklevel + 2
                 )
-        return False, None
+        return None
 
-    hit, result = try_use()
-    if hit:
-        return result
+    hit = try_use()
+    if hit is not None:
+        return hit[0]
     guard = exclusive(entry_paths(directory, key, split, ())["lock"]) if lock else None
     with guard if guard is not None else contextlib.nullcontext(False) as locked:
         if locked:  # another process may have built it while we waited
-            hit, result = try_use()
-            if hit:
-                return result
+            hit = try_use()
+            if hit is not None:
+                return hit[0]
         result, arrays = build()
         arrays = dict(arrays)
         if sorted(arrays) != sorted(names):

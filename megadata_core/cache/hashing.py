@@ -52,7 +52,8 @@ def array_digest(array: np.ndarray) -> dict:
     return {
         "dtype": array.dtype.str,
         "shape": list(array.shape),
-        "sha256": hashlib.sha256(byte_view(array)).hexdigest(),
+        # numpy types ndarray.__buffer__ for Python 3.12+ only:
+        "sha256": hashlib.sha256(byte_view(array)).hexdigest(),  # type: ignore[arg-type]
     }
 
 
@@ -66,15 +67,18 @@ def sampled_digest(array: np.ndarray) -> str:
     raw = byte_view(array)
     digest = hashlib.sha256(str(raw.size).encode("ascii"))
     if raw.size <= SAMPLE_CHUNKS * SAMPLE_CHUNK_BYTES:
-        digest.update(raw)
+        # numpy types ndarray.__buffer__ for Python 3.12+ only:
+        digest.update(raw)  # type: ignore[arg-type]
     else:
         span = raw.size - SAMPLE_CHUNK_BYTES
         for k in range(SAMPLE_CHUNKS):  # fixed trip count, independent of the size
             start = span * k // (SAMPLE_CHUNKS - 1)
-            digest.update(raw[start : start + SAMPLE_CHUNK_BYTES])
+            # numpy types ndarray.__buffer__ for Python 3.12+ only:
+            digest.update(raw[start : start + SAMPLE_CHUNK_BYTES])  # type: ignore[arg-type]
     return digest.hexdigest()
 
 
 def full_digest(array: np.ndarray) -> str:
     """sha256 of all the bytes of an array (C order)."""
-    return hashlib.sha256(byte_view(array)).hexdigest()
+    # numpy types ndarray.__buffer__ for Python 3.12+ only:
+    return hashlib.sha256(byte_view(array)).hexdigest()  # type: ignore[arg-type]

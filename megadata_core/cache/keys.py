@@ -52,12 +52,12 @@ def document_ids(indexed, indices: object) -> tuple[np.ndarray | range, dict]:
     """
     if isinstance(indices, range):
         if indices.step == 1 or len(indices) <= 1:
-            ids = range(indices.start, indices.start + len(indices))
-            if not ids:
-                return ids, {"count": 0}
-            if ids.start < 0 or ids.stop > len(indexed):
-                raise _out_of_range(ids.start if ids.start < 0 else ids.stop - 1, len(indexed))
-            return ids, {"count": len(ids), "range": [ids.start, ids.stop]}
+            span = range(indices.start, indices.start + len(indices))
+            if not span:
+                return span, {"count": 0}
+            if span.start < 0 or span.stop > len(indexed):
+                raise _out_of_range(span.start if span.start < 0 else span.stop - 1, len(indexed))
+            return span, {"count": len(span), "range": [span.start, span.stop]}
         indices = np.arange(indices.start, indices.stop, indices.step)
     ids = np.asarray(indices)
     if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):

@@ -38,7 +38,8 @@ def array_crc(array: np.ndarray, crc: int = 0) -> int:
     ``CHECKSUM_CHUNK_BYTES`` at a time."""
     raw = byte_view(array)
     for start in range(0, raw.size, CHECKSUM_CHUNK_BYTES):
-        crc = zlib.crc32(raw[start : start + CHECKSUM_CHUNK_BYTES], crc)
+        # numpy types ndarray.__buffer__ for Python 3.12+ only:
+        crc = zlib.crc32(raw[start : start + CHECKSUM_CHUNK_BYTES], crc)  # type: ignore[arg-type]
     return crc
 
 
@@ -178,16 +179,17 @@ def is_file_map(array: object) -> bool:
     return isinstance(array, np.memmap) and bool(array.filename)
 
 
-def pickled_map(array: np.ndarray) -> object:
+def pickled_map(array: np.ndarray) -> np.ndarray | tuple:
     """How a cache array travels to a worker: a whole-file memory map as
     ``("mmap", path, identity)`` (reopened by :func:`reopened_map`), anything else as
     itself."""
-    if not is_file_map(array):
+    path = array.filename if isinstance(array, np.memmap) else None
+    if not path:  # not a file map (as is_file_map says)
         return array
-    return ("mmap", array.filename, identity(os.stat(array.filename)))
+    return ("mmap", path, identity(os.stat(path)))
 
 
-def reopened_map(value: object) -> np.ndarray:
+def reopened_map(value: np.ndarray | tuple) -> np.ndarray:
     """The array :func:`pickled_map` packed. A file is mapped only if it is still the
     file the sending process had checked (same identity: not replaced, not written
     since), so a worker never maps a cache file that changed after its check.

@@ -90,7 +90,7 @@ class PackedArrays(Sequence):
         return {"table": self.table, "blob": npy_files.pickled_map(self._blob)}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["table"], npy_files.reopened_map(state["blob"]))
+        type(self).__init__(self, state["table"], npy_files.reopened_map(state["blob"]))
 
     @property
     def rows(self) -> np.ndarray:

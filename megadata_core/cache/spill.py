@@ -59,11 +59,11 @@ class Spill:
     def __call__(
         self, name: str, shape: tuple[int, ...], dtype: np.typing.DTypeLike
     ) -> np.ndarray:
-        label = None if self.directory is None else self._label(name)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        if label is None or nbytes <= self.spill_above or 0 in shape:
-            return np.empty(shape, dtype)
         directory = self.directory
+        label = None if directory is None else self._label(name)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if directory is None or label is None or nbytes <= self.spill_above or 0 in shape:
+            return np.empty(shape, dtype)
         try:
             os.makedirs(directory, exist_ok=True)
             temporary_files.remove_stale(directory, [label])

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from megadata_core.errors import DataError
 from megadata_core.indices import splits
@@ -81,8 +82,8 @@ def blend_from_list(value: str | Sequence[str] | None, field: str = "data_path")
     if len(items) % 2 == 0:
         weights = [_weight(item) for item in items[0::2]]
         missing = [item for item, weight in zip(items[0::2], weights) if weight is None]
-        if not missing:
-            return items[1::2], weights
+        if not missing:  # (every weight a float)
+            return items[1::2], [weight for weight in weights if weight is not None]
         if len(missing) < len(weights):
             raise DataError(
                 f"{field}: {missing[0]!r} is not a weight, but other items are: give a weight "
@@ -106,12 +107,11 @@ def checked_blend(value: object, field: str) -> tuple[tuple[str, ...], tuple[flo
         DataError: naming ``field``: not a pair, no prefixes, weights that are not
             numbers, not one per prefix, or negative / all zero.
     """
-    if isinstance(value, str):
-        value = blend_from_list(value, field)
-    try:
-        prefixes, weights = value
+    pair: Any = blend_from_list(value, field) if isinstance(value, str) else value
+    try:  # any object: what it holds is checked below
+        prefixes, weights = pair
     except (TypeError, ValueError):
-        raise DataError(f"{field}: {value!r} is not a (prefixes, weights) pair") from None
+        raise DataError(f"{field}: {pair!r} is not a (prefixes, weights) pair") from None
     if isinstance(prefixes, (str, bytes)) or not prefixes:
         raise DataError(f"{field}: prefixes {prefixes!r} must be a non-empty list of paths")
     prefixes = tuple(os.fspath(prefix) for prefix in prefixes)

@@ -156,14 +156,14 @@ class BlendedDataset:
         self.size = None if size is None else int(size)
         self._start_indices(arrays, use_cache)
 
-    def _start_indices(self, arrays: dict | None, use_cache: bool) -> None:
+    def _start_indices(self, arrays: Mapping[str, np.ndarray] | None, use_cache: bool) -> None:
         """The blend's arrays: ``arrays`` as given (the bundle's), else the cache's, else
         built here."""
         if arrays is not None:
-            arrays = dict(arrays)
-            if sorted(arrays) != sorted(BLEND_ARRAYS):
-                raise DataError(f"arrays: got {sorted(arrays)}, expected {sorted(BLEND_ARRAYS)}")
-            self._set_arrays(arrays)
+            given = dict(arrays)
+            if sorted(given) != sorted(BLEND_ARRAYS):
+                raise DataError(f"arrays: got {sorted(given)}, expected {sorted(BLEND_ARRAYS)}")
+            self._set_arrays(given)
         elif use_cache:
             self._load_indices()
         else:
@@ -278,10 +278,11 @@ class BlendedDataset:
             sizes = self._sizes[unsigned(ids)]
         except IndexError:
             count = len(self.datasets)
-            raise out_of_range(
-                "dataset_index", "dataset", first_outside(ids, count), count,
-                origins.origin(self._arrays, "dataset_index", self._entry),
-            ) from None
+            where = origins.origin(self._arrays, "dataset_index", self._entry)
+            value = first_outside(ids, count)
+            if value is None:  # (not reached: only a value outside fails to index)
+                raise DataError(f"dataset_index: a dataset is out of range [0, {count})") from None
+            raise out_of_range("dataset_index", "dataset", value, count, where) from None
         if (unsigned(samples) >= sizes).any():
             signed = sizes.astype(np.int64)
             bad = int(np.argmax((samples < 0) | (samples >= signed)))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -91,7 +92,7 @@ def build_arrays(
     tokens = tokens_per_epoch(lengths, ids)
     if tokens == 0:
         raise no_tokens(split, len(ids))
-    options = dict(
+    options: dict[str, Any] = dict(
         add_extra_token=bool(config.add_extra_token_to_sequence),
         drop_last_partial_sequence=drops_last(config, split),
         empty=empty,
@@ -110,7 +111,7 @@ def build_arrays(
 
 
 def _empty(names: tuple[str, ...]) -> dict[str, np.ndarray]:
-    arrays = {
+    arrays: dict[str, np.ndarray] = {
         "piece_document": np.empty(0, np.int32),
         "bin_offsets": np.zeros(1, np.int64),
         "full_offset": np.empty(0, np.int64),

@@ -11,17 +11,19 @@ entry (:class:`megadata_core.cache.packed.PackedArrays`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from megadata_core.cache.keys import document_ids
+from megadata_core.datasets.config import GPTDataConfig
 from megadata_core.datasets.lazy_members import LazyMembers
 from megadata_core.errors import DataError
 from megadata_core.indices.gpt import GPT_ARRAYS
 
 
-def _split_name(split: object) -> str:
+def _split_name(split: Any) -> str:
     """A split's name (Megatron's ``Split`` enum too)."""
     return getattr(split, "name", split)
 
@@ -29,6 +31,16 @@ def _split_name(split: object) -> str:
 class GPTSiblings:
     """The sibling-making half of :class:`~megadata_core.datasets.gpt_dataset.GPTDataset`
     (its attributes are that class's)."""
+
+    # GPTDataset's attributes and method that this half uses (declared, not set here):
+    indexed: Any
+    config: GPTDataConfig
+    split: str
+    token_dtype: np.dtype
+    _arrays: dict[str, np.ndarray]
+    _packed: dict[str, np.ndarray] | None
+    _entry: str | None
+    _set_arrays: Callable[[dict[str, np.ndarray]], None]
 
     def _sibling(
         self,
@@ -43,7 +55,8 @@ class GPTSiblings:
         only on what the two share are not repeated (the builder makes 1,000s of them).
         """
         if indexed.dtype != self.indexed.dtype or arrays.keys() != self._arrays.keys():
-            return type(self)(
+            make: Callable[..., GPTSiblings] = type(self)  # GPTDataset's __init__
+            return make(
                 indexed, indices, num_samples, self.config, split,
                 token_dtype=self.token_dtype, arrays=arrays,
             )
@@ -185,8 +198,12 @@ class GPTSiblings:
             return None
         if origin is not None:
             self._entry = origin
-        wanted = np.array([-1 if value is None else value for value in wanted], dtype=np.int64)
-        make = SiblingMaker(self, corpora, corpus_numbers, firsts, ends, wanted, arrays, rows)
+        counts_wanted = np.array(
+            [-1 if value is None else value for value in wanted], dtype=np.int64
+        )
+        make = SiblingMaker(
+            self, corpora, corpus_numbers, firsts, ends, counts_wanted, arrays, rows
+        )
         return LazyMembers(make, lengths, self.split)
 
 

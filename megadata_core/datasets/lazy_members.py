@@ -59,7 +59,7 @@ class LazyMembers(Sequence):
         return {"make": self._make, "lengths": self.lengths, "split": self.split}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["make"], state["lengths"], state["split"])
+        type(self).__init__(self, state["make"], state["lengths"], state["split"])
 
     def __repr__(self) -> str:
         return f"LazyMembers(split={self.split!r}, members={len(self)}, made={self.made})"

@@ -24,7 +24,7 @@ def position_ids(
     tokens: np.ndarray,
     eod_id: int | None,
     reset: bool,
-    dtype: np.dtype = np.int64,
+    dtype: np.typing.DTypeLike = np.int64,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Position ids of a batch.
@@ -87,7 +87,7 @@ def loss_mask(
     if out is None:
         out = np.empty(tokens.shape, dtype=np.float32)
     if labels is None:
-        if not eod_mask_loss:
+        if not eod_mask_loss or eod_id is None:  # no EOD id: no token equals it
             out.fill(1.0)
             return out
         np.not_equal(tokens, eod_id, out=out)

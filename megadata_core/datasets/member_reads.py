@@ -57,7 +57,7 @@ def read_members(
     for member in touched:
         where = order[ends[member] - counts[member] : ends[member]]
         dataset = datasets[member]
-        if handed:
+        if handed and pieces is not None:  # (handed: pieces is a list)
             batch, found = dataset.read_with_pieces(samples[where])
             config = dataset.config
             width = config.sequence_length + int(config.add_extra_token_to_sequence)

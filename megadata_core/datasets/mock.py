@@ -138,7 +138,9 @@ class MockGPTLowLevelDataset:
         return {"vocab_size": self.vocab_size, "eod_id": self.eod_id, "documents": self.documents}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["vocab_size"], state["eod_id"], documents=state["documents"])
+        type(self).__init__(
+            self, state["vocab_size"], state["eod_id"], documents=state["documents"]
+        )
 
     def __repr__(self) -> str:
         return (

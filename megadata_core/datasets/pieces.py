@@ -18,6 +18,7 @@ import numpy as np
 
 from megadata_core.checks import first_outside, out_of_range, unsigned
 from megadata_core.errors import DataError
+from megadata_core.indices.feistel import FeistelDocumentIndex
 
 _BEGIN_END = np.array([0, 1], dtype=np.int64)
 _BEGIN_END_U64 = np.array([0, 1], dtype=np.uint64)  # uint64 + int64 would be float64
@@ -74,7 +75,7 @@ class Pieces:
 
 def locate_pieces(
     sample_index: np.ndarray,
-    document_index: np.ndarray,
+    document_index: np.ndarray | FeistelDocumentIndex,
     sequence_lengths: np.ndarray,
     rows: np.ndarray,
     extra: int,
@@ -202,8 +203,10 @@ def locate_packed_pieces(
 
 
 def _outside(name: str, what: str, values: np.ndarray, high: int) -> DataError:
-    return out_of_range(name, what, first_outside(np.asarray(values).astype(np.int64), high),
-                        high)
+    value = first_outside(np.asarray(values).astype(np.int64), high)
+    if value is None:  # (not reached: callers raise on a value outside)
+        return DataError(f"{name}: a {what} is out of range [0, {high})")
+    return out_of_range(name, what, value, high)
 
 
 def one_sample(

@@ -19,12 +19,14 @@ extra one, is only a label). Found from the index arrays alone (blend ``dataset_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from megadata_core.checks import check_int
 from megadata_core.datasets.epoch_chain import EpochChain
+from megadata_core.datasets.gpt_dataset import GPTDataset
 from megadata_core.datasets.positions import sample_positions
 from megadata_core.errors import DataError
 
@@ -40,7 +42,7 @@ class LeafRead:
         local: int64 [K] the samples of ``dataset`` they are.
     """
 
-    dataset: object
+    dataset: GPTDataset
     dataset_id: int
     rows: np.ndarray
     local: np.ndarray
@@ -132,7 +134,7 @@ def batch_segments(dataset, indices) -> Segments:
     batch = len(positions)
     parts, member_sample = [], np.zeros(batch, np.int64)
     sample_dataset = np.zeros(batch, np.int64)
-    width = None
+    width = 0  # (no parts: no sample read)
     ids, samples = _members_of(dataset, positions)
     member_sample[:] = samples
     sample_dataset[:] = ids
@@ -168,6 +170,7 @@ def batch_segments(dataset, indices) -> Segments:
 def _runs(global_batch_size: int | None, schedule) -> tuple[np.ndarray, ...]:
     """``(starts, first_steps, sizes)`` int64 of the runs of equal-sized steps: one run of
     ``global_batch_size`` without a schedule, else the schedule's ``runs``."""
+    runs: Sequence[Sequence[int]] | None
     if schedule is None:
         size = check_int("global_batch_size", global_batch_size, minimum=1)
         runs = ((0,), (0,), (size,))

@@ -137,9 +137,10 @@ def unshuffle(dataset, rows: np.ndarray) -> np.ndarray:
         return scan_member(rows, order)
     out = np.empty(len(rows), np.int64)
     head = rows < order.first
-    if head.any():
+    # (rows below ``first`` exist only with a head, at or past it with a tail)
+    if head.any() and order._head is not None:
         out[head] = order._head.inverse(rows[head])
-    if not head.all():
+    if not head.all() and order._tail is not None:
         out[~head] = order._tail.inverse(rows[~head] - order.first) + order.first
     return np.sort(out)
 

@@ -131,6 +131,8 @@ class ScheduledBlendedDataset(BlendedDataset):
             shorter than what the schedule reads of it.
     """
 
+    size: int  # always given (a plain blend's may be None)
+
     def __init__(
         self,
         datasets: Sequence,

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from types import ModuleType
 
+fcntl: ModuleType | None
 try:  # POSIX only
     import fcntl
 except ImportError:  # pragma: no cover - Windows

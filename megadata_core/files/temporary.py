@@ -118,7 +118,7 @@ def remove_stale(directory: str, labels: Iterable[str]) -> list[str]:
     unreadable directory or a file removed meanwhile by another cleaner is no error.
     """
     wanted = {_label(label) for label in labels}
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(directory))
     except OSError:

@@ -174,7 +174,7 @@ class _PageDropper:
         self._mapping = None
         self._pending = None  # [first byte, end byte) read but not yet dropped
         advice = getattr(mmap, "MADV_DONTNEED", None)
-        holder = array
+        holder: np.ndarray | None = array
         while isinstance(holder, np.ndarray) and not isinstance(holder.base, mmap.mmap):
             holder = holder.base
         if (

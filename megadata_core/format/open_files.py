@@ -95,7 +95,7 @@ class OpenFiles:
         return {"limit": self.limit}  # a worker starts with nothing open
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["limit"])
+        type(self).__init__(self, state["limit"])
 
     def __repr__(self) -> str:
         return f"OpenFiles(limit={self.limit}, open={self._count}, holders={len(self._held)})"

@@ -115,6 +115,8 @@ class IndexedDataset:
         self._idx_header: idx_layout.IdxHeader | None = None  # to re-map it once released
         self._idx_released = False  # its map (and the arrays) dropped by release_open_files
         self._bin_stat: os.stat_result | None = None
+        idx_buffer: bytes | np.ndarray
+        remote_bin: ByteSource | None = None
         if is_local(self.path_prefix):
             idx_file = local_path(self.idx_path)
             bin_file = local_path(self.bin_path)
@@ -150,15 +152,14 @@ class IndexedDataset:
                 self._bin_source = open_source(bin_file)
         else:
             header, idx_buffer = self._open_remote_idx()
-            self._bin_source = open_source(self.bin_path)
-            bin_size = None  # asked of the source below, once the index says what it needs
+            self._bin_source = remote_bin = open_source(self.bin_path)
         self.multimodal = header.multimodal
         self.dtype = header.dtype
         self._set_index_arrays(header, idx_buffer)
         if self._idx_header is not None and self._open_files is not None:
             self._open_files.opened(self)  # the .idx map
-        if bin_size is None:
-            bin_size = _remote_bin_size(self._bin_source, self._data_end(), self.bin_path)
+        if remote_bin is not None:  # asked of the source once the index says what it needs
+            bin_size = _remote_bin_size(remote_bin, self._data_end(), self.bin_path)
         self._bin_size = bin_size
         self._bin_needed = self._data_end()
         self.validated = False
@@ -192,9 +193,9 @@ class IndexedDataset:
         with _REMAP:
             if not self._idx_released:
                 return self.__dict__[name]  # another thread re-mapped it
-            opened = self._idx_stat
+            idx_file, opened, header = self._mapped_idx()
             try:
-                with open(self._idx_file, "rb") as stream:
+                with open(idx_file, "rb") as stream:
                     info = os.fstat(stream.fileno())
                     if identity(info) != identity(opened):
                         raise DataError(
@@ -206,12 +207,26 @@ class IndexedDataset:
                     buffer = np.memmap(stream, dtype=np.uint8, mode="r")
             except OSError as error:
                 raise DataError(f"{self.idx_path}: cannot map the .idx again ({error})") from error
-            self._set_index_arrays(self._idx_header, buffer)
+            self._set_index_arrays(header, buffer)
             self._idx_released = False
             value = self.__dict__[name]
         if self._open_files is not None:
             self._open_files.opened(self)
         return value
+
+    def _mapped_idx(self) -> tuple[str, os.stat_result, idx_layout.IdxHeader]:
+        """Path, fstat and header of a memory-mapped local .idx (kept to map it again)."""
+        idx_file, opened, header = self._idx_file, self._idx_stat, self._idx_header
+        if idx_file is None or opened is None or header is None:
+            raise DataError(f"{self.idx_path}: the .idx is not memory-mapped")
+        return idx_file, opened, header
+
+    def _modes(self) -> np.ndarray:
+        """``sequence_modes`` of a multimodal corpus."""
+        modes = self.sequence_modes
+        if modes is None:
+            raise DataError(f"{self.idx_path}: not a multimodal corpus")
+        return modes
 
     def validate(self) -> None:
         """Check the index arrays against each other and the .bin size (once; a no-op
@@ -260,6 +275,8 @@ class IndexedDataset:
         """The .bin's byte source (pread or remote); a local one shared with an
         :class:`OpenFiles` is counted there when it opens its descriptor."""
         source = self._bin_source
+        if source is None:  # a local .bin read through a map, which is empty: nothing to read
+            raise DataError(f"{self.bin_path}: no bytes to read in an empty .bin")
         if self._open_files is not None and isinstance(source, LocalFileSource):
             if source.is_open:
                 self._open_files.used(self)
@@ -328,7 +345,7 @@ class IndexedDataset:
         are now (an entry None where the path is gone); None unless both files are
         local and the .idx is memory-mapped (not a small .idx read into memory, not a
         remote corpus)."""
-        if self._idx_stat is None or self._bin_stat is None:
+        if self._idx_file is None or self._idx_stat is None or self._bin_stat is None:
             return None
         if not now:
             return self._idx_stat, self._bin_stat
@@ -340,11 +357,11 @@ class IndexedDataset:
         under the reader, or fault. One ``stat``; callers check once per batch. A .idx
         replaced by another file (``os.replace``) is fine: the map keeps the old file.
         """
-        opened = self._idx_stat
-        if opened is None:
+        idx_file, opened = self._idx_file, self._idx_stat
+        if idx_file is None or opened is None:
             return  # read into memory, or remote: nothing can change under us
         try:
-            info = os.stat(self._idx_file)
+            info = os.stat(idx_file)
         except OSError:
             return  # removed or renamed: the map still holds the old file
         if which_file(info) == which_file(opened) and contents_stamp(info) != contents_stamp(
@@ -371,10 +388,11 @@ class IndexedDataset:
         process truncates *during* the read can still fault (SIGBUS): inherent to mmap;
         ``mmap=False`` (pread) turns that into a DataError instead.
         """
-        if self._bin_map is None:
+        bin_file = self._bin_file
+        if self._bin_map is None or bin_file is None:
             return  # not mapped yet: mapping checks; pread reads check their length
         try:
-            info = os.stat(self._bin_file)
+            info = os.stat(bin_file)
         except OSError:
             return  # removed or renamed: the map still holds the old file
         if which_file(info) == self._bin_identity:
@@ -427,7 +445,7 @@ class IndexedDataset:
     def __len__(self) -> int:
         lengths = self.__dict__.get("sequence_lengths")
         if lengths is None and self.__dict__.get("_idx_released"):
-            return self._idx_header.sequence_count  # no re-map for a length
+            return self._mapped_idx()[2].sequence_count  # no re-map for a length
         return len(self.sequence_lengths)
 
     def __getitem__(self, index):
@@ -437,7 +455,7 @@ class IndexedDataset:
                 int(self.sequence_pointers[index]), int(self.sequence_lengths[index])
             )
             if self.multimodal:
-                return tokens, self.sequence_modes[index]
+                return tokens, self._modes()[index]
             return tokens
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
@@ -446,11 +464,11 @@ class IndexedDataset:
             stop = max(start, stop)
             lengths = np.asarray(self.sequence_lengths[start:stop], dtype=np.int64)
             if len(lengths) == 0:
-                return ([], self.sequence_modes[start:stop]) if self.multimodal else []
+                return ([], self._modes()[start:stop]) if self.multimodal else []
             tokens = self._read(int(self.sequence_pointers[start]), int(lengths.sum()))
             sequences = np.split(tokens, np.cumsum(lengths)[:-1])
             if self.multimodal:
-                return sequences, self.sequence_modes[start:stop]
+                return sequences, self._modes()[start:stop]
             return sequences
         raise TypeError(f"unexpected index type {type(index).__name__}")
 
@@ -473,7 +491,7 @@ class IndexedDataset:
         pointer = int(self.sequence_pointers[index]) + offset * self.dtype.itemsize
         tokens = self._read(pointer, length)
         if self.multimodal:
-            return tokens, self.sequence_modes[index]
+            return tokens, self._modes()[index]
         return tokens
 
     def token_view(self) -> np.ndarray | None:

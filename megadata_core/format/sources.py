@@ -134,6 +134,7 @@ class LocalFileSource:
 
     def size(self) -> int:
         self._open()
+        assert self._size is not None  # taken when the descriptor opened
         return int(self._size)
 
     def read(self, offset: int, length: int) -> bytes:
@@ -158,7 +159,7 @@ class LocalFileSource:
         return {"path": self.path}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"])
+        type(self).__init__(self, state["path"])
 
     def __del__(self) -> None:
         try:

@@ -112,25 +112,30 @@ class IndexedDatasetWriter:
         name = os.path.basename(self.path_prefix)
         temp_files.check_name_fits(directory, f"{name}.bin", self.path_prefix)
         temp_files.remove_stale(directory, [f"{name}.{part}" for part in _TEMP_PARTS])
-        self._bin_temp = None
-        self._lengths = self._documents = self._modes = None
+        bin_temp = lengths = documents = modes = None
         try:
-            handle, self._bin_temp = temp_files.create_file(directory, f"{name}.bin")
+            handle, bin_temp = temp_files.create_file(directory, f"{name}.bin")
             self._bin = os.fdopen(handle, "wb")
-            self._lengths = _SpilledArray(directory, np.int32, f"{name}.lengths")
-            self._documents = _SpilledArray(directory, np.int64, f"{name}.documents")
+            lengths = _SpilledArray(directory, np.int32, f"{name}.lengths")
+            documents = _SpilledArray(directory, np.int64, f"{name}.documents")
             if self.multimodal:
-                self._modes = _SpilledArray(directory, np.int8, f"{name}.modes")
+                modes = _SpilledArray(directory, np.int8, f"{name}.modes")
         except OSError as error:
-            if self._bin_temp is not None:
+            if bin_temp is not None:
                 self._bin.close()
-                _remove_quietly(self._bin_temp)
-            self._discard_spills()
+                _remove_quietly(bin_temp)
+            for spill in (lengths, documents, modes):
+                if spill is not None:
+                    spill.discard()
             self._closed = True
             raise DataError(
                 f"{self.path_prefix}: cannot write in output directory {directory}: "
                 f"{error.strerror or error}"
             ) from None
+        self._bin_temp: str = bin_temp
+        self._lengths: _SpilledArray = lengths
+        self._documents: _SpilledArray = documents
+        self._modes: _SpilledArray | None = modes
         self._documents.append(0)
         self._last_boundary = 0
         if self.dtype.kind in "iu":
@@ -305,7 +310,7 @@ class IndexedDatasetWriter:
         count = len(other)
         for start in range(0, count, _COPY_CHUNK):
             self._lengths.extend(other.sequence_lengths[start : start + _COPY_CHUNK])
-            if self._modes is not None:
+            if self._modes is not None and other.sequence_modes is not None:  # both or neither
                 self._modes.extend(other.sequence_modes[start : start + _COPY_CHUNK])
         boundaries = other.document_indices
         for start in range(1, len(boundaries), _COPY_CHUNK):

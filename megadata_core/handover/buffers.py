@@ -54,7 +54,7 @@ class BufferPool:
         return {"per_shape": self.per_shape}  # buffers stay in their process
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["per_shape"])
+        type(self).__init__(self, state["per_shape"])
 
     def copy(self, array: np.ndarray, dtype: np.typing.DTypeLike | None = None) -> np.ndarray:
         """A writable, C-contiguous copy of ``array`` (cast to ``dtype`` if given) in a

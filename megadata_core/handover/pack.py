@@ -175,7 +175,7 @@ class Packer:
         return {"packed_type": self.packed_type, "kept": self.kept}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["packed_type"], state["kept"])
+        type(self).__init__(self, state["packed_type"], state["kept"])
 
     def _recipe(self, array: np.ndarray) -> Recipe | None:
         with self._lock:

@@ -63,7 +63,8 @@ def write_segment(arrays: dict[str, np.ndarray]) -> SegmentRef | None:
             offset += padding
         entries.append((key, offset, tuple(array.shape), array.dtype.str))
         if array.nbytes:
-            buffers.append(memoryview(array.reshape(-1).view(np.uint8)))
+            # numpy types ndarray.__buffer__ for Python 3.12+ only:
+            buffers.append(memoryview(array.reshape(-1).view(np.uint8)))  # type: ignore[arg-type]
         offset += array.nbytes
     path = new_path("batch")
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

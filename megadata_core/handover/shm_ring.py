@@ -61,7 +61,7 @@ class ProducerRing:
         return {"slots": self.slots}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["slots"])
+        type(self).__init__(self, state["slots"])
 
     def _create(self, nbytes: int) -> None:
         self.slot_bytes = max(int(nbytes), 1)
@@ -93,8 +93,8 @@ class ProducerRing:
         array = np.asarray(array)
         if self._map is None and not self.failed:
             self._create(array.nbytes)
-        if self._map is None or array.nbytes > self.slot_bytes:
-            return None
+        if self._map is None or self.path is None or array.nbytes > self.slot_bytes:
+            return None  # (path and map are set together)
         slot = self._next
         self._next = (slot + 1) % self.slots
         offset = slot * self.slot_bytes

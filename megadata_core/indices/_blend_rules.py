@@ -297,7 +297,7 @@ class MegatronShortlist(Megatron):
         self.time = steps.astype(np.float64)
         self.errors = np.empty((size, n))
         self.x = np.empty(size)
-        self.groups = []  # no shortlist yet: the first step makes them
+        self.groups: list = []  # no shortlist yet: the first step makes them
         self.left = 0
 
     def _shortlist(self) -> None:
@@ -384,11 +384,12 @@ class Edf(Megatron):
 
     def __init__(self, rates: np.ndarray, caps: np.ndarray | None) -> None:
         super().__init__(rates, caps)
-        self.bound = edf_bound(len(rates))
-        self.slack = 1.0 - self.bound
+        # D and 1 - D (EdfStages: per column, float64 [K])
+        self.bound: float | np.ndarray = edf_bound(len(rates))
+        self.slack: float | np.ndarray = 1.0 - self.bound
 
     def guess(self, steps: np.ndarray) -> np.ndarray:
-        return deadline_order_counts(self.weights, steps, self.bound)
+        return deadline_order_counts(self.weights, steps, float(self.bound))
 
     def start(self, counts: np.ndarray, steps: np.ndarray) -> None:
         super().start(counts, steps)
@@ -466,6 +467,12 @@ class Edf(Megatron):
         np.take(self.weights, pick, out=self.rate)
 
 
+def _needed_runs(runs: np.ndarray | None) -> np.ndarray:
+    if runs is None:  # (as a missing argument would)
+        raise TypeError("EdfStages: runs (each column's run) is required")
+    return runs
+
+
 class EdfStages(Edf):
     """EDF over K columns that belong to S independent runs, each with its own rates.
 
@@ -483,28 +490,34 @@ class EdfStages(Edf):
         self.caps = None
         self.wide = self.table.shape[1] > self.WIDE
 
-    def guess(self, steps: np.ndarray, runs: np.ndarray) -> np.ndarray:
-        """int64 [n, K]: :func:`deadline_order_counts` of each column's run."""
+    def guess(self, steps: np.ndarray, runs: np.ndarray | None = None) -> np.ndarray:
+        """int64 [n, K]: :func:`deadline_order_counts` of each column's run (``runs``
+        needed: optional only to keep Edf's signature)."""
+        runs = _needed_runs(runs)
         rates = self.table[runs].T
         counts = _deadline_counts(rates, steps, self.bounds[runs], self.live[runs] + 2.0)
         counts[rates == 0] = 0  # (a run with one dataset has D = 0: 0 / 0 above)
         return counts
 
-    def start(self, counts: np.ndarray, steps: np.ndarray, runs: np.ndarray) -> None:
-        """Start K columns at steps ``steps`` (int64 [K]) of runs ``runs`` (int [K]) from
-        ``counts`` (int [n, K])."""
+    def start(
+        self, counts: np.ndarray, steps: np.ndarray, runs: np.ndarray | None = None
+    ) -> None:
+        """Start K columns at steps ``steps`` (int64 [K]) of runs ``runs`` (int [K], needed)
+        from ``counts`` (int [n, K])."""
+        runs = _needed_runs(runs)
         size, datasets = len(steps), self.table.shape[1]
         self.offsets = np.arange(size, dtype=np.intp)
-        self.bound = self.bounds[runs]
-        self.slack = 1.0 - self.bound
+        bound = self.bounds[runs]
+        slack = 1.0 - bound
+        self.bound, self.slack = bound, slack
         rates = self.table[runs]  # [K, n]
         if self.wide:  # [K, n] rows; .counts/.release/.deadline are [n, K] views
             self.counts_t = np.ascontiguousarray(np.asarray(counts).T, dtype=np.float64)
             self.counts, self.flat = self.counts_t.T, self.counts_t.reshape(-1)
             self.scale, self.base = 1, self.offsets * datasets
             with np.errstate(divide="ignore", invalid="ignore"):
-                self.release_t = (self.counts_t + self.slack[:, None]) / rates
-                self.deadline_t = (self.counts_t + self.bound[:, None]) / rates
+                self.release_t = (self.counts_t + slack[:, None]) / rates
+                self.deadline_t = (self.counts_t + bound[:, None]) / rates
             self.release_t[rates == 0] = np.inf
             self.deadline_t[rates == 0] = np.inf
             self.release, self.deadline = self.release_t.T, self.deadline_t.T

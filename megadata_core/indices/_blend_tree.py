@@ -107,7 +107,8 @@ def _halving_shape(ids: list, rates: np.ndarray):
     """Split by weight into two near-equal groups (heaviest first), recursively."""
     if len(ids) == 1:
         return ids[0]
-    groups, sums = ([], []), [0.0, 0.0]
+    groups: tuple[list, list] = ([], [])
+    sums = [0.0, 0.0]
     for j in sorted(ids, key=lambda j: (-rates[j], j)):
         side = 0 if sums[0] <= sums[1] else 1
         groups[side].append(j)
@@ -131,18 +132,18 @@ def split_tree(ids: np.ndarray, rates: np.ndarray):
     """(tree, bound): the tree with the smallest bound over datasets ``ids`` (int [n])
     with ``rates`` (float64 [n], > 0, sum 1), or None when no tree tried reaches
     ``1 - MARGIN`` (or ids do not fit in ID_BITS)."""
-    ids = [int(j) for j in ids]
-    if len(ids) == 1:
-        return ids[0], 0.0
-    if max(ids) >= 1 << ID_BITS or len(ids) > 1 << MAX_DEPTH:
+    members = [int(j) for j in ids]
+    if len(members) == 1:
+        return members[0], 0.0
+    if max(members) >= 1 << ID_BITS or len(members) > 1 << MAX_DEPTH:
         return None  # ids too large to pack; every tree of so many leaves is too deep
-    by_id = dict(zip(ids, np.asarray(rates, dtype=np.float64)))
-    lookup = np.zeros(max(ids) + 1)
+    by_id = dict(zip(members, np.asarray(rates, dtype=np.float64)))
+    lookup = np.zeros(max(members) + 1)
     lookup[list(by_id)] = list(by_id.values())
-    if len(ids) <= EXHAUSTIVE:
-        shapes = _all_shapes(tuple(ids))
+    if len(members) <= EXHAUSTIVE:
+        shapes = _all_shapes(tuple(members))
     else:
-        shapes = [_halving_shape(ids, lookup), _huffman_shape(ids, lookup)]
+        shapes = [_halving_shape(members, lookup), _huffman_shape(members, lookup)]
     best, best_bound = None, np.inf
     for shape in shapes:
         tree = _quantize(shape, lookup)

@@ -19,9 +19,10 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 #: ``empty(name, shape, dtype)``: an uninitialized writable C-ordered array.
-Allocate = Callable[[str, tuple[int, ...], np.dtype], np.ndarray]
+Allocate = Callable[[str, tuple[int, ...], DTypeLike], np.ndarray]
 #: Names of working arrays (not results) start with this: an allocator may make them
 #: wherever it likes (a spill: a working file of the entry, removed after the build).
 SCRATCH_PREFIX = "scratch-"

@@ -17,7 +17,7 @@ def check_random_state(rng: object) -> np.random.RandomState:
 
 
 def document_index(
-    doc_ids: np.ndarray,
+    doc_ids: np.ndarray | range,
     num_epochs: int,
     rng: np.random.RandomState,
     separate_final_epoch: bool,

@@ -19,7 +19,7 @@ SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80
 _GATHER_BLOCK = 1 << 20  # ids per gather: lengths are summed block by block
 
 
-def tokens_per_epoch(sequence_lengths: np.ndarray, document_ids: np.ndarray) -> int:
+def tokens_per_epoch(sequence_lengths: np.ndarray, document_ids: np.ndarray | range) -> int:
     """Total tokens of the documents ``document_ids`` (one epoch of a split).
 
     Args:

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache, partial
+from typing import overload
 
 import numpy as np
 
@@ -578,6 +579,8 @@ def _fill_order(
     if base is not None and base + 2 * len(ids) + network.b < MAX_N:
         network.fill(out, start, offset=base, threads=threads)
     else:
+        if isinstance(ids, range):  # (not reached: a range's base always fits MAX_N)
+            ids = np.arange(ids.start, ids.stop, dtype=out.dtype)
         source = ids if ids.dtype == out.dtype else ids.astype(out.dtype)
         network.fill(out, start, ids=source, threads=threads)
 
@@ -644,19 +647,26 @@ class FeistelDocumentIndex:
         self.seed = seed
         self._ids32: np.ndarray | None = None
         self._keys = [epoch_key(seed, e, DOCUMENTS_STREAM) for e in range(self.num_epochs)]
+        self.doc_ids: range | np.ndarray
+        self._base: int | None  # ids[p] = base + p (always so for a range)
         if isinstance(doc_ids, range) and doc_ids.step == 1:  # never materialized
             self.doc_ids = doc_ids
             self._count, self._base = len(doc_ids), doc_ids.start
             if doc_ids.start < 0 or doc_ids.stop > INT32_MAX + 1:
                 raise DataError(f"doc_ids: {doc_ids} must lie in [0, 2^31)")
             return
-        self.doc_ids = check_ids("doc_ids", doc_ids, INT32_MAX + 1)
-        self._count = self.doc_ids.size
-        self._base = _range_start(self.doc_ids) if self._count else None
+        ids = check_ids("doc_ids", doc_ids, INT32_MAX + 1)
+        self.doc_ids = ids
+        self._count = ids.size
+        self._base = _range_start(ids) if self._count else None
 
     def __len__(self) -> int:
         return self.num_epochs * self._count
 
+    @overload
+    def __getitem__(self, index: int | np.integer) -> int: ...
+    @overload
+    def __getitem__(self, index: slice | np.ndarray) -> np.ndarray: ...
     def __getitem__(self, index: object) -> int | np.ndarray:
         size = len(self)
         if isinstance(index, slice):
@@ -684,7 +694,7 @@ class FeistelDocumentIndex:
             raise DataError(f"block: [{lo}, {hi}) is not inside [0, {len(self)})")
         out = np.empty(hi - lo, np.int32)
         ids = self.doc_ids
-        if self._base is None and ids.dtype != np.int32:
+        if self._base is None and not isinstance(ids, range) and ids.dtype != np.int32:
             if self._ids32 is None:  # once, not per block (the ids are < 2^31)
                 self._ids32 = ids.astype(np.int32)
             ids = self._ids32

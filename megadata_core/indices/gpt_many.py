@@ -69,14 +69,19 @@ def gpt_indices_many(
     ):
         raise DataError(f"document_ids: {count} members, other arguments differ in length")
     extra = 1 if add_extra_token else 0
-    spans = [id_range(f"document_ids[{m}]", ids, len(lengths))
-             for m, (lengths, ids) in enumerate(zip(sequence_lengths, document_ids))]  # fmt: skip
+    checked = [id_range(f"document_ids[{m}]", ids, len(lengths))
+               for m, (lengths, ids) in enumerate(zip(sequence_lengths, document_ids))]  # fmt: skip
     # Each distinct corpus once, end to end: member m reads it from offset[m].
     corpora: dict[int, int] = {}
-    parts, offsets, widths, end = [], [], [], 0
-    for lengths, span in zip(sequence_lengths, spans):
+    parts: list[np.ndarray] = []
+    offsets: list[int] = []
+    widths: list[int] = []
+    end = 0
+    spans: list[range] = []
+    for lengths, span in zip(sequence_lengths, checked):
         if not span:
             raise DataError(f"document_ids[{len(offsets)}]: {span!r} is not a non-empty range")
+        spans.append(span)
         key = id(lengths)
         if key not in corpora:
             corpora[key] = end
@@ -101,8 +106,7 @@ def gpt_indices_many(
         total = samples_in_epochs(epochs, count, length, extra, drop)
         first = samples_in_epochs(epochs - 1, count, length, extra) if separate else total
         plans.append((epochs, separate, total, first))
-    epochs = np.array([plan[0] for plan in plans], dtype=np.int64)
-    sizes = epochs * (hi - lo)
+    sizes = np.array([plan[0] for plan in plans], dtype=np.int64) * (hi - lo)  # E_m * D_m
     if int(hi.max()) > INT32_MAX + 1:
         raise DataError(f"document_ids: id {int(hi.max()) - 1} does not fit int32")
     # Every member's ids tiled per epoch, in one pass: member m's E_m * D_m entries.
@@ -125,7 +129,7 @@ def gpt_indices_many(
             rng.shuffle(order[split:])
         else:
             rng.shuffle(order)
-        if narrow:
+        if shuffles is not None:  # narrow
             shuffle = shuffles[marks[member] : marks[member + 1]]
             rng.shuffle(shuffle[:first])
             if first != total:

@@ -46,7 +46,7 @@ Stored arrays (4 bytes a piece where ids fit int32, about what concat stores a d
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -227,16 +227,20 @@ def packed_indices(
                 elif span.start:
                     part += span.start
 
+        filled: Future[None] | None = None
         for epoch in range(epochs):
-            if epoch:
-                pending.result()
-            pending = pool.submit(fill, epoch, order)
-            order = epoch_order(epoch + 1) if epoch + 1 < epochs else None
+            if filled is not None:
+                filled.result()
+            filled = pool.submit(fill, epoch, order)
+            if epoch + 1 < epochs:
+                order = epoch_order(epoch + 1)
+        del order  # the last epoch's: its fill holds it while it needs it
         head = packed_first_range(bins, epochs, num_samples)
         order_of_samples = (
             shuffle_index(head, epochs * bins, rng, empty=empty) if rng is not None else None
         )
-        pending.result()
+        if filled is not None:
+            filled.result()
     out = {
         "piece_document": documents,
         "bin_offsets": layout.bin_offsets,

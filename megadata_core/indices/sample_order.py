@@ -11,6 +11,7 @@ Megatron-compatible (the Megatron-exact indices are :func:`megadata_core.indices
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from megadata_core.indices.allocate import Allocate, in_memory
 from megadata_core.indices.epochs import num_epochs, samples_in_epochs, separate_final_epoch
@@ -34,15 +35,16 @@ class FeistelOrder:
     def __len__(self) -> int:
         return self.total
 
-    def __getitem__(self, positions: np.ndarray) -> np.ndarray:
+    def __getitem__(self, positions: npt.ArrayLike) -> np.ndarray:
         """int [B] positions in ``[0, total)`` -> int64 [B] sample index rows."""
-        positions = np.asarray(positions, dtype=np.int64)
-        out = np.empty(positions.shape, dtype=np.int64)
-        head = positions < self.first
-        if head.any():
-            out[head] = self._head[positions[head]]
-        if not head.all():
-            out[~head] = self._tail[positions[~head] - self.first] + self.first
+        where = np.asarray(positions, dtype=np.int64)
+        out = np.empty(where.shape, dtype=np.int64)
+        head = where < self.first
+        # (positions below ``first`` exist only with a head, at or past it with a tail)
+        if head.any() and self._head is not None:
+            out[head] = self._head[where[head]]
+        if not head.all() and self._tail is not None:
+            out[~head] = self._tail[where[~head] - self.first] + self.first
         return out
 
 

@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from megadata_core.errors import DataError
 
@@ -70,7 +71,7 @@ def split_matrix(fractions: Sequence[float]) -> list[Bookend | None]:
     """Book-ends of each split: ``[.9, .09, .01] -> [(0, .9), (.9, .99), (.99, 1.0)]``;
     None where a split is empty (end <= begin). Cumulative sums left to right in Python
     floats, as Megatron's ``convert_split_vector_to_split_matrix``."""
-    edges = [0]
+    edges: list[float] = [0]
     for fraction in fractions:
         edges.append(edges[-1] + fraction)
     return [(lo, hi) if hi > lo else None for lo, hi in zip(edges[:-1], edges[1:])]
@@ -79,15 +80,18 @@ def split_matrix(fractions: Sequence[float]) -> list[Bookend | None]:
 def document_ranges(matrix: Sequence[Bookend | None], count: int) -> list[range | None]:
     """Each split's documents ``range(int(round(lo * N)), int(round(hi * N)))`` (Python's
     round: half to even), None where the book-end is None. ``count`` = N sequences."""
+    return [None if bookend is None else document_range(bookend, count) for bookend in matrix]
+
+
+def document_range(bookend: Bookend, count: int) -> range:
+    """One split's documents of :func:`document_ranges` (``bookend`` not None)."""
     total = float(count)
-    return [
-        None if bookend is None
-        else range(int(round(bookend[0] * total)), int(round(bookend[1] * total)))
-        for bookend in matrix
-    ]
+    return range(int(round(bookend[0] * total)), int(round(bookend[1] * total)))
 
 
-def document_bounds(bookends: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def document_bounds(
+    bookends: npt.ArrayLike, counts: npt.ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`document_ranges` of many (book-end, count) pairs at once: int64 [J] first
     and end document of each, from float64 [J, 2] book-ends and int [J] counts (numpy's
     rint rounds half to even, as Python's round; the products are the same doubles)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -44,8 +45,10 @@ def tokenize_block(
 ) -> TokenizedChunk:
     """``tokenize_chunk`` of the lines of ``data`` (a block of whole lines), natively
     where proven exact (see the module docstring)."""
-    options = dict(path=path, first_line=first_line, append_eod=append_eod, dtype=dtype,
-                   skip_bad_lines=skip_bad_lines, splitter=splitter, keep_empty=keep_empty)
+    options: dict[str, Any] = dict(
+        path=path, first_line=first_line, append_eod=append_eod, dtype=dtype,
+        skip_bad_lines=skip_bad_lines, splitter=splitter, keep_empty=keep_empty,
+    )
     native = getattr(tokenizer, "block_encoder", None) if splitter is None else None
     if native is None or not data:
         return tokenize_chunk(split_lines(data), tokenizer, json_keys, **options)

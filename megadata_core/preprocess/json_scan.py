@@ -40,15 +40,15 @@ import numpy as np
 NATIVE, EMPTY, EXACT = 0, 1, 2  # line kinds: native reader, empty (b""), Python's path
 
 # one translate pass: quote 1, backslash 2, newline 3, other control byte 4, non-ASCII 5
-_MARKS = bytearray(256)
-_MARKS[ord('"')] = 1
-_MARKS[ord("\\")] = 2
+_marks = bytearray(256)
+_marks[ord('"')] = 1
+_marks[ord("\\")] = 2
 for _byte in range(32):
-    _MARKS[_byte] = 4
-_MARKS[ord("\n")] = 3
+    _marks[_byte] = 4
+_marks[ord("\n")] = 3
 for _byte in range(128, 256):
-    _MARKS[_byte] = 5
-_MARKS = bytes(_MARKS)
+    _marks[_byte] = 5
+_MARKS = bytes(_marks)
 
 # bytes outside strings: token classes
 _WS, _LBRACE, _RBRACE, _LBRACKET, _RBRACKET, _COLON, _COMMA, _STR, _SCALAR, _EOL, _BAD = range(11)
@@ -133,7 +133,8 @@ def scan_block(
         # a string crossed a line end: pair the quotes within each line instead
         line_of = np.searchsorted(newlines, quotes)
         opens, closes, outside = _strings(quotes, len(data), bad, line_of)
-    content = _grammar(a, data, *outside, opens, closes, backslashes, keys, bad, mark)
+    segments, markers = outside
+    content = _grammar(a, data, segments, markers, opens, closes, backslashes, keys, bad, mark)
     if controls.size:  # tab and CR are whitespace outside strings; other controls never
         soft = (a[controls] == 9) | (a[controls] == 13)
         mark(controls[~soft])

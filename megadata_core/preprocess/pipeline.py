@@ -181,7 +181,9 @@ def preprocess_jsonl(
             shard_starts = [0]
             if keep_sequential_samples:
                 total_lines = sum(
-                    sum(table_rows(path)) if is_table(path) else count_lines(path, open_binary)
+                    sum(table_rows(path))
+                    if is_table(path) and table_rows is not None  # else raised above
+                    else count_lines(path, open_binary)
                     for path in paths)
                 size = -(-total_lines // partitions)
                 shard_starts = [min(k * size, total_lines) for k in range(partitions)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -41,9 +42,10 @@ class _ChunkWorker:
         self.keep_empty = keep_empty
 
     def __call__(self, path: str, first_line: int, data: bytes | TableRows) -> TokenizedChunk:
-        options = dict(append_eod=self.append_eod, dtype=self.dtype,
-                       skip_bad_lines=self.skip_bad_lines, splitter=self.splitter,
-                       keep_empty=self.keep_empty)
+        options: dict[str, Any] = dict(
+            append_eod=self.append_eod, dtype=self.dtype, skip_bad_lines=self.skip_bad_lines,
+            splitter=self.splitter, keep_empty=self.keep_empty,
+        )
         if isinstance(data, TableRows):
             return tokenize_table_rows(self.table_reader, path, data, self.tokenizer,
                                        self.json_keys, **options)
@@ -64,6 +66,8 @@ def _init_worker(tokenizer_factory: Callable[[], Tokenizer], *options) -> None:
 
 
 def _run_worker(path: str, first_line: int, data: bytes | TableRows) -> TokenizedChunk:
+    if _WORKER is None:
+        raise RuntimeError("_run_worker: the pool process was not initialized")
     return _WORKER(path, first_line, data)
 
 

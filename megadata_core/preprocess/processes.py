@@ -80,8 +80,8 @@ def _serve(tasks, results, function, initializer, initargs) -> None:
         except (BrokenPipeError, EOFError):
             return
         except Exception:  # noqa: BLE001 - an answer that does not pickle
-            error = reply[1] if not reply[0] else None
-            results.send((False, RuntimeError(f"unpicklable answer: {error!r}")))
+            raised = reply[1] if not reply[0] else None
+            results.send((False, RuntimeError(f"unpicklable answer: {raised!r}")))
 
 
 def _feed(outbox: queue.SimpleQueue, connection) -> None:

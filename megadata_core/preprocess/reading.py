@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import numpy as np
 
@@ -53,10 +53,11 @@ def open_input(path: str) -> BinaryIO:
         )
     if is_remote(str(path)):
         raw = open_remote(path)
-        return _OwningGzip(raw) if str(path).endswith(".gz") else raw
+        # a GzipFile is a binary file, though no typing.BinaryIO:
+        return cast(BinaryIO, _OwningGzip(raw)) if str(path).endswith(".gz") else raw
     try:
         if str(path).endswith(".gz"):
-            return gzip.open(path, "rb")
+            return cast(BinaryIO, gzip.open(path, "rb"))
         return open(path, "rb", buffering=1 << 20)
     except FileNotFoundError:
         raise DataError(f"{path}: input file not found") from None
@@ -183,7 +184,7 @@ def read_chunks(
     chunk_lines: int,
     chunk_bytes: int,
     table_rows: Callable[[str], list[int]] | None = None,
-) -> Iterator[Chunk]:
+) -> Generator[Chunk, None, None]:
     """Consecutive lines of all inputs, in order, in blocks of at most ``chunk_lines``
     lines and about ``chunk_bytes`` bytes; no chunk spans two files or two shards.
 

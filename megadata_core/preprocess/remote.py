@@ -18,7 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import io
 import threading
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from megadata_core.errors import DataError
 from megadata_core.format.sources import ByteSource, is_local, open_source
@@ -119,9 +119,8 @@ class RangedFile(io.RawIOBase):
         count = min(len(buffer), end - self._position)
         if count <= 0:
             return 0
-        data = self._take_ahead(self._position, count)
-        if data is None:
-            data = self.source.read(self._position, count)
+        ahead = self._take_ahead(self._position, count)
+        data = self.source.read(self._position, count) if ahead is None else ahead
         memoryview(buffer).cast("B")[:count] = data
         self._position += count
         if self._read_ahead and self._position < end:
@@ -131,7 +130,7 @@ class RangedFile(io.RawIOBase):
                                self.source.read, self._position, following))
         return count
 
-    def _take_ahead(self, position: int, count: int) -> bytes | None:
+    def _take_ahead(self, position: int, count: int) -> bytes | bytearray | memoryview | None:
         """The bytes read ahead when they are [position, position + count), else None."""
         ahead, self._ahead = self._ahead, None
         if ahead is None:
@@ -165,5 +164,6 @@ def open_remote(url: str, buffer_size: int | None = BUFFER_SIZE) -> BinaryIO:
     source = open_source(url)
     size, _ = _stat(source)
     if buffer_size is None:
-        return RangedFile(source, size)
+        # a binary file, though io.RawIOBase is no typing.BinaryIO:
+        return cast(BinaryIO, RangedFile(source, size))
     return io.BufferedReader(RangedFile(source, size, read_ahead=True), buffer_size=buffer_size)

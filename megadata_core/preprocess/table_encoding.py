@@ -11,6 +11,7 @@ key that holds null.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -51,25 +52,30 @@ def tokenize_rows(
         bad, examples = {"not_string": rows - int(kept.size)}, [str(error)]
     native = getattr(tokenizer, "block_encoder", None) if splitter is None else None
     last = first_row + rows
-    options = dict(append_eod=append_eod, dtype=np.dtype(dtype), keep_empty=keep_empty)
-    tokens, lengths, sequences = {}, {}, {}
+    options: dict[str, Any] = dict(
+        append_eod=append_eod, dtype=np.dtype(dtype), keep_empty=keep_empty
+    )
+    tokens: dict = {}
+    lengths: dict = {}
+    sequences: dict = {}
     if native is None:
         columns = [_texts(data, offsets, kept, where, first_row) for data, offsets in buffers]
         tokens, lengths, sequences = encode_columns(
             columns, tokenizer, json_keys, path=where, first_line=first_row + 1,
             last_line=last, splitter=splitter, **options)
-    for key, (data, offsets) in zip(json_keys, buffers if native is not None else ()):
-        exact = exact_rows(data, offsets, native.unproven)[kept]
-        fast = kept[~exact]
-        ids, counts = native.encode_utf8(*_select(data, offsets, fast, rows))
-        if exact.any():
-            texts = _texts(data, offsets, kept[exact], where, first_row)
-            order = np.argsort(np.concatenate([fast, kept[exact]]), kind="stable")
-            ids, counts = merge_documents(
-                order, (ids, counts), encode_many(tokenizer, texts, key, where, first_row + 1))
-        tokens[key], lengths[key], sequences[key] = assemble_documents(
-            ids, np.asarray(counts, np.int64), np.ones(kept.size, np.int64), tokenizer,
-            where=(where, first_row + 1, last), **options)
+    else:
+        for key, (data, offsets) in zip(json_keys, buffers):
+            exact = exact_rows(data, offsets, native.unproven)[kept]
+            fast = kept[~exact]
+            ids, counts = native.encode_utf8(*_select(data, offsets, fast, rows))
+            if exact.any():
+                texts = _texts(data, offsets, kept[exact], where, first_row)
+                order = np.argsort(np.concatenate([fast, kept[exact]]), kind="stable")
+                ids, counts = merge_documents(
+                    order, (ids, counts), encode_many(tokenizer, texts, key, where, first_row + 1))
+            tokens[key], lengths[key], sequences[key] = assemble_documents(
+                ids, np.asarray(counts, np.int64), np.ones(kept.size, np.int64), tokenizer,
+                where=(where, first_row + 1, last), **options)
     part = TokenizedChunk(
         documents=int(kept.size), tokens=tokens, sequence_lengths=lengths,
         document_sequences=sequences, line_offsets=kept.astype(np.int64), bad_lines=bad,
@@ -101,7 +107,8 @@ def _select(data, offsets, rows: np.ndarray, total: int) -> tuple[np.ndarray, np
 def _texts(data, offsets, rows: np.ndarray, where: str, first_row: int) -> list[str]:
     """Python strings of the texts at ``rows`` (the exact path)."""
     texts = []
-    raw = memoryview(np.ascontiguousarray(data))
+    # numpy types ndarray.__buffer__ for Python 3.12+ only:
+    raw = memoryview(np.ascontiguousarray(data))  # type: ignore[arg-type]
     for row in rows.tolist():
         try:
             texts.append(str(raw[offsets[row] : offsets[row + 1]], "utf-8"))

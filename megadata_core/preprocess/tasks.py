@@ -88,7 +88,8 @@ class TaskRunner:
         self.open_binary = open_binary
         self.table_reader = table_reader
         self.splitter_factory = splitter_factory
-        self._tools = None  # (tokenizer, splitter), built on first use in each process
+        # (tokenizer, splitter), built on first use in each process
+        self._tools: tuple[Tokenizer, SentenceSplitter | None] | None = None
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_tools": None}
@@ -204,8 +205,11 @@ class TaskRunner:
 
     def _table_parts(self, task: Task) -> Iterator[TokenizedChunk]:
         tokenizer, splitter = self.tools()
+        reader = self.table_reader
+        if reader is None:
+            raise DataError(f"{task.path}: parquet input needs a table reader")
         for group in range(task.start, task.stop):
-            buffers, valid = self.table_reader.read_buffers(task.path, group, self.json_keys)
+            buffers, valid = reader.read_buffers(task.path, group, self.json_keys)
             yield tokenize_rows(
                 buffers, valid, tokenizer, self.json_keys,
                 where=f"{task.path} (row group {group})", append_eod=self.append_eod,
@@ -249,6 +253,8 @@ def _init_pool(runner: TaskRunner) -> None:
 
 
 def _run_pooled(task: Task) -> dict:
+    if _RUNNER is None:
+        raise RuntimeError("_run_pooled: the pool process was not initialized")
     return _RUNNER(task)
 
 

@@ -61,10 +61,10 @@ def install() -> types.ModuleType:
     ``from ... import`` keep the old objects: install first).
     """
     current = sys.modules.get(PACKAGE)
-    if getattr(current, "__megadata__", False):
+    if current is not None and getattr(current, "__megadata__", False):
         return current
     package = types.ModuleType(PACKAGE, __doc__)
-    package.__megadata__ = True
+    vars(package)["__megadata__"] = True
     fallback = _megatron_core_datasets_dir()
     package.__path__ = [fallback] if fallback else []
     package.__package__ = PACKAGE
@@ -76,7 +76,7 @@ def install() -> types.ModuleType:
         module = importlib.import_module(f"{__name__}.{name}")
         sys.modules[f"{PACKAGE}.{name}"] = module
         setattr(package, name, module)
-    _parent().datasets = package
+    vars(_parent())["datasets"] = package  # megatron.core.datasets
     return package
 
 
@@ -113,7 +113,7 @@ def _parent() -> types.ModuleType:
         megatron.__path__ = []
     core = sys.modules["megatron.core"] = types.ModuleType("megatron.core")
     core.__path__ = []
-    megatron.core = core
+    vars(megatron)["core"] = core
     return core
 
 

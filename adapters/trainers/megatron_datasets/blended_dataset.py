@@ -86,9 +86,11 @@ class BlendedDataset(torch.utils.data.Dataset):
         self.weights = weights
         self.size = size
         self.config = config
-        self.core = None
+        self.core: mdc.BlendedDataset | None = None
         self._given = given
-        self.dataset_index = self.dataset_sample_index = None
+        # None until the blend is loaded (deferred: at the first sample)
+        self.dataset_index: numpy.ndarray | None = None
+        self.dataset_sample_index: numpy.ndarray | None = None
         from megadata_adapters.trainers.megatron_datasets.gpt_dataset import GPTDataset
 
         if all(isinstance(d, GPTDataset) for d in datasets):
@@ -208,6 +210,7 @@ class BlendedDataset(torch.utils.data.Dataset):
         """``{"dataset_id": j, **datasets[j][k]}``."""
         if self.dataset_index is None:
             self._load_core()
+        assert self.dataset_index is not None and self.dataset_sample_index is not None  # loaded
         dataset_id = self.dataset_index[idx]
         sample_id = int(self.dataset_sample_index[idx])
         return {"dataset_id": dataset_id, **self.datasets[int(dataset_id)][sample_id]}

@@ -47,7 +47,7 @@ from megadata_adapters.trainers.megatron_datasets.utils import Split, log_single
 from megadata_core.build import check_sizes, plan_build
 from megadata_core.build.assemble import blend_inputs
 from megadata_core.build.plan import distinct_jobs
-from megadata_core.indices.splits import document_ranges
+from megadata_core.indices.splits import document_range
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,8 @@ class BlendedMegatronDatasetBuilder:
         """``[train, valid, test]``; call on every rank."""
         if torch.distributed.is_initialized():
             rank = torch.distributed.get_rank()
-            datasets = self._build_on_rank() if rank == 0 else None
+            if rank == 0:
+                datasets = self._build_on_rank()
             torch.distributed.barrier()
             if rank != 0:
                 datasets = self._build_on_rank()
@@ -151,6 +152,8 @@ class BlendedMegatronDatasetBuilder:
 
     def _build_with_core(self) -> list:
         config = self.config
+        cls = self.cls
+        assert issubclass(cls, GPTDataset)  # _served_by_core
         vocab_size = None
         if config.mock:
             vocab_size = config.tokenizer.vocab_size
@@ -192,7 +195,7 @@ class BlendedMegatronDatasetBuilder:
             if isinstance(dataset, mdc.BlendedDataset):
                 members = [wrap(member) for member in dataset.datasets]
                 return BlendedDataset._wrap(dataset, members, config)
-            return self.cls._wrap(dataset, low_level(dataset.indexed), config)
+            return cls._wrap(dataset, low_level(dataset.indexed), config)
 
         splits = [wrap(dataset) for dataset in built]
         if config.path_to_cache and not config.mock and _writes_shared_files():
@@ -236,14 +239,14 @@ class BlendedMegatronDatasetBuilder:
         """``(job, cls dataset)`` for every job of one low-level dataset."""
         low_level = self.cls.build_low_level_dataset(prefix, self.config)
         count = self.cls.numel_low_level_dataset(low_level)
-        ranges = document_ranges([job.bookend for job in jobs], count)
-        return [
-            (job, self.cls(
+        made = []
+        for job in jobs:  # a job's book-end is never None
+            span = document_range(job.bookend, count)
+            made.append((job, self.cls(
                 low_level, prefix, numpy.arange(span.start, span.stop, dtype=numpy.int32),
                 job.num_samples, Split[job.split], self.config,
-            ))
-            for job, span in zip(jobs, ranges)
-        ]
+            )))
+        return made
 
     def _split(self, recipe, made: dict):
         """One split from its recipe: a dataset, a list of them, or a BlendedDataset."""
@@ -255,14 +258,14 @@ class BlendedMegatronDatasetBuilder:
         if recipe.kind == "list":
             return members
         weights, size = blend_inputs(recipe, members)
-        return BlendedDataset(members, weights, size, self.config)
+        return BlendedDataset(members, list(weights), size, self.config)  # Megatron's list
 
     def _mid_level(self, dataset_path, matrix, sizes) -> list:
         """The ``cls`` dataset of each split of one low-level dataset (None where the
         split matrix has no range)."""
         low_level = self.cls.build_low_level_dataset(dataset_path, self.config)
         count = self.cls.numel_low_level_dataset(low_level)
-        datasets = []
+        datasets: list[MidLevelDataset | None] = []
         for i, split in enumerate(Split):
             if matrix[i] is None:
                 datasets.append(None)

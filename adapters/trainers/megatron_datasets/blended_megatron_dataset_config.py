@@ -85,6 +85,7 @@ class BlendedMegatronDatasetConfig:
                 log_single_rank(
                     logger, logging.INFO, "mock = True: neither blend nor blend_per_split"
                 )
+            assert self.split is not None  # required with a blend, else set above
             self.split_matrix = convert_split_vector_to_split_matrix(
                 parse_and_normalize_split(self.split)
             )
@@ -117,7 +118,8 @@ def convert_split_vector_to_split_matrix(
         vector_b = vector_a
 
     def bookends(vector: list[float]) -> list[tuple[float, float]]:
-        edges = functools.reduce(lambda acc, part: acc + [acc[-1] + part], vector, [0])
+        start: list[float] = [0]  # Megatron's int 0
+        edges = functools.reduce(lambda acc, part: acc + [acc[-1] + part], vector, start)
         return list(zip(edges[:-1], edges[1:]))
 
     matrix = []

@@ -41,13 +41,14 @@ import dataclasses
 import functools
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy
 import torch
 
 import megadata_core as mdc
 from megadata_adapters.trainers.megatron_datasets import megatron_cache
-from megadata_adapters.trainers.megatron_datasets._errors import require
+from megadata_adapters.trainers.megatron_datasets._errors import MegatronCompatError, require
 from megadata_adapters.trainers.megatron_datasets._version import query_returns_lengths
 from megadata_adapters.trainers.megatron_datasets.blended_megatron_dataset_config import (
     BlendedMegatronDatasetConfig,
@@ -64,6 +65,8 @@ from megadata_adapters.trainers.megatron_datasets.object_storage_utils import (
 from megadata_adapters.trainers.megatron_datasets.utils import Split
 from megadata_core.datasets import mock as core_mock
 from megadata_core.indices import num_epochs, samples_in_epochs, tokens_per_epoch
+from megadata_core.indices.feistel import FeistelDocumentIndex
+from megadata_core.indices.sample_order import FeistelOrder
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +124,7 @@ def core_config(config: BlendedMegatronDatasetConfig, **changes) -> mdc.GPTDataC
     )
     masking = bool(getattr(config, "inter_document_masking", False))
     pad = pad_token_id(config)
-    fields = dict(
+    fields: dict[str, Any] = dict(
         random_seed=config.random_seed,
         sequence_length=config.sequence_length,
         blend=config.blend,
@@ -154,8 +157,9 @@ def core_config(config: BlendedMegatronDatasetConfig, **changes) -> mdc.GPTDataC
         shuffle="megatron",
         blend_order="megatron",
     )
-    if getattr(config, "max_open_files", None) is not None:  # not a Megatron field
-        fields["max_open_files"] = config.max_open_files
+    max_open_files = getattr(config, "max_open_files", None)  # not a Megatron field
+    if max_open_files is not None:
+        fields["max_open_files"] = max_open_files
     fields.update(changes)
     return mdc.GPTDataConfig(**fields)
 
@@ -198,6 +202,8 @@ def _tensors(sample: dict) -> dict:
 
 class GPTDataset(MegatronDataset):
     """megatron-core's GPTDataset (same constructor), computed by megadata."""
+
+    config: GPTDatasetConfig
 
     def __init__(
         self,
@@ -282,25 +288,26 @@ class GPTDataset(MegatronDataset):
         return self
 
     @staticmethod
-    def numel_low_level_dataset(low_level_dataset: IndexedDataset) -> int:
+    def numel_low_level_dataset(  # type: ignore[override]  # Megatron's signature
+        low_level_dataset: IndexedDataset,
+    ) -> int:
         """Sequences: GPT splits a corpus by sequence."""
         return low_level_dataset.sequence_lengths.shape[0]
 
     @staticmethod
-    def build_low_level_dataset(dataset_path: str, config: GPTDatasetConfig) -> IndexedDataset:
+    def build_low_level_dataset(  # type: ignore[override]  # Megatron's signature
+        dataset_path: str, config: GPTDatasetConfig
+    ) -> IndexedDataset:
         """The corpus at ``dataset_path`` (object storage needs object_storage_cache_path)."""
         if is_object_storage_path(dataset_path):
-            require(
-                config.object_storage_cache_path is not None,
-                f"object_storage_cache_path: needed for {dataset_path}",
-            )
+            cache_path = config.object_storage_cache_path
+            if cache_path is None:
+                raise MegatronCompatError(f"object_storage_cache_path: needed for {dataset_path}")
             return IndexedDataset(
                 dataset_path,
                 multimodal=False,
                 mmap=False,
-                object_storage_config=ObjectStorageConfig(
-                    path_to_idx_cache=config.object_storage_cache_path
-                ),
+                object_storage_config=ObjectStorageConfig(path_to_idx_cache=cache_path),
             )
         counts = None
         if config.sequences_per_dataset:
@@ -315,7 +322,7 @@ class GPTDataset(MegatronDataset):
         )
 
     @property
-    def document_index(self) -> numpy.ndarray | None:
+    def document_index(self) -> numpy.ndarray | FeistelDocumentIndex | None:
         return None if self._core is None else self._core.document_index
 
     @property
@@ -323,7 +330,7 @@ class GPTDataset(MegatronDataset):
         return None if self._core is None else self._core.sample_index
 
     @property
-    def shuffle_index(self) -> numpy.ndarray | None:
+    def shuffle_index(self) -> numpy.ndarray | FeistelOrder | None:
         return None if self._core is None else self._core.shuffle_index
 
     def __len__(self) -> int:
@@ -446,14 +453,19 @@ class MockGPTDataset(GPTDataset):
         config: GPTDatasetConfig,
     ) -> None:
         require(config.mock, "config: MockGPTDataset needs a mock config (no blend)")
-        super().__init__(dataset, dataset_path, indices, num_samples, index_split, config)
+        super().__init__(
+            dataset,  # type: ignore[arg-type]  # a mock corpus, as in megatron-core
+            dataset_path, indices, num_samples, index_split, config,
+        )
 
     @staticmethod
-    def numel_low_level_dataset(low_level_dataset: MockGPTLowLevelDataset) -> int:
+    def numel_low_level_dataset(  # type: ignore[override]  # Megatron's signature
+        low_level_dataset: MockGPTLowLevelDataset,
+    ) -> int:
         return len(low_level_dataset)
 
     @staticmethod
-    def build_low_level_dataset(
+    def build_low_level_dataset(  # type: ignore[override]  # Megatron's signature
         dataset_path: str | None, config: GPTDatasetConfig
     ) -> MockGPTLowLevelDataset:
         return MockGPTLowLevelDataset(config.tokenizer)

@@ -194,7 +194,10 @@ class _MMapBinReader(_BinReader):
     def __init__(self, bin_path: str) -> None:
         self._bin_path = bin_path
         size = os.path.getsize(bin_path)
-        self._map = numpy.memmap(bin_path, dtype=numpy.uint8, mode="r") if size else b""
+        # the memmap's bytes (its view keeps the mapping), or none for an empty file
+        self._map: memoryview | bytes = b""
+        if size:
+            self._map = numpy.memmap(bin_path, dtype=numpy.uint8, mode="r").data
 
     def _bytes(self, offset: int, nbytes: int):
         return memoryview(self._map)[offset : offset + nbytes]
@@ -308,7 +311,7 @@ class IndexedDataset:
         if corpus is None:
             corpus = mdc.IndexedDataset(path_prefix, multimodal=self.multimodal, mmap=self.mmap)
         self.corpus = corpus
-        self._bin_reader = None
+        self._bin_reader: _BinReader | None = None
         self.index = _IndexReader._of(corpus)
         check_counts(get_idx_path(path_prefix), self.index, sequences_per_dataset, dtype_code)
 
@@ -320,9 +323,9 @@ class IndexedDataset:
         self = cls.__new__(cls)
         storage = None
         if is_object_storage_path(corpus.path_prefix):
-            storage = ObjectStorageConfig(
-                path_to_idx_cache=getattr(config, "object_storage_cache_path", None)
-            )
+            # None without a config (Megatron's GPTDataset passes its Optional path too)
+            cache_path = getattr(config, "object_storage_cache_path", None)
+            storage = ObjectStorageConfig(path_to_idx_cache=cache_path)  # type: ignore[arg-type]
         self.initialize(
             corpus.path_prefix,
             corpus.multimodal,

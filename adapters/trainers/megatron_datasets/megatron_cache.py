@@ -32,6 +32,7 @@ blend take ~1.3 s to write here, four times the build), finished at exit or by
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import json
 import os
@@ -93,9 +94,8 @@ def write(
         for name, path in _paths(base, names).items():
             if not os.path.isfile(path):
                 array = numpy.ascontiguousarray(arrays[name])
-                header = npy_header(array)
-                write_atomically(path, lambda stream, h=header, a=array: write_npy(stream, h, a),
-                                 clean=clean)
+                write_file = functools.partial(write_npy, header=npy_header(array), array=array)
+                write_atomically(path, write_file, clean=clean)
         text = description.encode("utf-8")
         if not os.path.isfile(f"{base}-description.txt"):
             write_atomically(f"{base}-description.txt", lambda stream: stream.write(text),
@@ -139,8 +139,8 @@ def load(
     paths = _paths(base, names)
     if not _vouched(base, description, paths):
         began = time.time_ns()
-        arrays = {name: _mapped(path) for name, path in paths.items()}
-        if any(array is None for array in arrays.values()):
+        arrays = _mapped_all(paths)
+        if arrays is None:
             return None
         reference = expected()
         differs = [
@@ -158,7 +158,7 @@ def load(
             )
             return None
         _record(base, description, names, began)
-    return {name: _mapped(path) for name, path in paths.items()}
+    return _mapped_all(paths)
 
 
 def build_marker(config, class_name: str, sizes) -> str:
@@ -235,6 +235,13 @@ def _mapped(path: str) -> numpy.ndarray | None:
         return numpy.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError):
         return None
+
+
+def _mapped_all(paths: Mapping[str, str]) -> dict[str, numpy.ndarray] | None:
+    """Each file of ``paths`` memory-mapped (all are tried), or None when one cannot be."""
+    mapped = {name: _mapped(path) for name, path in paths.items()}
+    arrays = {name: array for name, array in mapped.items() if array is not None}
+    return arrays if len(arrays) == len(mapped) else None
 
 
 def _record_path(base: str) -> str:

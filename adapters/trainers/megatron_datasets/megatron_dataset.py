@@ -15,6 +15,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import Any
 
 import numpy
 import torch
@@ -33,7 +34,7 @@ _PAD_TOKEN_ID = -1
 def pad_token_id(config) -> int:
     """Megatron's pad id: ``tokenizer.pad``, else -1; -1 too when it equals another
     special token (with a warning), unless ``allow_ambiguous_pad_tokens``."""
-    tokenizer = getattr(config, "tokenizer", None)
+    tokenizer: Any = getattr(config, "tokenizer", None)  # any tokenizer; None fails below too
     try:
         pad = tokenizer.pad
     except Exception:
@@ -76,7 +77,7 @@ class MegatronDataset(ABC, torch.utils.data.Dataset):
         self,
         dataset: LowLevelDataset,
         dataset_path: str | None,
-        indices: numpy.ndarray,
+        indices: numpy.ndarray | range,
         num_samples: int | None,
         index_split: Split,
         config: BlendedMegatronDatasetConfig,

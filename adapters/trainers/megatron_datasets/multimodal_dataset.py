@@ -18,8 +18,8 @@ from megadata_adapters.trainers.megatron_datasets.gpt_dataset import (
 class MultimodalDatasetConfig(GPTDatasetConfig):
     """GPTDatasetConfig plus the mock image size and a per-sample preprocessing hook."""
 
-    image_h: int = None
-    image_w: int = None
+    image_h: int | None = None  # required (None: not set)
+    image_w: int | None = None
     preprocess_func: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] = lambda x: x
 
     def __post_init__(self) -> None:
@@ -31,9 +31,13 @@ class MultimodalDatasetConfig(GPTDatasetConfig):
 class MockMultimodalDataset(MockGPTDataset):
     """Mock GPT text plus a zero image ``[3, image_h, image_w]`` float32 per sample."""
 
-    def __getitem__(self, idx: int) -> dict[str, torch.Tensor]:
+    config: MultimodalDatasetConfig
+
+    def __getitem__(  # type: ignore[override]  # Megatron's signature
+        self, idx: int
+    ) -> dict[str, torch.Tensor]:
         sample = super().__getitem__(idx)
-        sample["image"] = torch.zeros(
-            (3, self.config.image_h, self.config.image_w), dtype=torch.float32
-        )
+        height, width = self.config.image_h, self.config.image_w
+        assert height is not None and width is not None  # MultimodalDatasetConfig requires them
+        sample["image"] = torch.zeros((3, height, width), dtype=torch.float32)
         return self.config.preprocess_func(sample)

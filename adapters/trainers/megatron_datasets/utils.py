@@ -51,16 +51,13 @@ def get_blend_from_list(blend: list[str] | None) -> tuple[list[str], list[float]
     if len(blend) % 2 == 1:
         return [item.strip() for item in blend], None
     raw_weights, raw_prefixes = blend[0::2], blend[1::2]
-    weights = []
+    weights: list[float] = []
     for raw in raw_weights:
         try:
             weights.append(float(raw))
         except ValueError:
-            weights.append(None)
-    if None in weights:
-        require(
-            all(weight is None for weight in weights),
-            f"blend: {blend!r} mixes numeric and non-numeric weights",
-        )
+            pass
+    if len(weights) < len(raw_weights):  # some are not numbers: then none may be
+        require(not weights, f"blend: {blend!r} mixes numeric and non-numeric weights")
         return [item.strip() for item in blend], None
     return [item.strip() for item in raw_prefixes], weights
