@@ -5,18 +5,18 @@ Each class meets ``megadata_core.preprocess.Tokenizer`` (``encode``, ``eod_id``,
 whole batch through the library's native batch encoder. Ids, EOD and vocabulary
 size are those Megatron-LM 0.16.1's ``tools/preprocess_data.py`` uses:
 
-=========================  =======================================  ==============================
-type                       files                                    EOD
-=========================  =======================================  ==============================
-GPT2BPETokenizer           vocab.json + merges.txt                  ``<|endoftext|>``
-BertWordPieceLowerCase     vocab.txt                                ``[EOS]`` (added after the
-/ BertWordPieceCase                                                 vocabulary, after ``[BOS]``)
-SentencePieceTokenizer,    x.model                                  the model's eos piece
+===========================  =======================================  ==============================
+type                         files                                    EOD
+===========================  =======================================  ==============================
+GPT2BPETokenizer             vocab.json + merges.txt                  ``<|endoftext|>``
+BertWordPieceLowerCase       vocab.txt                                ``[EOS]`` (added after the
+/ BertWordPieceCase                                                   vocabulary, after ``[BOS]``)
+SentencePieceTokenizer,      x.model                                  the model's eos piece
 GPTSentencePieceTokenizer,
 Llama2Tokenizer
-TikTokenizer               Megatron's JSON ranks list               ``</s>`` (id 2)
-NullTokenizer              none (``vocab_size``)                    ``vocab_size``
-=========================  =======================================  ==============================
+TikTokenizer                 Megatron's JSON ranks list               ``</s>`` (id 2)
+NullTokenizer                none (``vocab_size``)                    ``vocab_size``
+===========================  =======================================  ==============================
 
 Megatron builds GPT2BPE and BERT through its legacy classes when it runs offline
 (its default path asks the HuggingFace hub for ``gpt2`` / ``bert-large-*`` configs),
@@ -26,9 +26,8 @@ only read locally.
 
 gigatoken encodes GPT2BPETokenizer, the SentencePiece types and TikTokenizer with
 ``--tiktoken-pattern v2`` where a load-time proof shows it gives the reference encoder's
-ids (``megadata_adapters.tokenizing.gigatoken_encoders``); each class's ``encoder`` says which runs
-and why,
-its ``encoder`` argument (auto, gigatoken, reference) chooses.
+ids (``megadata_adapters.tokenizing.gigatoken_encoders``); each class's ``encoder``
+says which runs and why, its ``encoder`` argument (auto, gigatoken, reference) chooses.
 """
 
 from __future__ import annotations
