@@ -11,4 +11,4 @@ VENV=${MEGADATA_VENV:-.venv}
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[cli,grain,jax]"
-exec "$VENV/bin/python" tools/demo.py "$@"
+exec "$VENV/bin/megadata-demo" "$@"

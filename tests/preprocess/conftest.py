@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+import importlib
 
 import pytest
-from preprocess_helpers import REPO, jsonl_lines
+from preprocess_helpers import jsonl_lines
 
 
 @pytest.fixture
@@ -32,18 +31,9 @@ def write_jsonl(tmp_path):
 
 @pytest.fixture(scope="session")
 def load_tool():
-    """load_tool("preprocess_data") imports tools/preprocess_data.py once per session."""
+    """load_tool("preprocess_data") imports the command megadata_cli.preprocess_data."""
 
     def load(name: str):
-        module_name = f"_megadata_tool_{name}"
-        if module_name not in sys.modules:
-            if str(REPO / "tools") not in sys.path:  # the tools import their shared tool_main
-                sys.path.append(str(REPO / "tools"))
-            path = REPO / "tools" / f"{name}.py"
-            spec = importlib.util.spec_from_file_location(module_name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[module_name] = module
-            spec.loader.exec_module(module)
-        return sys.modules[module_name]
+        return importlib.import_module(f"megadata_cli.{name}")
 
     return load

@@ -255,7 +255,7 @@ def test_zst_input_without_zstandard_names_file_and_extra(tmp_path, write_jsonl,
     zst = write_jsonl("in.jsonl.zst", [{"text": "x"}])
     tool = load_tool("preprocess_data")
     monkeypatch.setitem(sys.modules, "zstandard", None)  # import zstandard now fails
-    message = rf"{zst}: reading \.zst input needs the zstandard package.*megadata\[cli\]"
+    message = rf"{zst}: reading \.zst input needs the zstandard package.*megadata-core\[cli\]"
     with pytest.raises(DataError, match=message):
         tool.require_zstandard(zst)
     with pytest.raises(DataError, match=message):

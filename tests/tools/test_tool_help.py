@@ -105,5 +105,6 @@ def test_console_script_answers_h_from_any_directory(script, tmp_path):
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "usage" in result.stdout.lower() or "USAGE" in result.stdout, result.stdout
+    # absl programs print their docstring and flags; the Megatron launcher its usage line
+    assert "--helpfull" in result.stdout or "usage: megadata-" in result.stdout, result.stdout
     assert not list(tmp_path.iterdir())  # help writes nothing

@@ -27,7 +27,7 @@ regions the first global batches read. ``batch``: every sample of training step
 document id, token range inside the document, a decoded preview (``--html``: a
 colour-coded page of the step's samples). ``where``: the samples, steps and ranks that
 read document ``--document`` of ``--prefix``, and which of its tokens each holds.
-Steps are those of Megatron's sequential sampler (``tools/inspect_provenance.py``).
+Steps are those of Megatron's sequential sampler (``megadata_cli.inspect_provenance``).
 Config-based commands take ``--config`` and Megatron's data flags as build_index does.
 Files go to ``--output_dir``; each command prints the paths it wrote. Bad input exits
 with status 1 and a one-line ``error:`` message.
@@ -80,7 +80,7 @@ flags.DEFINE_integer("batches", 64, "order: global batches to map.", lower_bound
 flags.DEFINE_integer("regions", 50, "order: regions each corpus is cut into.", lower_bound=1)
 flags.DEFINE_string(
     "tokenizer_type", None, "samples: decode with this tokenizer (bytes, huggingface, tiktoken "
-    "or a Megatron type such as GPT2BPETokenizer, as tools/preprocess_data.py takes them); "
+    "or a Megatron type such as GPT2BPETokenizer, as megadata-preprocess takes them); "
     "without it token ids are shown."
 )
 flags.DEFINE_string("tokenizer_file", None, "tokenizer.json (huggingface) or ranks file "

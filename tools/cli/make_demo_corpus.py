@@ -1,6 +1,6 @@
 """A JSON-lines demo corpus of real text, made offline from the Python standard library.
 
-    python tools/make_demo_corpus.py --output demo.jsonl --max_documents 2000
+    python -m megadata_cli.make_demo_corpus --output demo.jsonl --max_documents 2000
 
 One line ``{"text": ...}`` per module of the installed standard library, in sorted path
 order: its source (``--kind source``, the default) or its docstrings joined by blank lines
