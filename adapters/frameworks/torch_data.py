@@ -81,7 +81,7 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -95,9 +95,6 @@ from megadata_core.handover import orphans, pack
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.handover.shm_ring import ConsumerRings, ProducerRing, SlotRef
 from megadata_core.samplers import PretrainingSampler
-
-if TYPE_CHECKING:
-    from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 __all__ = [
     "Loader",
@@ -347,12 +344,20 @@ def _stop_workers(iterator: Any) -> None:
     _RINGS.forget(pids)
 
 
+class _LoaderIterator(Protocol):
+    """What :class:`_Unpacking` uses of a DataLoader's iterator."""
+
+    def __next__(self) -> Any: ...
+
+    def __len__(self) -> int: ...
+
+
 class _Unpacking:
     """Iterator over a DataLoader iterator that unpacks :class:`PackedBatch` es into
     pooled buffers (batches that are not packed pass through); :meth:`close` (or leaving
     a ``with`` block) stops its workers; other attributes are the wrapped iterator's."""
 
-    def __init__(self, inner: _BaseDataLoaderIter, pool: BufferPool) -> None:
+    def __init__(self, inner: _LoaderIterator, pool: BufferPool) -> None:
         self._inner = inner
         self._pool = pool
         self._closed = False
