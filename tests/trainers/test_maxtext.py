@@ -1,0 +1,294 @@
+"""megadata_adapters.trainers.maxtext: MaxText 0.2.5's mmap_npy input served by megadata.
+
+The tests that need MaxText skip without it (it needs Python >= 3.12: the maxtext leg of
+tools/test.sh runs them in its own venv). With it: MaxText's own ``get_mmap_npy_dataset``
+and megadata's give the same samples value for value (single corpus, whole and separated
+epochs, ``mmap_npy_split`` parts, a blend, host sharding); MaxText's
+``create_data_iterator`` gives the same batches with and without the hook; the launcher
+trains a tiny model on the CPU reading megadata's samples.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import megadata_core as mdc
+from megadata_adapters.trainers import maxtext as mx
+
+try:
+    HAVE_MAXTEXT = importlib.util.find_spec("maxtext.input_pipeline") is not None
+except (ImportError, ValueError):
+    HAVE_MAXTEXT = False
+needs_maxtext = pytest.mark.skipif(
+    not HAVE_MAXTEXT, reason="maxtext is not installed (pip install 'maxtext[tpu]==0.2.5', "
+    "Python >= 3.12: the maxtext leg of tools/test.sh)"
+)
+EOD = 1
+
+
+def _write(prefix: str, documents: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
+        for _ in range(documents):
+            n = int(rng.integers(5, 120))
+            writer.add_item(np.append(rng.integers(2, 1000, n), EOD).astype(np.uint16))
+            writer.end_document()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("maxtext-corpus")
+    _write(str(root / "a"), 900, 0)
+    _write(str(root / "b"), 300, 1)
+    return root
+
+
+@pytest.fixture(scope="module")
+def grain_data_processing():
+    mx.install()
+    from maxtext.input_pipeline import grain_data_processing as module
+
+    return module
+
+
+def _samples(module, function, pattern, **overrides):
+    args = dict(
+        split_sentences=False, seq_length=64, eod_id=EOD, num_epoch=1, host_index=0,
+        host_count=1, num_threads=1, prefetch_buffer_size=1, blend_cache_dir=None,
+        blend_index_dir=None, blend_split="train",
+        apply_transforms=module._apply_mapdataset_transforms,
+    )
+    args.update(overrides)
+    return [element["text"] for element in function(pattern, **args)]
+
+
+CASES = {
+    "one epoch": ("{d}|{c}/a", {}),
+    "num_epoch 2": ("{d}|{c}/a", {"num_epoch": 2, "seed": 9}),
+    "separated last epoch": ("{d}|{c}/a", {"num_samples": 1500, "seed": 3}),
+    "three epochs": ("{d}|{c}/b", {"num_samples": 900, "seed": 5}),
+    "split part 0": ("{d}|{c}/a", {"num_samples": 300, "split": "90,10", "split_index": 0}),
+    "split part 1": ("{d}|{c}/a", {"num_samples": 30, "split": "90,10", "split_index": 1}),
+    "blend": ("{d}/a|{c}/a,0.7;{d}/b|{c}/b,0.3", {"num_samples": 1200, "seed": 4}),
+    "blend host 1 of 2": ("{d}/a|{c}/a,2;{d}/b|{c}/b,1", {"num_samples": 1000,
+                                                          "host_index": 1, "host_count": 2}),
+    "blend of one": ("{d}/a|{c}/a,1;{d}/b|{c}/b,0", {"num_samples": 200}),
+}
+
+
+@needs_maxtext
+@pytest.mark.parametrize("case", CASES)
+def test_samples_value_for_value(case, corpus, grain_data_processing, tmp_path):
+    """MaxText's own mmap_npy samples (its .npy indices) == megadata's (its cache)."""
+    module = grain_data_processing
+    assert module.get_mmap_npy_dataset is mx.get_mmap_npy_dataset
+    theirs_fn = module.maxtext_get_mmap_npy_dataset
+    assert theirs_fn is not mx.get_mmap_npy_dataset
+    pattern, overrides = CASES[case]
+    theirs = _samples(module, theirs_fn, pattern.format(d=tmp_path / "mt", c=corpus), **overrides)
+    ours = _samples(module, mx.get_mmap_npy_dataset, pattern.format(d=tmp_path / "md", c=corpus),
+                    **overrides)
+    assert len(ours) == len(theirs) > 0
+    for index, (a, b) in enumerate(zip(theirs, ours)):
+        assert a.dtype == b.dtype == np.int32 and a.shape == b.shape == (65,), index
+        np.testing.assert_array_equal(a, b, err_msg=f"sample {index}")
+    # megadata's cache is in the index directory; MaxText's own .npy files are not made
+    ours_written = [n for _, _, names in os.walk(tmp_path / "md") for n in names]
+    theirs_written = [n for _, _, names in os.walk(tmp_path / "mt") for n in names]
+    assert any(n.endswith("-description.json") for n in ours_written), ours_written
+    assert not any(n.endswith("-metadata.json") for n in ours_written), ours_written
+    assert any(n.endswith("-metadata.json") for n in theirs_written), theirs_written
+
+
+def _maxtext_config(corpus, index_dir, **extra):
+    from maxtext.configs import pyconfig
+
+    base = os.path.join(os.path.dirname(importlib.util.find_spec("maxtext").origin), "configs",
+                        "base.yml")
+    settings = dict(
+        run_name="megadata-test", hardware="cpu", skip_jax_distributed_system=True,
+        base_emb_dim=64, base_num_query_heads=2, base_num_kv_heads=2, base_mlp_dim=128,
+        head_dim=32, base_num_decoder_layers=2, vocab_size=1024, max_target_length=64,
+        per_device_batch_size=4, steps=10, enable_checkpointing=False, dataset_type="grain",
+        grain_file_type="mmap_npy", grain_train_files=f"{index_dir}|{corpus}/a",
+        mmap_eod_id=EOD, grain_worker_count=0, eval_interval=-1,
+    )
+    settings.update(extra)
+    return pyconfig.initialize([sys.argv[0], base] + [f"{k}={v}" for k, v in settings.items()])
+
+
+@needs_maxtext
+@pytest.mark.parametrize("extra", [
+    {},
+    {"reset_attention_mask": False, "eod_mask_loss": True, "data_shuffle_seed": 17},
+], ids=["defaults", "no-reset-eod-mask"])
+def test_create_data_iterator_same_batches(extra, corpus, grain_data_processing, tmp_path):
+    """MaxText's create_data_iterator (make_grain_train_iterator inside): the same batches
+    under MaxText's keys with the hook as without it."""
+    from maxtext.input_pipeline.input_pipeline_interface import create_data_iterator
+    from maxtext.utils import maxtext_utils
+
+    module = grain_data_processing
+
+    def batches(index_dir, use_megadata):
+        config = _maxtext_config(corpus, index_dir, **extra)
+        mesh = maxtext_utils.get_mesh_from_config(config)
+        saved = module.get_mmap_npy_dataset
+        if not use_megadata:
+            module.get_mmap_npy_dataset = module.maxtext_get_mmap_npy_dataset
+        try:
+            iterator, _ = create_data_iterator(config, mesh)
+            return [{k: np.asarray(v) for k, v in next(iterator).items()} for _ in range(6)]
+        finally:
+            module.get_mmap_npy_dataset = saved
+
+    theirs = batches(tmp_path / "mt", use_megadata=False)
+    ours = batches(tmp_path / "md", use_megadata=True)
+    for step, (a, b) in enumerate(zip(theirs, ours)):
+        assert sorted(a) == sorted(b), step
+        for key in ("inputs", "targets", "inputs_segmentation", "targets_segmentation",
+                    "inputs_position", "targets_position"):
+            assert key in a, key
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=f"batch {step} {key}")
+    import jax
+
+    # per_device_batch_size 4 on every device of this process (8 with tools/test.sh's
+    # XLA_FLAGS, 1 without)
+    assert theirs[0]["inputs"].shape == (4 * jax.device_count(), 64)
+
+
+@needs_maxtext
+def test_install_is_idempotent(grain_data_processing):
+    from maxtext.input_pipeline import _mmap_datasource
+
+    mx.install()
+    mx.install()
+    assert mx.installed()
+    assert sum(getattr(f, "_megadata_maxtext", False) for f in sys.meta_path) == 1
+    assert grain_data_processing.get_mmap_npy_dataset is mx.get_mmap_npy_dataset
+    assert _mmap_datasource.get_mmap_npy_dataset is mx.get_mmap_npy_dataset
+    own = grain_data_processing.maxtext_get_mmap_npy_dataset
+    assert own.__module__ == "maxtext.input_pipeline._mmap_datasource"
+    assert _mmap_datasource.maxtext_get_mmap_npy_dataset is own
+
+
+@needs_maxtext
+@pytest.mark.parametrize("pattern, overrides, message", [
+    ("{d}|{c}/a:{c}/b", {}, "names 2 shards"),
+    ("{d}|{c}", {}, "directory of 2 .idx shards"),
+    ("{c}/a", {}, "must be 'index_dir|prefix'"),
+    ("{d}|{c}/missing", {}, "no "),
+    ("{d}|{c}/a", {"split_sentences": True}, "mmap_split_sentences"),
+    ("{d}|{c}/a", {"blend_index_dir": "/x"}, "blend_index_dir"),
+    ("{d}/a|{c}/a,1;{d}/b|{c}/b,1", {}, "steps"),
+    ("{d}/a|{c}/a,0;{d}/b|{c}/b,0", {"num_samples": 10}, "all 0"),
+])
+def test_unsupported_settings_are_named(pattern, overrides, message, corpus,
+                                        grain_data_processing, tmp_path):
+    with pytest.raises(mdc.DataError, match=re.escape(message)):
+        _samples(grain_data_processing, mx.get_mmap_npy_dataset,
+                 pattern.format(d=tmp_path, c=corpus), **overrides)
+
+
+@needs_maxtext
+def test_grain_workers_unpickle_the_source(corpus, grain_data_processing, tmp_path):
+    import pickle
+
+    import grain.python as grain
+
+    pattern = f"{tmp_path}/a|{corpus}/a,0.6;{tmp_path}/b|{corpus}/b,0.4"
+    dataset = mx.get_mmap_npy_dataset(
+        pattern, False, 64, EOD, 1, 0, 1, 1, 1, None, None, "train",
+        grain_data_processing._apply_mapdataset_transforms, num_samples=100,
+    )
+    assert sum(1 for _ in dataset) == 100
+    spec = [(str(tmp_path / "a"), f"{corpus}/a", 10)]
+    source = mx.MegadataNpySource(mx._Plan(
+        spec, None, None, seq_length=64, eod_id=EOD, seed=1, split=None, split_index=0,
+        num_epoch=1, path_to_cache=str(tmp_path / "a"),
+    ))
+    copy = pickle.loads(pickle.dumps(source))
+    assert type(copy) is mx.MegadataNpySource and len(copy) == len(source)
+    for index in (0, len(source) - 1):
+        np.testing.assert_array_equal(copy[index]["text"], source[index]["text"])
+    assert isinstance(grain.MapDataset.source(copy)[0]["text"], np.ndarray)
+
+
+LAUNCH = [sys.executable, "-m", "megadata_adapters.trainers.maxtext"]
+
+
+@needs_maxtext
+def test_launcher_trains_on_megadata(corpus, tmp_path):
+    """The launcher in front of MaxText's train module: a tiny model trains a few steps on
+    the CPU, reading megadata's samples (and MaxText's own run gives the same losses)."""
+    base = os.path.join(os.path.dirname(importlib.util.find_spec("maxtext").origin), "configs",
+                        "base.yml")
+
+    def train(index_dir, launcher):
+        args = [
+            "maxtext.trainers.pre_train.train", base, "run_name=t",
+            f"base_output_directory={tmp_path / 'out'}", "hardware=cpu",
+            "skip_jax_distributed_system=True", "base_emb_dim=64", "base_num_query_heads=2",
+            "base_num_kv_heads=2", "base_mlp_dim=128", "head_dim=32",
+            "base_num_decoder_layers=2", "vocab_size=1024", "max_target_length=64",
+            "per_device_batch_size=4", "steps=3", "enable_checkpointing=False",
+            "dataset_type=grain", "grain_file_type=mmap_npy",
+            f"grain_train_files={index_dir}|{corpus}/a", f"mmap_eod_id={EOD}",
+            "grain_worker_count=0", "log_period=1", "eval_interval=-1",
+            "enable_tensorboard=False",
+        ]
+        command = (LAUNCH if launcher else [sys.executable, "-m"]) + args
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, output[-4000:]
+        losses = re.findall(r"completed step: (\d+),.*? loss: ([0-9.]+)", output)
+        return output, losses
+
+    ours, our_losses = train(tmp_path / "md", launcher=True)
+    assert "megadata serves MaxText's mmap_npy samples" in ours
+    assert [step for step, _ in our_losses] == ["0", "1", "2"]
+    assert not any(n.endswith("-metadata.json") for n in os.listdir(tmp_path / "md"))
+    shutil.rmtree(tmp_path / "out", ignore_errors=True)
+    theirs, their_losses = train(tmp_path / "mt", launcher=False)
+    assert "megadata serves" not in theirs
+    assert our_losses == their_losses
+
+
+def test_launcher_usage():
+    done = subprocess.run(LAUNCH, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "usage:" in done.stderr
+    done = subprocess.run(LAUNCH + ["--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "usage:" in done.stdout
+
+
+@pytest.mark.skipif(HAVE_MAXTEXT, reason="maxtext is installed")
+def test_without_maxtext_one_line_error():
+    with pytest.raises(mx.MaxTextImportError, match="maxtext is not installed") as caught:
+        mx.install()
+    assert isinstance(caught.value, mdc.DataError) and isinstance(caught.value, ImportError)
+    assert not mx.installed()
+    done = subprocess.run(LAUNCH + ["maxtext.trainers.pre_train.train"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip().count("\n") == 0 and "maxtext is not installed" in done.stderr
+
+
+@needs_maxtext
+def test_docs_maxtext_blocks_run_as_written(tmp_path):
+    """docs/trainers.md's MaxText section runs as written (docs_sections.run_section)."""
+    from docs_sections import run_section
+
+    outputs = run_section("MaxText", tmp_path)
+    assert len(outputs) == 3  # the corpus, the launcher, install()
+    assert "megadata serves MaxText's mmap_npy samples" in outputs[1]
+    assert re.search(r"completed step: 2,", outputs[1]), outputs[1][-4000:]
+    assert any(name.endswith("-description.json") for name in os.listdir(tmp_path / "index"))
