@@ -13,7 +13,7 @@
 #               the checkout, JSON lines to a JAX global array
 #   3.11        the whole suite on 3.11: the core's tests, the adapters', the Megatron
 #               drop-in's against megatron-core 0.19.2 (as before)
-#   docs, typecheck   tools/docs.sh and tools/typecheck.sh, where they exist
+#   docs, typecheck   tools/docs.sh and tools/typecheck.sh
 #   3.12, 3.13  every test that needs no torch (torch installs on 3.11 only here; megatron-core
 #               needs it): .venv-3.12 / .venv-3.13 get -e ".[<the torch-free extras>,test-base]";
 #               tests/megatron_compat is left out, and a test that imports torch or megatron
@@ -22,6 +22,10 @@
 #               (MEGADATA_HYPOTHESIS_SCALE=0.25; 3.11 runs them all). Their venvs' dependencies
 #               install in the background from the start, beside the 3.11 legs.
 #               A Python not found is named in one line and its leg skipped.
+#   maxtext     tests/trainers/test_maxtext.py with the real maxtext 0.2.5 (Python 3.12)
+#   torchtitan  tests/trainers/test_torchtitan*.py with the real torchtitan 0.3.0 (3.11);
+#               both venvs kept between runs in $MEGADATA_TRAINER_VENVS (default
+#               ~/.cache/megadata/venvs): the first run installs them (~10 and ~6 min)
 #
 # Hypothesis runs derandomized (the same examples on every machine: CI's mode). With
 # --explore it runs with random seeds and MEGADATA_EXPLORE_FACTOR (default 5) times the
@@ -40,7 +44,7 @@ fi
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 VENV=${MEGADATA_VENV:-.venv}
-LEGS=${MEGADATA_LEGS:-lint build wheel quickstart 3.11 docs typecheck 3.12 3.13}
+LEGS=${MEGADATA_LEGS:-lint build wheel quickstart 3.11 docs typecheck 3.12 3.13 maxtext torchtitan}
 DIST=dist
 START=$SECONDS
 
@@ -119,7 +123,7 @@ leg_lint() {
 leg_311() {
     local rc=0
     run_pytest "$VENV/bin/python" --ignore=tests/adapters --ignore=tests/packaging \
-        "${PYTEST_ARGS[@]}" || rc=1
+        --ignore=tests/trainers "${PYTEST_ARGS[@]}" || rc=1
     run_pytest "$VENV/bin/python" tests/adapters "${PYTEST_ARGS[@]}" || rc=1
     PYTHONPATH="$MEGATRON_NEXT:tests/megatron_compat/cpu_site" run_pytest "$VENV/bin/python" \
         tests/megatron_compat "${PYTEST_ARGS[@]}" || rc=1
@@ -264,13 +268,58 @@ leg_torchless() {
         "tests/tools/test_bench_smoke.py (the benchmarks, whose peers are Megatron's and" \
         "torch's; run on 3.11); tests importing torch or megatron are skipped, named below"
     run_pytest "$venv/bin/python" "${torchless[@]}" --ignore=tests/adapters \
-        --ignore=tests/megatron_compat --ignore=tests/packaging \
+        --ignore=tests/megatron_compat --ignore=tests/packaging --ignore=tests/trainers \
         --ignore=tests/tools/test_bench_smoke.py "${PYTEST_ARGS[@]}" || rc=1
     run_pytest "$venv/bin/python" "${torchless[@]}" tests/adapters "${PYTEST_ARGS[@]}" || rc=1
     return "$rc"
 }
 leg_312() { leg_torchless 3.12; }
 leg_313() { leg_torchless 3.13; }
+
+# -- the trainers: MaxText 0.2.5 (Python 3.12) and torchtitan 0.3.0 (3.11, torch 2.13.0 CPU) ----
+# Their installs are heavy (2.8 GB and 1.6 GB), so their venvs live outside the checkout and
+# are kept between runs, one per pinned release, complete once marked so; megadata itself
+# goes into them editable from this checkout on every run (seconds).
+TRAINER_VENVS=${MEGADATA_TRAINER_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/megadata/venvs}
+TRAINER_TEST_TOOLS=(pytest pytest-xdist hypothesis psutil)
+
+# trainer_venv DIR PYTHON PIP_ARGS...: DIR with PIP_ARGS installed (made once, then kept).
+trainer_venv() {
+    local venv=$1 python=$2
+    shift 2
+    [ -f "$venv/.complete" ] && return 0
+    rm -rf "$venv"
+    mkdir -p "$(dirname "$venv")"
+    "$python" -m venv "$venv"
+    quiet_pip "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
+    touch "$venv/.complete"
+}
+
+leg_maxtext() {
+    local python venv="$TRAINER_VENVS/maxtext-0.2.5-py3.12"
+    if ! python=$(find_python 3.12); then
+        echo "Python 3.12 not found (MaxText 0.2.5 needs it): its leg is skipped"
+        return 77
+    fi
+    trainer_venv "$venv" "$python" -c "$NO_TORCH" "maxtext[tpu]==0.2.5" \
+        "${TRAINER_TEST_TOOLS[@]}"
+    quiet_pip "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        -c "$NO_TORCH" -e ".[grain,jax,cli]"
+    "$venv/bin/python" -c "import maxtext"  # the tests would skip without it
+    run_pytest "$venv/bin/python" tests/trainers/test_maxtext.py "${PYTEST_ARGS[@]}"
+}
+
+leg_torchtitan() {
+    local venv="$TRAINER_VENVS/torchtitan-0.3.0-torch2.13.0-py3.11"
+    # torch pinned to the CPU build on disk in every install (any other spec pulls CUDA)
+    trainer_venv "$venv" "$PYTHON" torch==2.13.0 torchtitan==0.3.0 "datasets<4.8" \
+        "${TRAINER_TEST_TOOLS[@]}"
+    quiet_pip "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        torch==2.13.0 -e ".[cli]"
+    "$venv/bin/python" -c "import torchtitan"  # the tests would skip without it
+    run_pytest "$venv/bin/python" tests/trainers/test_torchtitan.py \
+        tests/trainers/test_torchtitan_train.py "${PYTEST_ARGS[@]}"
+}
 
 PYTEST_ARGS=("$@")
 if wants lint || wants 3.11 || wants build || wants wheel; then
@@ -288,6 +337,8 @@ leg docs leg_docs
 leg typecheck leg_typecheck
 leg 3.12 leg_312
 leg 3.13 leg_313
+leg maxtext leg_maxtext
+leg torchtitan leg_torchtitan
 
 echo "=== wall time of each leg"
 printf '%s\n' "${TIMES[@]}"
