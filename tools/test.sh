@@ -215,35 +215,34 @@ PY
 
 # prefetch_torchless VERSION: the venv of a torch-free leg with its dependencies, started in
 # the background at the beginning (its downloads and unpacking overlap the 3.11 legs); the
-# leg then installs the package itself. Output in .venv-VERSION.prefetch.log.
-PREFETCH_PIDS=()
+# leg then installs the package itself. Output in .venv-VERSION.prefetch.log, its exit
+# status in .venv-VERSION.prefetch.rc once it ends (the legs run in subshells, which cannot
+# wait for it).
 prefetch_torchless() {
     local version=$1 python venv=".venv-$1" requirements
     wants "$version" || return 0
     python=$(find_python "$version") || return 0
     requirements=$(mktemp "${TMPDIR:-/tmp}/megadata-requirements.XXXXXX")
     torchless_requirements > "$requirements"
+    rm -f "$venv.prefetch.rc" "$venv.prefetch.log"
     (
         { [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"; } &&
         quiet_pip "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
             -c "$NO_TORCH" -r "$requirements"
         rc=$?
         rm -f "$requirements"
-        exit "$rc"
+        echo "$rc" > "$venv.prefetch.rc"
     ) > "$venv.prefetch.log" 2>&1 &
-    PREFETCH_PIDS+=("$version:$!")
 }
 
 # wait_prefetch VERSION: the background install of that leg has ended (its log shown on
 # failure; the leg's own install then says what is missing).
 wait_prefetch() {
-    local entry
-    for entry in "${PREFETCH_PIDS[@]}"; do
-        if [ "${entry%%:*}" = "$1" ]; then
-            wait "${entry#*:}" || { echo "background install of .venv-$1 failed:" >&2
-                cat ".venv-$1.prefetch.log" >&2; }
-        fi
-    done
+    local venv=".venv-$1"
+    [ -f "$venv.prefetch.log" ] || return 0  # none was started
+    while [ ! -f "$venv.prefetch.rc" ]; do sleep 2; done
+    [ "$(cat "$venv.prefetch.rc")" = 0 ] || { echo "background install of $venv failed:" >&2
+        cat "$venv.prefetch.log" >&2; }
 }
 
 leg_torchless() {

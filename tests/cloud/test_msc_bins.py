@@ -94,6 +94,8 @@ def test_missing_objects_and_profiles_name_the_url(msc, url, match):
 
 
 def test_the_drop_ins_object_storage_utils_speak_msc(msc, local_corpora, tmp_path):
+    pytest.importorskip("torch", reason="the Megatron drop-in's cache_index_file uses "
+                        "torch.distributed")
     from megadata_adapters.trainers.megatron_datasets import object_storage_utils as utils
 
     prefix = msc["bucket"]

@@ -107,6 +107,7 @@ def test_the_megatron_drop_in_reads_through_it(client, local_corpora, tmp_path):
     """Megatron's test_bin_reader, in short: an msc:// IndexedDataset with an
     object_storage_config reads as the local one; the drop-in's object_storage_utils
     find and copy the objects."""
+    pytest.importorskip("torch", reason="the Megatron drop-in serves torch tensors")
     from megadata_adapters.trainers.megatron_datasets import indexed_dataset
     from megadata_adapters.trainers.megatron_datasets import object_storage_utils as utils
 

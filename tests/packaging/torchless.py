@@ -54,14 +54,10 @@ class _SkipTorchImports:
         )
 
 
-#: Tests that need torch or megatron-core through code that is not the test's own (the
-#: Megatron drop-in, whose tensors are torch's; a subprocess), so the import hook above
-#: cannot see them: skipped by name, with the reason. (The benchmarks' smoke tests,
-#: tests/tools/test_bench_smoke.py, are not run in these legs at all: tools/test.sh says so.)
-NEEDS_TORCH_INDIRECTLY = {
-    "tests/cloud/test_msc_bins.py::test_the_drop_ins_object_storage_utils_speak_msc":
-        "the Megatron drop-in's cache_index_file uses torch.distributed",
-}
+# A test that needs torch through code that is not its own (the Megatron drop-in, whose
+# tensors are torch's; a subprocess) says so itself: pytest.importorskip("torch", reason=...).
+# The benchmarks' smoke tests, tests/tools/test_bench_smoke.py, are not run in these legs at
+# all: tools/test.sh says so.
 
 
 def pytest_configure(config) -> None:
@@ -69,9 +65,3 @@ def pytest_configure(config) -> None:
         raise pytest.UsageError("-p torchless: torch is installed here; run the full suite")
     sys.meta_path.insert(0, _SkipTorchImports())
 
-
-def pytest_collection_modifyitems(config, items) -> None:
-    for item in items:
-        reason = NEEDS_TORCH_INDIRECTLY.get(item.nodeid.split("[", 1)[0])
-        if reason is not None:
-            item.add_marker(pytest.mark.skip(reason=f"needs torch: {reason}"))

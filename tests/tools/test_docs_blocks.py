@@ -159,6 +159,8 @@ def test_every_page_is_in_the_chain():
 
 
 def test_docs_blocks_run_as_written(tmp_path):
+    pytest.importorskip("torch", reason="the pages' torch and Megatron blocks run where "
+                        "torch is (the 3.11 leg)")
     blocks = all_blocks()
     assert sum(language == "python" for language, _, _ in blocks) >= 14
     env = environment()
