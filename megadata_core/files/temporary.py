@@ -117,6 +117,19 @@ def remove_stale(directory: str, labels: Iterable[str]) -> list[str]:
     Files and directories alike; returns the removed paths. Best effort: an
     unreadable directory or a file removed meanwhile by another cleaner is no error.
     """
+    return _remove_matching(directory, labels, _writer_is_dead)
+
+
+def remove_own(directory: str, labels: Iterable[str]) -> list[str]:
+    """Remove the temporaries in ``directory`` of ``labels`` that this process wrote
+    (what an interrupted step of its own may have left); returns the removed paths."""
+    return _remove_matching(
+        directory, labels, lambda pid, host: pid == os.getpid() and host == _host()
+    )
+
+
+def _remove_matching(directory: str, labels: Iterable[str], writer_matches) -> list[str]:
+    """Remove the temporaries of ``labels`` whose ``writer_matches(pid, host)``."""
     wanted = {_label(label) for label in labels}
     removed: list[str] = []
     try:
@@ -129,7 +142,7 @@ def remove_stale(directory: str, labels: Iterable[str]) -> list[str]:
         match = _NAME.match(entry.name)
         if match is None or match["label"] not in wanted:
             continue
-        if not _writer_is_dead(int(match["pid"]), match["host"]):
+        if not writer_matches(int(match["pid"]), match["host"]):
             continue
         try:
             if entry.is_dir(follow_symlinks=False):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -38,7 +38,7 @@ class Staging:
             raise DataError(f"output_prefix: directory {self.directory} {what}")
         longest = max((os.path.basename(p) for p in final_prefixes), key=len)
         temp_files.check_name_fits(self.directory, f"{longest}.idx", "output_prefix")
-        label = f"{os.path.basename(output_prefix)}.partial"
+        label = staging_label(output_prefix)
         temp_files.remove_stale(self.directory, [label])
         try:
             self.path = temp_files.create_directory(self.directory, label)
@@ -73,6 +73,26 @@ class Staging:
 
     def __exit__(self, *exc_info) -> None:
         self.remove()
+
+
+def staging_label(output_prefix: str) -> str:
+    """The temporary label of the staging directories of ``output_prefix``."""
+    return f"{os.path.basename(output_prefix)}.partial"
+
+
+@contextlib.contextmanager
+def staging_for(output_prefix: str, final_prefixes: Sequence[str]) -> Iterator[Staging]:
+    """A :class:`Staging` for the block, removed however the block ends: also when a
+    Ctrl-C lands while it is made (after its directory exists) or in its ``__exit__``
+    before the removal, which ``with Staging(...)`` alone leaves open."""
+    try:
+        with Staging(output_prefix, final_prefixes) as made:
+            yield made
+    except BaseException:
+        with interrupts_deferred():
+            directory = os.path.dirname(os.path.abspath(output_prefix))
+            temp_files.remove_own(directory, [staging_label(output_prefix)])
+        raise
 
 
 def write_documents(

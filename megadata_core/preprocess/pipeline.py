@@ -29,7 +29,7 @@ import numpy as np
 from megadata_core.errors import DataError
 from megadata_core.format import IndexedDatasetWriter, merge_datasets, optimal_dtype
 from megadata_core.preprocess.encoding import MAX_EXAMPLES, TokenizedChunk
-from megadata_core.preprocess.outputs import Staging, write_documents
+from megadata_core.preprocess.outputs import staging_for, write_documents
 from megadata_core.preprocess.plan import TableReader, is_table, plan_tasks
 from megadata_core.preprocess.pool import tokenized_in_order
 from megadata_core.preprocess.reading import Chunk, count_lines, open_input, read_chunks
@@ -164,7 +164,7 @@ def preprocess_jsonl(
     finals = {key: document_prefix(output_prefix, key, level) for key in keys}
     shard_names = [f"{output_prefix}_{k}" for k in range(partitions)] if partitions > 1 else []
     shards = {key: [document_prefix(name, key, level) for name in shard_names] for key in keys}
-    with Staging(output_prefix, [*finals.values(), *sum(shards.values(), [])]) as staging:
+    with staging_for(output_prefix, [*finals.values(), *sum(shards.values(), [])]) as staging:
         tokenizer = make_tokenizer(tokenizer_factory, append_eod)
         dtype = np.dtype(optimal_dtype(int(tokenizer.vocab_size)))
         if splitter_factory is not None:

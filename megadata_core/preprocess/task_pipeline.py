@@ -23,7 +23,7 @@ from megadata_core.files.atomic import write_atomically
 from megadata_core.files.interrupts import interrupts_deferred
 from megadata_core.format import merge_datasets, optimal_dtype
 from megadata_core.preprocess.encoding import MAX_EXAMPLES
-from megadata_core.preprocess.outputs import Staging
+from megadata_core.preprocess.outputs import staging_for
 from megadata_core.preprocess.pipeline import (
     PreprocessSummary,
     check_arguments,
@@ -100,7 +100,8 @@ def preprocess_tasks(
         plan_tasks([next(p for p in paths if is_table(p))], task_size)  # raises the DataError
     finals = {key: document_prefix(output_prefix, key, level) for key in keys}
     if merge:  # an unwritable output directory fails before any work
-        Staging(output_prefix, list(finals.values())).remove()
+        with staging_for(output_prefix, list(finals.values())):
+            pass
     identities = input_identities(paths)
     tasks = plan_tasks(
         paths, task_size, table_reader=table_reader, sizes=[item[1] for item in identities]
@@ -158,7 +159,7 @@ def preprocess_tasks(
         shards = {k: [shard_prefix(directory, task, k, level) for task in tasks] for k in keys}
         summary = _summary(tasks, manifests, keys, started, finals)
         if merge:
-            with Staging(output_prefix, list(finals.values())) as staging:
+            with staging_for(output_prefix, list(finals.values())) as staging:
                 for key in keys:
                     merge_datasets(shards[key], staging.staged(finals[key]),
                                    progress=merge_progress)

@@ -187,3 +187,16 @@ def test_next_cache_build_removes_a_killed_builders_temp(tmp_path):
     loaded = cache.save_cached(str(entry), description, "train", arrays)
     assert loaded["document_index"].tolist() == list(range(10))
     assert _temps(entry) == []
+
+
+def test_remove_own_removes_this_process_temps_only(tmp_path):
+    fd, ours = temp_files.create_file(str(tmp_path), "corpus.bin")
+    os.close(fd)
+    own_directory = temp_files.create_directory(str(tmp_path), "corpus.partial")
+    (tmp_path / os.path.basename(own_directory) / "inside").write_bytes(b"x")
+    other = tmp_path / os.path.basename(ours).replace(f".{os.getpid()}@", ".1@")
+    other.write_bytes(b"another writer's")
+    unrelated = temp_files.create_directory(str(tmp_path), "other.partial")
+    removed = temp_files.remove_own(str(tmp_path), ["corpus.bin", "corpus.partial"])
+    assert sorted(removed) == sorted([ours, own_directory])
+    assert sorted(os.listdir(tmp_path)) == sorted([other.name, os.path.basename(unrelated)])

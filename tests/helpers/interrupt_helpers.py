@@ -88,6 +88,14 @@ def snapshot(directory: Path) -> dict[str, str]:
     return found
 
 
+def _difference(before: dict[str, str], after: dict[str, str]) -> str:
+    """What changed between two snapshots, by name."""
+    added = sorted(set(after) - set(before))
+    removed = sorted(set(before) - set(after))
+    changed = sorted(name for name in set(before) & set(after) if before[name] != after[name])
+    return f"added {added}, removed {removed}, changed {changed}"
+
+
 def corpus(prefix: Path) -> tuple[bytes, bytes]:
     return Path(f"{prefix}_text_document.bin").read_bytes(), Path(
         f"{prefix}_text_document.idx"
@@ -185,7 +193,8 @@ def interrupt_runs(
         if line == "interrupted: nothing was written" or line.startswith(
             "interrupted: removed this run's unfinished files"
         ):
-            assert snapshot(out) == before, where  # nothing of the run is left
+            after = snapshot(out)
+            assert after == before, f"{where}; left: {_difference(before, after)}"
         elif line.startswith("interrupted after the output was complete: kept "):
             assert corpus(prefix) == clean, where
         else:

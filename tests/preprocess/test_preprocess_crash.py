@@ -4,6 +4,7 @@ work survives a concurrent run; unwritable outputs and missing zstandard are cle
 from __future__ import annotations
 
 import contextlib
+import gc
 import glob
 import os
 import pathlib
@@ -250,6 +251,7 @@ def test_cli_output_name_too_long_is_one_line_error(tmp_path, write_jsonl):
     assert sorted(os.listdir(tmp_path)) == ["in.jsonl"]
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
 def test_zst_input_without_zstandard_names_file_and_extra(tmp_path, write_jsonl, load_tool,
                                                           monkeypatch):
     zst = write_jsonl("in.jsonl.zst", [{"text": "x"}])
@@ -261,6 +263,7 @@ def test_zst_input_without_zstandard_names_file_and_extra(tmp_path, write_jsonl,
     with pytest.raises(DataError, match=message):
         preprocess_jsonl([zst], str(tmp_path / "o"), ByteTokenizer, open_binary=tool.open_binary)
     assert os.listdir(tmp_path) == ["in.jsonl.zst"]
+    gc.collect()  # the half-made reader is collected here: its close() must not raise
 
 
 def test_cli_zst_input_without_zstandard_is_one_line_error(tmp_path, write_jsonl):
@@ -282,3 +285,34 @@ def test_cli_zst_input_without_zstandard_is_one_line_error(tmp_path, write_jsonl
         "pip install 'megadata-core[cli]' (or pip install zstandard)"
     ]
     assert sorted(os.listdir(tmp_path)) == ["in.jsonl", "in.jsonl.zst"]
+
+
+@pytest.mark.parametrize("moment", ["made", "exit"])
+def test_ctrl_c_while_the_staging_directory_is_made_or_removed_leaves_nothing(
+    tmp_path, write_jsonl, monkeypatch, moment
+):
+    """A KeyboardInterrupt right after the staging directory exists (inside its
+    constructor), or in the block's exit before the removal: the directory goes too."""
+    from megadata_core.preprocess import outputs
+
+    source = write_jsonl("in.jsonl", [{"text": "abc"}] * 5)
+    if moment == "made":
+        create = outputs.temp_files.create_directory
+
+        def create_then_interrupt(directory, label):
+            create(directory, label)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(outputs.temp_files, "create_directory", create_then_interrupt)
+    else:
+        def interrupted_removal(self):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(outputs.Staging, "remove", interrupted_removal)
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        preprocess_jsonl([source], str(tmp_path / "o"), ByteTokenizer)
+    after = sorted(os.listdir(tmp_path))
+    if moment == "exit":  # the outputs were published before the block's exit
+        before += ["o_text_document.bin", "o_text_document.idx"]
+    assert after == sorted(before)

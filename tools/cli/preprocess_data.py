@@ -255,7 +255,8 @@ class _ZstdRaw(io.RawIOBase):
         return b"".join(pieces)
 
     def close(self) -> None:
-        if not self.closed:
+        # _file is missing when __init__ failed (no zstandard, no such file): nothing to close
+        if not self.closed and hasattr(self, "_file"):
             self._file.close()
         super().close()
 
