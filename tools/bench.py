@@ -18,6 +18,9 @@ Suites (the first positional argument; ``--only`` picks items within one):
              bandwidth shaping proxy: ours, megatron-core, boto3 / GCS client pools
     megatron the megatron.core.datasets drop-in (adapters/trainers/megatron_datasets) beside
              megatron-core: builder cold / warm start, GPTDataset.__getitem__ loop
+    maxtext  MaxText 0.2.5's mmap_npy path beside megadata's behind its hook
+             (adapters/trainers/maxtext): index build of 10M documents (time, peak RSS),
+             blend dispatch, random reads (run it with a Python that has maxtext)
     preprocess  the task plan: local pool of 1 and 2 workers and Ray beside one
              process (documents/s, MB/s, scaling, Ray start-up, worker RSS)
     packing  best-fit packing: padding and documents cut beside Grain's packers and the
@@ -86,7 +89,7 @@ def environment_line() -> str:
         pass
     return (
         f"environment: {cpus} CPUs ({usable} usable){memory}, python {sys.version.split()[0]}, "
-        f"numpy {np.__version__}, megadata {version_of('megadata')}, "
+        f"numpy {np.__version__}, megadata-core {version_of('megadata-core')}, "
         f"megatron-core {version_of('megatron-core')}, torch {version_of('torch')}"
     )
 
@@ -125,7 +128,7 @@ def main(argv: list[str]) -> int:
         f"suite {name}: scale {FLAGS.scale:g}, medians of up to {FLAGS.repeats} repeats, "
         f"{time.perf_counter() - started:.0f} s"
     )
-    print(render_table(bench.rows))
+    print(render_table(bench.rows, bench.peer))
     failed = False
     if bench.checks:
         print()

@@ -408,6 +408,15 @@ class GPTDataset(GPTSiblings, MappedIndices):
         text[count:] = self.pad_id
         return SampleText(text, documents, lengths, count < width)
 
+    def sample_texts(self, indices) -> np.ndarray:
+        """The raw text of the samples at ``indices`` (a list or int array of B
+        positions): :meth:`sample_text`'s ``tokens`` for a batch, in one batched read,
+        without the pieces. int [B, S + extra]: the corpus dtype, or ``token_dtype`` with
+        partial samples padded with ``pad_id`` (the caller's to keep: buffers are reused
+        only once nobody holds them)."""
+        text, _, _ = self._text(self._positions(indices))
+        return text
+
     def __getitems__(self, indices) -> dict[str, np.ndarray]:
         """The samples at ``indices`` (a list or int array of B positions), stacked:
         ``tokens``, ``labels`` [B, S], ``attention_mask`` [B, 1, S, S] bool (with

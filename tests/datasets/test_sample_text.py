@@ -87,6 +87,20 @@ def test_sample_text_reads_the_batch_values_and_counts_from_the_end(tmp_path):
         dataset.sample_text(1.0)
 
 
+def test_sample_texts_is_sample_text_for_a_batch(tmp_path):
+    dataset = _dataset(tmp_path)
+    rng = np.random.default_rng(3)
+    indices = rng.integers(-len(dataset), len(dataset), size=40)
+    texts = dataset.sample_texts(indices)
+    assert texts.shape == (40, dataset.config.sequence_length + 1)
+    for row, index in zip(texts, indices.tolist()):
+        np.testing.assert_array_equal(row, dataset.sample_text(index).tokens)
+    again = dataset.sample_texts(indices[::-1])  # the first batch's array stays as it was
+    np.testing.assert_array_equal(again[::-1], texts)
+    with pytest.raises(IndexError, match="out of range"):
+        dataset.sample_texts([0, len(dataset)])
+
+
 @pytest.mark.parametrize(
     ("array", "row", "value", "match"),
     [

@@ -14,6 +14,7 @@ import importlib.util
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -22,6 +23,7 @@ import pytest
 
 import megadata_core as mdc
 from megadata_adapters.trainers import maxtext as mx
+from megadata_adapters.trainers.maxtext import samples
 
 try:
     HAVE_MAXTEXT = importlib.util.find_spec("maxtext.input_pipeline") is not None
@@ -108,6 +110,90 @@ def test_samples_value_for_value(case, corpus, grain_data_processing, tmp_path):
     assert any(n.endswith("-metadata.json") for n in theirs_written), theirs_written
 
 
+def _write_sentences(prefix: str, documents: int, seed: int) -> None:
+    """A --split-sentences corpus: 1 to 3 sentences per document, the last ending in EOD."""
+    rng = np.random.default_rng(seed)
+    with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
+        for _ in range(documents):
+            sentences = int(rng.integers(1, 4))
+            for k in range(sentences):
+                tokens = rng.integers(2, 1000, int(rng.integers(3, 40)))
+                if k == sentences - 1:
+                    tokens = np.append(tokens, EOD)
+                writer.add_item(tokens.astype(np.uint16))
+            writer.end_document()
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    """A directory of two .idx shards, and a --split-sentences corpus."""
+    root = tmp_path_factory.mktemp("maxtext-shards")
+    os.makedirs(root / "dir")
+    _write(str(root / "dir" / "part-0"), 200, 7)
+    _write(str(root / "dir" / "part-1"), 150, 8)
+    _write_sentences(str(root / "sentences"), 300, 9)
+    return root
+
+
+MMAP_CASES = {
+    "one corpus": ("{c}/a", {}),
+    "shuffled, 2 epochs": ("{c}/a", {"shuffle": True, "shuffle_seed": 3, "num_epoch": 2}),
+    "host 1 of 2": ("{c}/b", {"host_index": 1, "host_count": 2}),
+    "shards": ("{s}/dir", {}),
+    "split sentences": ("{s}/sentences", {"split_sentences": True}),
+    "blend": ("{c}/a,0.7;{c}/b,0.3", {"shuffle": True, "shuffle_seed": 5}),
+}
+
+
+@needs_maxtext
+@pytest.mark.parametrize("case", MMAP_CASES)
+def test_mmap_documents_value_for_value(case, corpus, shards, grain_data_processing,
+                                        monkeypatch):
+    """grain_file_type: mmap: MaxText's own windows over megadata's documents == over its own
+    documents (same documents, same order, MaxText's shuffle, repeat and host sharding)."""
+    from maxtext.input_pipeline import _mmap_datasource as datasource
+
+    assert datasource.create_mmap_source is mx.create_mmap_source
+    pattern, overrides = MMAP_CASES[case]
+    pattern = pattern.format(c=corpus, s=shards)
+    args = dict(
+        split_sentences=False, seq_length=64, eod_id=EOD, shuffle=False, shuffle_seed=0,
+        num_epoch=1, host_index=0, host_count=1, num_threads=1, prefetch_buffer_size=1,
+        apply_transforms=grain_data_processing._apply_mapdataset_transforms,
+    )
+    args.update(overrides)
+    ours = [e["text"] for e in datasource.get_mmap_dataset(pattern, **args)]
+    monkeypatch.setattr(datasource, "create_mmap_source", datasource.maxtext_create_mmap_source)
+    theirs = [e["text"] for e in datasource.get_mmap_dataset(pattern, **args)]
+    assert len(ours) == len(theirs) > 0
+    for index, (a, b) in enumerate(zip(theirs, ours)):
+        assert a.dtype == b.dtype and a.shape == b.shape == (64,), index
+        np.testing.assert_array_equal(a, b, err_msg=f"window {index}")
+
+
+@needs_maxtext
+def test_mmap_document_source_is_maxtexts(corpus, shards):
+    """Document by document, with MaxText's token counts, and picklable for Grain workers."""
+    import pickle
+
+    from maxtext.input_pipeline import _mmap_datasource as datasource
+
+    for prefixes, split in (([f"{corpus}/a"], False),
+                            ([f"{shards}/dir/part-0", f"{shards}/dir/part-1"], False),
+                            ([f"{shards}/sentences"], True)):
+        theirs = datasource.MultiShardMMapIndexedDataSource(prefixes, split_sentences=split)
+        ours = pickle.loads(pickle.dumps(mx.MegadataDocumentSource(prefixes,
+                                                                   split_sentences=split)))
+        assert len(ours) == len(theirs)
+        np.testing.assert_array_equal(ours.doc_token_counts(), theirs.doc_token_counts())
+        for i in [*range(len(ours)), -1]:
+            a, b = theirs[i]["text"], ours[i]["text"]
+            assert a.dtype == b.dtype, i
+            np.testing.assert_array_equal(a, b, err_msg=f"document {i}")
+        with pytest.raises(IndexError):
+            ours[len(ours)]
+
+
 def _maxtext_config(corpus, index_dir, **extra):
     from maxtext.configs import pyconfig
 
@@ -129,26 +215,31 @@ def _maxtext_config(corpus, index_dir, **extra):
 @pytest.mark.parametrize("extra", [
     {},
     {"reset_attention_mask": False, "eod_mask_loss": True, "data_shuffle_seed": 17},
-], ids=["defaults", "no-reset-eod-mask"])
-def test_create_data_iterator_same_batches(extra, corpus, grain_data_processing, tmp_path):
+    {"grain_file_type": "mmap", "grain_train_files": "{c}/a"},
+    {"grain_file_type": "mmap", "grain_train_files": "{c}/a", "eod_mask_loss": True,
+     "enable_data_shuffling": True},
+], ids=["defaults", "no-reset-eod-mask", "mmap", "mmap-shuffled-eod-mask"])
+def test_create_data_iterator_same_batches(extra, corpus, grain_data_processing, tmp_path,
+                                           monkeypatch):
     """MaxText's create_data_iterator (make_grain_train_iterator inside): the same batches
-    under MaxText's keys with the hook as without it."""
+    under MaxText's keys with the hook as without it, mmap_npy and mmap."""
+    from maxtext.input_pipeline import _mmap_datasource as datasource
     from maxtext.input_pipeline.input_pipeline_interface import create_data_iterator
     from maxtext.utils import maxtext_utils
 
     module = grain_data_processing
+    extra = {k: v.format(c=corpus) if isinstance(v, str) else v for k, v in extra.items()}
 
     def batches(index_dir, use_megadata):
         config = _maxtext_config(corpus, index_dir, **extra)
         mesh = maxtext_utils.get_mesh_from_config(config)
-        saved = module.get_mmap_npy_dataset
-        if not use_megadata:
-            module.get_mmap_npy_dataset = module.maxtext_get_mmap_npy_dataset
-        try:
+        with monkeypatch.context() as patch:
+            if not use_megadata:
+                patch.setattr(module, "get_mmap_npy_dataset", module.maxtext_get_mmap_npy_dataset)
+                patch.setattr(datasource, "create_mmap_source",
+                              datasource.maxtext_create_mmap_source)
             iterator, _ = create_data_iterator(config, mesh)
             return [{k: np.asarray(v) for k, v in next(iterator).items()} for _ in range(6)]
-        finally:
-            module.get_mmap_npy_dataset = saved
 
     theirs = batches(tmp_path / "mt", use_megadata=False)
     ours = batches(tmp_path / "md", use_megadata=True)
@@ -179,6 +270,8 @@ def test_install_is_idempotent(grain_data_processing):
     own = grain_data_processing.maxtext_get_mmap_npy_dataset
     assert own.__module__ == "maxtext.input_pipeline._mmap_datasource"
     assert _mmap_datasource.maxtext_get_mmap_npy_dataset is own
+    assert _mmap_datasource.create_mmap_source is mx.create_mmap_source
+    assert _mmap_datasource.maxtext_create_mmap_source.__module__ == _mmap_datasource.__name__
 
 
 @needs_maxtext
@@ -212,7 +305,7 @@ def test_grain_workers_unpickle_the_source(corpus, grain_data_processing, tmp_pa
     )
     assert sum(1 for _ in dataset) == 100
     spec = [(str(tmp_path / "a"), f"{corpus}/a", 10)]
-    source = mx.MegadataNpySource(mx._Plan(
+    source = mx.MegadataNpySource(samples.MmapNpyPlan(
         spec, None, None, seq_length=64, eod_id=EOD, seed=1, split=None, split_index=0,
         num_epoch=1, path_to_cache=str(tmp_path / "a"),
     ))
@@ -226,32 +319,39 @@ def test_grain_workers_unpickle_the_source(corpus, grain_data_processing, tmp_pa
 LAUNCH = [sys.executable, "-m", "megadata_adapters.trainers.maxtext"]
 
 
+def _train_args(corpus, index_dir, out_dir, *settings: str) -> list[str]:
+    """MaxText's train module, base.yml and a tiny model on the CPU over ``corpus``/a."""
+    base = os.path.join(os.path.dirname(importlib.util.find_spec("maxtext").origin), "configs",
+                        "base.yml")
+    return [
+        "maxtext.trainers.pre_train.train", base, "run_name=t",
+        f"base_output_directory={out_dir}", "hardware=cpu",
+        "skip_jax_distributed_system=True", "base_emb_dim=64", "base_num_query_heads=2",
+        "base_num_kv_heads=2", "base_mlp_dim=128", "head_dim=32",
+        "base_num_decoder_layers=2", "vocab_size=1024", "max_target_length=64",
+        "per_device_batch_size=4", "dataset_type=grain", "grain_file_type=mmap_npy",
+        f"grain_train_files={index_dir}|{corpus}/a", f"mmap_eod_id={EOD}",
+        "grain_worker_count=0", "log_period=1", "eval_interval=-1",
+        "enable_tensorboard=False", *settings,
+    ]
+
+
+STEP_LOSS = re.compile(r"completed step: (\d+),.*? loss: ([0-9.]+)")
+
+
 @needs_maxtext
 def test_launcher_trains_on_megadata(corpus, tmp_path):
     """The launcher in front of MaxText's train module: a tiny model trains a few steps on
     the CPU, reading megadata's samples (and MaxText's own run gives the same losses)."""
-    base = os.path.join(os.path.dirname(importlib.util.find_spec("maxtext").origin), "configs",
-                        "base.yml")
 
     def train(index_dir, launcher):
-        args = [
-            "maxtext.trainers.pre_train.train", base, "run_name=t",
-            f"base_output_directory={tmp_path / 'out'}", "hardware=cpu",
-            "skip_jax_distributed_system=True", "base_emb_dim=64", "base_num_query_heads=2",
-            "base_num_kv_heads=2", "base_mlp_dim=128", "head_dim=32",
-            "base_num_decoder_layers=2", "vocab_size=1024", "max_target_length=64",
-            "per_device_batch_size=4", "steps=3", "enable_checkpointing=False",
-            "dataset_type=grain", "grain_file_type=mmap_npy",
-            f"grain_train_files={index_dir}|{corpus}/a", f"mmap_eod_id={EOD}",
-            "grain_worker_count=0", "log_period=1", "eval_interval=-1",
-            "enable_tensorboard=False",
-        ]
+        args = _train_args(corpus, index_dir, tmp_path / "out", "steps=3",
+                           "enable_checkpointing=False")
         command = (LAUNCH if launcher else [sys.executable, "-m"]) + args
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
         output = done.stdout + done.stderr
         assert done.returncode == 0, output[-4000:]
-        losses = re.findall(r"completed step: (\d+),.*? loss: ([0-9.]+)", output)
-        return output, losses
+        return output, STEP_LOSS.findall(output)
 
     ours, our_losses = train(tmp_path / "md", launcher=True)
     assert "megadata serves MaxText's mmap_npy samples" in ours
@@ -261,6 +361,59 @@ def test_launcher_trains_on_megadata(corpus, tmp_path):
     theirs, their_losses = train(tmp_path / "mt", launcher=False)
     assert "megadata serves" not in theirs
     assert our_losses == their_losses
+
+
+TRACE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "maxtext_batch_trace.py")
+
+
+def _traced_run(corpus, tmp_path, out: str, trace: str, kill_after: int | None = None):
+    """20 steps with MaxText's checkpointing (every 5 steps, synchronous), batches traced;
+    with ``kill_after``, SIGKILLed once that step is logged. (steps and losses logged,
+    batch digests)."""
+    args = _train_args(
+        corpus, tmp_path / "index", tmp_path / out, "steps=20", "enable_checkpointing=True",
+        "async_checkpointing=False", "checkpoint_period=5",
+    )
+    process = subprocess.Popen(
+        [sys.executable, TRACE, str(tmp_path / trace), *args], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            found = STEP_LOSS.search(line)
+            if kill_after is not None and found and int(found[1]) >= kill_after:
+                os.killpg(process.pid, signal.SIGKILL)
+                break
+        process.wait(timeout=600)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    output = "".join(lines)
+    if kill_after is None:
+        assert process.returncode == 0, output[-4000:]
+    else:
+        assert process.returncode == -signal.SIGKILL, output[-4000:]
+    steps = [(int(step), loss) for step, loss in STEP_LOSS.findall(output)]
+    return steps, (tmp_path / trace).read_text().split()
+
+
+@needs_maxtext
+def test_killed_after_step_10_resumes_with_the_same_batches(corpus, tmp_path):
+    """MaxText checkpoints its Grain iterator over megadata's source: a run killed after
+    step 10 and started again (MaxText resumes from its step-10 checkpoint) trains steps
+    11 to 19 on the batches, and with the losses, of a run never killed."""
+    whole, whole_batches = _traced_run(corpus, tmp_path, "whole", "whole.trace")
+    assert [step for step, _ in whole] == list(range(20)) and len(whole_batches) == 20
+    killed, _ = _traced_run(corpus, tmp_path, "killed", "killed.trace", kill_after=11)
+    assert killed == whole[: len(killed)]
+    resumed, resumed_batches = _traced_run(corpus, tmp_path, "killed", "resumed.trace")
+    first = resumed[0][0]
+    assert first == 11, f"resumed at step {first}, not after the step-10 checkpoint"
+    assert resumed == whole[first:]
+    assert resumed_batches == whole_batches[first:]
 
 
 def test_launcher_usage():

@@ -18,6 +18,7 @@ from bench.format import suite_format
 from bench.gpt import suite_gpt
 from bench.harness import Bench
 from bench.loaders import suite_loaders
+from bench.maxtext import suite_maxtext
 from bench.megatron import suite_megatron
 from bench.packing import suite_packing
 from bench.preprocess_scale import suite_preprocess_scale
@@ -35,6 +36,7 @@ SUITES: dict[str, Callable[[Bench], None]] = {
     "loaders": suite_loaders,
     "cloud": suite_cloud,
     "megatron": suite_megatron,
+    "maxtext": suite_maxtext,
     "preprocess": suite_preprocess_scale,
     "packing": suite_packing,
     "scale": suite_scale,

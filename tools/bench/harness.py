@@ -51,6 +51,8 @@ class Bench:
     workers: int
     seed: int
     only: list[str]
+    #: The peer's column in the table (a suite whose peer is not megatron-core sets it).
+    peer: str = PEER
     rows: list[Row] = field(default_factory=list)
     checks: list[tuple[str, bool | None, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -119,8 +121,8 @@ def _fmt(value: float | str | None) -> str:
     return f"{value:.3g}"
 
 
-def render_table(rows: list[Row]) -> str:
-    header = ("metric", "ours", PEER, f"ours/{PEER}", "better", "runs")
+def render_table(rows: list[Row], peer: str = PEER) -> str:
+    header = ("metric", "ours", peer, f"ours/{peer}", "better", "runs")
     lines = [header]
     for row in rows:
         ratio = row.ratio()

@@ -1,85 +1,24 @@
-"""MaxText's ``mmap_npy`` input, served by megadata: a MaxText config trains unchanged.
-
-MaxText (0.2.5) reads Megatron ``.bin``/``.idx`` corpora itself with ``dataset_type: grain``
-and ``grain_file_type: mmap_npy``: ``grain_train_files`` is ``INDEX_DIR|PREFIX`` (a blend:
-``INDEX_DIR_A|A,0.7;INDEX_DIR_B|B,0.3``), and its ``make_grain_train_iterator`` /
-``make_grain_eval_iterator`` call ``get_mmap_npy_dataset`` (in
-``maxtext.input_pipeline.grain_data_processing``) for the samples: Megatron's document,
-sample and shuffle indices (``.npy`` files in ``INDEX_DIR``, written by
-``maxtext/utils/mmap_index_builder.py`` or at start-up) and its blending.
-
-:func:`install` replaces that ``get_mmap_npy_dataset`` with :func:`get_mmap_npy_dataset`
-here, which builds the same samples with megadata: a :class:`megadata_core.GPTDataset` per
-prefix (``random_seed`` = ``data_shuffle_seed``, ``sequence_length`` =
-``max_target_length``, ``num_samples`` = ``steps * global_batch_size_to_load`` as MaxText
-asks, the documents of ``mmap_npy_split``'s part) and, for a blend, a
-:class:`megadata_core.BlendedDataset` (``blend_order="megatron"``, each member sized
-``ceil(ceil(N * w) * 1.005)`` as MaxText and Megatron do). Each sample is handed to
-MaxText as ``{"text": int32 [S + 1]}``, value for value what MaxText's own
-``MegatronNpyDataSource`` gives, in the same order and host sharding; everything after it
-(``MegatronSplitInputsTargets`` into ``inputs``/``targets``/``*_segmentation``/
-``*_position`` with ``reset_attention_mask``, ``eod_mask_loss`` and
-``packing_max_segments_per_sample``, batching, the multi-host iterator and its checkpoint)
-stays MaxText's. ``INDEX_DIR`` is megadata's ``path_to_cache``: megadata's index cache is
-written and read there (a blend's: ``blend_cache_dir``, else the first spec's directory),
-and MaxText's offline index files are not needed. ``mmap_npy_split`` parts are MaxText's
-document ranges (cumulative fractions, rounded), which can differ from megatron-core's
-split by a document in rare rounding cases: MaxText's are kept. Grain workers
-(``grain_worker_count > 0``) get a picklable source that reopens the cache.
-
-Not served (a :class:`megadata_core.DataError` says so, naming the setting):
-``mmap_split_sentences: true``, a spec with several shards (``DIR|a:b`` or a directory of
-``.idx`` files: merge them with ``megadata-merge``, or blend them with ``;``),
-``blend_index_dir`` (MaxText's prebuilt blend indices: megadata builds the blend itself),
-and a blend without ``steps``. ``grain_file_type: mmap`` (Grain-packed, unshuffled
-windows) is left to MaxText.
-
-Use::
-
-    python -m megadata_adapters.trainers.maxtext maxtext.trainers.pre_train.train CONFIG k=v ...
-    python -m megadata_adapters.trainers.maxtext -m maxtext.trainers.pre_train.train CONFIG ...
-    python -m megadata_adapters.trainers.maxtext SCRIPT.py ARGS...
-
-or call :func:`install` before MaxText builds its input pipeline.
-"""
+"""``grain_file_type: mmap_npy`` through megadata: MaxText's spec and blend spellings,
+the plan of Megatron samples they name, the Grain source that serves them, and the
+``get_mmap_npy_dataset`` that replaces MaxText's (see the package docstring)."""
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import logging
 import math
 import os
-import sys
 import threading
-import types
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from megadata_adapters.trainers.launch import launch
+from megadata_adapters.trainers.maxtext.modules import MARK
 from megadata_core.errors import DataError
 
-__all__ = ["MaxTextImportError", "get_mmap_npy_dataset", "install", "installed", "main"]
+log = logging.getLogger("megadata_adapters.trainers.maxtext")
 
-log = logging.getLogger(__name__)
-
-#: The MaxText module whose ``get_mmap_npy_dataset`` is replaced.
-TARGET = "maxtext.input_pipeline.grain_data_processing"
-#: The module that defines MaxText's own function (patched too, for direct callers).
-SOURCE = "maxtext.input_pipeline._mmap_datasource"
-_MARK = "__megadata__"
 #: Megatron's (and MaxText's) blend overprovisioning, in percent.
 BLEND_MARGIN = 0.5
-_lock = threading.Lock()
-
-
-class MaxTextImportError(DataError, ImportError):
-    """MaxText is not installed, or its input pipeline cannot be imported."""
-
-
-# -- the samples --------------------------------------------------------------------------
 
 
 def _parse_spec(spec: str) -> tuple[str, str]:
@@ -156,7 +95,7 @@ def _split_range(split: str | None, split_index: int, count: int) -> range:
     )
 
 
-class _Plan:
+class MmapNpyPlan:
     """Everything that makes the samples (picklable: a Grain worker rebuilds from it)."""
 
     def __init__(
@@ -223,15 +162,31 @@ class _Plan:
 
 class MegadataNpySource:
     """A Grain random-access source: sample ``i`` as MaxText's ``MegatronNpyDataSource``
-    gives it, ``{"text": int32 [S + 1]}``, read by megadata."""
+    gives it, ``{"text": int32 [S + 1]}``, read by megadata.
 
-    def __init__(self, plan: _Plan) -> None:
-        self._open(plan)
+    Grain reads a host's samples in order (``host_index + j * host_count`` for j = 0, 1,
+    ...; several threads at once): where the requests follow that order, the samples are
+    read :data:`READ_AHEAD` at a time in one batched read (megadata's vectorized
+    gather) and handed out from there; any other request is read alone.
+    """
 
-    def _open(self, plan: _Plan) -> None:
+    #: Samples of one host read together when the requests go in order.
+    READ_AHEAD = 64
+    #: Batches of read-ahead samples kept (the threads of Grain's prefetch work on a few).
+    BLOCKS_KEPT = 4
+
+    def __init__(self, plan: MmapNpyPlan, host_index: int = 0, host_count: int = 1) -> None:
+        self._open(plan, host_index, host_count)
+
+    def _open(self, plan: MmapNpyPlan, host_index: int, host_count: int) -> None:
         self._plan = plan
+        self._host = (int(host_index), int(host_count))
         self.dataset = plan.build()
         self._length = len(self.dataset) if plan.size is None else min(plan.size, len(self.dataset))
+        self._width = plan.seq_length + 1
+        self._blocks: dict[int, np.ndarray] = {}  # block number -> int32 [READ_AHEAD, S + 1]
+        self._last_block = -2
+        self._lock = threading.Lock()
         log.info("megadata serves MaxText's mmap_npy samples: %r", self)
 
     def __len__(self) -> int:
@@ -242,25 +197,70 @@ class MegadataNpySource:
             index += self._length
         if not 0 <= index < self._length:
             raise IndexError(f"index {index} out of range for {self._length} samples")
-        dataset, index = self.dataset, int(index)
+        host_index, host_count = self._host
+        step, other_host = divmod(int(index) - host_index, host_count)
+        if other_host or step < 0:
+            return {"text": self._read_one(int(index))}
+        block, row = divmod(step, self.READ_AHEAD)
+        with self._lock:
+            rows = self._blocks.get(block)
+            in_order = block in (self._last_block, self._last_block + 1)
+            self._last_block = block
+            if rows is None and in_order:
+                steps = np.arange(block * self.READ_AHEAD, (block + 1) * self.READ_AHEAD)
+                indices = host_index + steps * host_count
+                rows = self._read(indices[indices < self._length])
+                self._blocks[block] = rows
+                for old in [b for b in self._blocks if b < block - self.BLOCKS_KEPT + 1]:
+                    del self._blocks[old]
+        if rows is None:  # out of order (a random access): this sample alone
+            return {"text": self._read_one(int(index))}
+        return {"text": rows[row]}
+
+    def _read_one(self, index: int) -> np.ndarray:
+        """int32 [S + 1]: sample ``index`` alone (megadata's one-sample read)."""
+        dataset = self.dataset
         if self._plan.weights is not None:  # the blend's member and that member's sample
-            position = index
-            member = int(dataset.dataset_index[position])
-            index = int(dataset.dataset_sample_index[position])
+            member = int(dataset.dataset_index[index])
+            sample = int(dataset.dataset_sample_index[index])
             members = dataset.datasets
-            if not (0 <= member < len(members) and 0 <= index < len(members[member])):
+            if not (0 <= member < len(members) and 0 <= sample < len(members[member])):
                 raise DataError(
-                    f"blend sample {position}: dataset {member}, sample {index} is out of range"
+                    f"blend sample {index}: dataset {member}, sample {sample} is out of range"
                 )
-            dataset = members[member]
-        # Megatron's one-sample read: S + 1 tokens (int32), as MaxText's source gives them
-        return {"text": dataset.sample_text(index).tokens}
+            dataset, index = members[member], sample
+        return dataset.sample_text(index).tokens.astype(np.int32, copy=False)
+
+    def _read(self, indices: np.ndarray) -> np.ndarray:
+        """int32 [B, S + 1]: the samples at ``indices`` (int64 [B]), Megatron's reads."""
+        dataset = self.dataset
+        out = np.empty((len(indices), self._width), np.int32)
+        if self._plan.weights is None:
+            out[:] = dataset.sample_texts(indices)
+            return out
+        # the blend's member and that member's sample of each
+        member = np.asarray(dataset.dataset_index[indices], np.int64)
+        sample = np.asarray(dataset.dataset_sample_index[indices], np.int64)
+        members = dataset.datasets
+        sizes = np.array([len(m) for m in members], np.int64)
+        bad = (member < 0) | (member >= len(members))
+        bad |= ~bad & ((sample < 0) | (sample >= sizes[np.where(bad, 0, member)]))
+        if bad.any():
+            first = int(np.flatnonzero(bad)[0])
+            raise DataError(
+                f"blend sample {int(indices[first])}: dataset {int(member[first])}, sample "
+                f"{int(sample[first])} is out of range"
+            )
+        for number in np.unique(member).tolist():
+            where = member == number
+            out[where] = members[number].sample_texts(sample[where])
+        return out
 
     def __getstate__(self) -> dict:
-        return {"plan": self._plan}
+        return {"plan": self._plan, "host": self._host}
 
     def __setstate__(self, state: dict) -> None:
-        self._open(state["plan"])
+        self._open(state["plan"], *state.get("host", (0, 1)))
 
     def __repr__(self) -> str:
         return f"MegadataNpySource({self._length} samples of {self.dataset!r})"
@@ -311,9 +311,9 @@ def get_mmap_npy_dataset(
     }
     if ";" not in data_file_pattern:
         index_dir, prefix = _parse_spec(data_file_pattern)
-        plan = _Plan([(index_dir, prefix, num_samples)], None, None, path_to_cache=index_dir,
+        plan = MmapNpyPlan([(index_dir, prefix, num_samples)], None, None, path_to_cache=index_dir,
                      **common)
-        dataset = grain.MapDataset.source(MegadataNpySource(plan))
+        dataset = grain.MapDataset.source(MegadataNpySource(plan, host_index, host_count))
         return apply_transforms(
             dataset, False, 0, 1, host_index, host_count, num_threads, prefetch_buffer_size
         )
@@ -326,9 +326,9 @@ def get_mmap_npy_dataset(
             for w in weights
         ]
     if len(parsed) == 1:  # one weight left (the others 0): MaxText reads it alone
-        plan = _Plan([(parsed[0][0], parsed[0][1], buffers[0])], None, None,
+        plan = MmapNpyPlan([(parsed[0][0], parsed[0][1], buffers[0])], None, None,
                      path_to_cache=parsed[0][0], **common)
-        dataset = grain.MapDataset.source(MegadataNpySource(plan))
+        dataset = grain.MapDataset.source(MegadataNpySource(plan, host_index, host_count))
         return apply_transforms(
             dataset, False, 0, 1, host_index, host_count, num_threads, prefetch_buffer_size
         )
@@ -337,14 +337,14 @@ def get_mmap_npy_dataset(
             "steps: a blend (';' in grain_train_files) needs steps > 0: its size is "
             "steps * global_batch_size (megadata builds no unsized weighted blend)"
         )
-    plan = _Plan(
+    plan = MmapNpyPlan(
         [(d, p, b) for (d, p), b in zip(parsed, buffers)],
         weights,
         int(num_samples),
         path_to_cache=blend_cache_dir or parsed[0][0],
         **common,
     )
-    dataset = grain.MapDataset.source(MegadataNpySource(plan))
+    dataset = grain.MapDataset.source(MegadataNpySource(plan, host_index, host_count))
     dataset = dataset[host_index::host_count]
     return dataset.to_iter_dataset(
         read_options=grain.ReadOptions(num_threads=num_threads,
@@ -352,112 +352,4 @@ def get_mmap_npy_dataset(
     )
 
 
-setattr(get_mmap_npy_dataset, _MARK, True)
-
-
-# -- the hook -----------------------------------------------------------------------------
-
-
-def _patch(module: types.ModuleType) -> None:
-    if getattr(module, _MARK, False):
-        return
-    names = vars(module)
-    original = names["get_mmap_npy_dataset"]
-    if getattr(original, _MARK, False):  # bound from the patched _mmap_datasource
-        original = vars(sys.modules[SOURCE])["maxtext_get_mmap_npy_dataset"]
-    names["maxtext_get_mmap_npy_dataset"] = original  # MaxText's own, kept
-    names["get_mmap_npy_dataset"] = get_mmap_npy_dataset
-    names[_MARK] = True
-
-
-class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, loader: importlib.abc.Loader) -> None:
-        self._loader = loader
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module) -> None:
-        self._loader.exec_module(module)
-        _patch(module)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Patches the MaxText modules as they are imported (none is imported before)."""
-
-    _megadata_maxtext = True
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname not in (TARGET, SOURCE):
-            return None
-        for finder in sys.meta_path:
-            if finder is self:
-                continue
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find else None
-            if spec is not None and spec.loader is not None:
-                spec.loader = _PatchingLoader(spec.loader)
-                return spec
-        return None
-
-
-def installed() -> bool:
-    """Whether :func:`install` has run in this process."""
-    return any(getattr(f, "_megadata_maxtext", False) for f in sys.meta_path)
-
-
-def install() -> None:
-    """Serve MaxText's ``mmap_npy`` input through megadata (module docstring). Idempotent.
-
-    Nothing of MaxText is imported here (jax and MaxText's flags load as MaxText orders):
-    ``maxtext.input_pipeline.grain_data_processing`` and ``._mmap_datasource`` are patched
-    as they are imported, or now where already imported. Their own function stays
-    reachable as ``maxtext_get_mmap_npy_dataset``.
-
-    Raises:
-        MaxTextImportError: MaxText is not installed.
-    """
-    with _lock:
-        try:
-            found = importlib.util.find_spec("maxtext.input_pipeline")
-        except (ImportError, ValueError):
-            found = None
-        if found is None:
-            raise MaxTextImportError(
-                "maxtext is not installed (pip install 'maxtext[tpu]==0.2.5', Python >= 3.12): "
-                "megadata_adapters.trainers.maxtext serves MaxText's input pipeline"
-            )
-        if not installed():
-            sys.meta_path.insert(0, _Finder())
-        for name in (TARGET, SOURCE):
-            module = sys.modules.get(name)
-            if module is not None:
-                _patch(module)
-
-
-# -- the launcher -------------------------------------------------------------------------
-
-USAGE = (
-    "usage: python -m megadata_adapters.trainers.maxtext "
-    "(MODULE | -m MODULE | SCRIPT.py) [ARGS...]\n"
-    "  e.g. python -m megadata_adapters.trainers.maxtext maxtext.trainers.pre_train.train "
-    "CONFIG.yml key=value ..."
-)
-
-
-def main(argv: Sequence[str]) -> None:
-    """Run MaxText's ``MODULE`` (or ``SCRIPT``) with ``ARGS`` after :func:`install`."""
-    launch(argv, USAGE, install, MaxTextImportError, bare_modules=True)
-
-
-def cli() -> None:
-    """The launcher's entry point (``python -m megadata_adapters.trainers.maxtext``)."""
-    main(sys.argv[1:])
-
-
-if __name__ == "__main__":
-    # Run as the named module, not as __main__: Grain workers unpickle the source's class
-    # by its module's name.
-    from megadata_adapters.trainers.maxtext import cli as _cli
-
-    _cli()
+setattr(get_mmap_npy_dataset, MARK, True)
