@@ -97,7 +97,6 @@ torchtitan's files, to train on the CPU with this loader.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -109,6 +108,7 @@ from torchtitan.components.dataloader import BaseDataLoader
 
 import megadata_core as mdc
 from megadata_adapters.frameworks import torch_data
+from megadata_adapters.trainers.data_json import read_data_json
 from megadata_core.errors import DataError
 from megadata_core.samplers import PretrainingSampler, RandomSampler
 
@@ -131,13 +131,6 @@ _EXTRA_KEYS = ("train_samples", "mock", "vocab_size")
 _DOCUMENT_KEYS = ("cu_seqlens", "max_seqlen", "segment_ids")
 
 
-def _tuples(value: Any) -> Any:
-    """JSON lists as tuples, recursively (GPTDataConfig's fields are hashable)."""
-    if isinstance(value, list):
-        return tuple(_tuples(v) for v in value)
-    return value
-
-
 def data_config(
     config: MegadataDataLoader.Config, seq_len: int, eod_id: int | None = None
 ) -> tuple[mdc.GPTDataConfig, int | None, dict[str, Any]]:
@@ -151,21 +144,7 @@ def data_config(
         )
     path = os.path.expanduser(str(path))
     if path.endswith(".json"):
-        try:
-            with open(path, encoding="utf-8") as file:
-                values = json.load(file)
-        except (OSError, ValueError) as error:
-            raise DataError(
-                f"dataset_path: cannot read the JSON data config {path!r}: {error}"
-            ) from error
-        if not isinstance(values, dict):
-            raise DataError(f"dataset_path: {path!r} holds no JSON object of config fields")
-        fields = {field.name for field in dataclasses.fields(mdc.GPTDataConfig)}
-        unknown = sorted(set(values) - fields - set(_EXTRA_KEYS))
-        if unknown:
-            raise DataError(f"{path}: {unknown[0]!r} is no GPTDataConfig field nor one of "
-                            f"{_EXTRA_KEYS}")
-        values = {key: _tuples(value) for key, value in values.items()}
+        values = read_data_json(path, "dataset_path", _EXTRA_KEYS)
     else:
         if not (os.path.exists(path + ".bin") and os.path.exists(path + ".idx")):
             raise DataError(

@@ -83,3 +83,55 @@ def test_pickled_source_keeps_its_host(corpora):
     copy = pickle.loads(pickle.dumps(source))
     assert copy._host == (1, 2) and len(copy) == len(source)
     assert all(np.array_equal(copy[i]["text"], source[i]["text"]) for i in range(1, 200, 2))
+
+
+def _config_file(tmp_path, prefixes, **fields):
+    import json
+
+    values = {"blend": [[prefixes[0]], None], "split": "1,0,0",
+              "path_to_cache": str(tmp_path / "cache"), **fields}
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps(values))
+    return str(path)
+
+
+@pytest.mark.parametrize(("host_index", "host_count"), [(0, 1), (1, 2)])
+def test_configured_source_reads_ahead_megadatas_own_samples(corpora, tmp_path, host_index,
+                                                             host_count):
+    """A data config's samples under MaxText's keys, read ahead as the one-sample reads;
+    best_fit bins with segment keys; picklable for Grain workers."""
+    import pickle
+
+    from megadata_adapters.frameworks.maxtext_keys import to_maxtext
+    from megadata_adapters.trainers.maxtext.configured import ConfiguredSource, data_config
+
+    _, prefixes = corpora
+    path = _config_file(tmp_path, prefixes, packing="best_fit", document_masking=True)
+    config, extras = data_config(path, SEQ, EOD, seed=3)
+    assert (config.sequence_length, config.random_seed, config.eod_id) == (SEQ, 3, EOD)
+    source = ConfiguredSource(config, 300, 0, extras, host_index, host_count)
+    mine = list(range(host_index, len(source), host_count))
+    with ThreadPoolExecutor(3) as pool:
+        got = list(pool.map(lambda i: source[i], mine))
+    expected = to_maxtext(source.dataset.__getitems__(np.array(mine)))
+    assert "max_seqlen" not in got[0] and got[0]["inputs"].shape == (SEQ,)
+    for key in got[0]:
+        np.testing.assert_array_equal(np.stack([g[key] for g in got]), expected[key], key)
+    copy = pickle.loads(pickle.dumps(source))
+    for i in mine[:5]:
+        assert all(np.array_equal(copy[i][k], source[i][k]) for k in source[i])
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"sequence_length": 16}, "sequence_length: .* says 16, MaxText's max_target_length is 32"),
+    ({"packing_typo": "x"}, "'packing_typo' is no GPTDataConfig field"),
+])
+def test_data_config_errors_name_the_setting(corpora, tmp_path, fields, message):
+    from megadata_adapters.trainers.maxtext.configured import data_config
+
+    _, prefixes = corpora
+    with pytest.raises(mdc.DataError, match=message):
+        data_config(_config_file(tmp_path, prefixes, **fields), SEQ, EOD, seed=0)
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(mdc.DataError, match="grain_train_files: cannot read the JSON"):
+        data_config(str(tmp_path / "broken.json"), SEQ, EOD, seed=0)

@@ -11,6 +11,7 @@ trains a tiny model on the CPU reading megadata's samples.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -22,6 +23,7 @@ import numpy as np
 import pytest
 
 import megadata_core as mdc
+from megadata_adapters.trainers import data_json as mx_data_json
 from megadata_adapters.trainers import maxtext as mx
 from megadata_adapters.trainers.maxtext import samples
 
@@ -257,6 +259,84 @@ def test_create_data_iterator_same_batches(extra, corpus, grain_data_processing,
     assert theirs[0]["inputs"].shape == (4 * jax.device_count(), 64)
 
 
+def _data_json(path, corpus, cache, **fields) -> str:
+    """A megadata data config file: corpus/a, all of it for training, and ``fields``."""
+    values = {"blend": [[f"{corpus}/a"], None], "split": "1,0,0", "path_to_cache": str(cache)}
+    values.update(fields)
+    path.write_text(json.dumps(values))
+    return str(path)
+
+
+@needs_maxtext
+@pytest.mark.parametrize("fields", [
+    {"packing": "best_fit", "document_masking": True},
+    {"packing": "best_fit", "document_masking": True, "packing_alignment": 4,
+     "source_ids": True},
+    {"blend": "a,b"},  # replaced below: a blend of the two corpora
+    {"blend_schedule": "a then b"},  # replaced below: a schedule from one blend to another
+], ids=["best_fit", "thd-source-ids", "blend", "blend-schedule"])
+def test_data_config_gives_megadatas_samples_under_maxtexts_keys(
+    fields, corpus, grain_data_processing, tmp_path
+):
+    """grain_train_files naming a megadata data config: MaxText's create_data_iterator
+    yields megadata's own samples (best_fit bins with segment keys, THD keys, source ids,
+    blends), split by megadata, passed through MaxText's MegatronSplitInputsTargets
+    unchanged; no label that crosses documents is trained."""
+    from maxtext.input_pipeline.input_pipeline_interface import create_data_iterator
+    from maxtext.utils import maxtext_utils
+
+    from megadata_adapters.frameworks.maxtext_keys import to_maxtext
+
+    if fields.get("blend") == "a,b":
+        fields = {"blend": [[f"{corpus}/a", f"{corpus}/b"], [0.7, 0.3]]}
+    if fields.get("blend_schedule") == "a then b":
+        fields = {"blend": None, "blend_schedule":
+                  f"0: 0.9 {corpus}/a 0.1 {corpus}/b; 3200: 0.2 {corpus}/a 0.8 {corpus}/b"}
+    path = _data_json(tmp_path / "data.json", corpus, tmp_path / "cache", **fields)
+    config = _maxtext_config(corpus, tmp_path, grain_train_files=path)
+    mesh = maxtext_utils.get_mesh_from_config(config)
+    iterator, _ = create_data_iterator(config, mesh)
+    batches = [{k: np.asarray(v) for k, v in next(iterator).items()} for _ in range(3)]
+    # the same config built here: the file's fields, MaxText's length, seed and EOD
+    fields = {key: mx_data_json._tuples(value) for key, value in
+              json.loads((tmp_path / "data.json").read_text()).items()}
+    ours = mdc.build_datasets(
+        mdc.GPTDataConfig(**fields, sequence_length=64, random_seed=config.data_shuffle_seed,
+                          eod_id=EOD, create_attention_mask=False),
+        [config.steps * config.global_batch_size_to_load, 0, 0],
+    )[0]
+    size = config.global_batch_size_to_load
+    for step, batch in enumerate(batches):
+        expected = to_maxtext(ours.__getitems__(np.arange(step * size, (step + 1) * size)))
+        for key in ("inputs", "targets", "inputs_segmentation", "targets_segmentation",
+                    "inputs_position", "targets_position"):
+            np.testing.assert_array_equal(batch[key], expected[key], err_msg=f"{step} {key}")
+        if fields.get("source_ids"):
+            np.testing.assert_array_equal(batch["document_ids"], expected["document_ids"])
+        if fields.get("document_masking"):
+            segments = batch["inputs_segmentation"]
+            # target t is input t + 1: another document's (or padding) -> not trained
+            crossing = segments[:, :-1] != segments[:, 1:]
+            assert not np.any(batch["targets_segmentation"][:, :-1][crossing])
+            assert np.any(crossing)  # the bins hold several documents
+
+
+@needs_maxtext
+def test_launcher_trains_on_a_data_config(corpus, tmp_path):
+    """A best_fit data config with source ids, through the launcher: MaxText trains."""
+    path = _data_json(tmp_path / "data.json", corpus, tmp_path / "cache", packing="best_fit",
+                      document_masking=True, source_ids=True)
+    args = _train_args(corpus, tmp_path / "unused", tmp_path / "out", "steps=3",
+                       "enable_checkpointing=False", f"grain_train_files={path}")
+    done = subprocess.run(LAUNCH + args, capture_output=True, text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert "megadata serves MaxText its own samples" in output
+    losses = STEP_LOSS.findall(output)
+    assert [step for step, _ in losses] == ["0", "1", "2"]
+    assert all(np.isfinite(float(loss)) for _, loss in losses)
+
+
 @needs_maxtext
 def test_install_is_idempotent(grain_data_processing):
     from maxtext.input_pipeline import _mmap_datasource
@@ -441,7 +521,9 @@ def test_docs_maxtext_blocks_run_as_written(tmp_path):
     from docs_sections import run_section
 
     outputs = run_section("MaxText", tmp_path)
-    assert len(outputs) == 3  # the corpus, the launcher, install()
+    assert len(outputs) == 5  # the corpus, the launcher, install(), a data config, its run
     assert "megadata serves MaxText's mmap_npy samples" in outputs[1]
     assert re.search(r"completed step: 2,", outputs[1]), outputs[1][-4000:]
     assert any(name.endswith("-description.json") for name in os.listdir(tmp_path / "index"))
+    assert "megadata serves MaxText its own samples" in outputs[4]
+    assert re.search(r"completed step: 2,", outputs[4]), outputs[4][-4000:]

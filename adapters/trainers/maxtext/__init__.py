@@ -67,7 +67,7 @@ from megadata_adapters.trainers.maxtext.documents import (
     MegadataDocumentSource,
     create_mmap_source,
 )
-from megadata_adapters.trainers.maxtext.modules import MARK, SOURCE, TARGET
+from megadata_adapters.trainers.maxtext.modules import MARK, PATCHED, SOURCE, TARGET, UTILS
 from megadata_adapters.trainers.maxtext.samples import (
     BLEND_MARGIN,
     MegadataNpySource,
@@ -109,10 +109,30 @@ _REPLACED: dict[str, dict[str, Callable[..., Any]]] = {
 }
 
 
+def _split_passing_split_samples(original: Callable[..., Any]) -> Callable[..., Any]:
+    """MaxText's ``MegatronSplitInputsTargets.map``, passing on an element that arrives
+    split (megadata's own samples: ``inputs`` and no ``text``) as it is."""
+
+    def map(self, element):  # noqa: A001 (Grain's method name)
+        if "text" not in element and "inputs" in element:
+            return element
+        return original(self, element)
+
+    setattr(map, _MARK, True)
+    map.__doc__ = original.__doc__
+    return map
+
+
 def _patch(module: types.ModuleType) -> None:
     if getattr(module, _MARK, False):
         return
     names = vars(module)
+    if module.__name__ == UTILS:
+        split = names["MegatronSplitInputsTargets"]
+        if not getattr(split.map, _MARK, False):
+            split.map = _split_passing_split_samples(split.map)
+        names[_MARK] = True
+        return
     for name, ours in _REPLACED[module.__name__].items():
         original = names[name]
         if getattr(original, _MARK, False):  # bound from the patched _mmap_datasource
@@ -140,7 +160,7 @@ class _Finder(importlib.abc.MetaPathFinder):
     _megadata_maxtext = True
 
     def find_spec(self, fullname, path, target=None):
-        if fullname not in (TARGET, SOURCE):
+        if fullname not in PATCHED:
             return None
         for finder in sys.meta_path:
             if finder is self:
@@ -181,7 +201,7 @@ def install() -> None:
             )
         if not installed():
             sys.meta_path.insert(0, _Finder())
-        for name in (TARGET, SOURCE):
+        for name in PATCHED:
             module = sys.modules.get(name)
             if module is not None:
                 _patch(module)

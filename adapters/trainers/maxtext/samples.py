@@ -7,12 +7,13 @@ from __future__ import annotations
 import logging
 import math
 import os
-import threading
 from typing import Any
 
 import numpy as np
 
+from megadata_adapters.trainers.maxtext.configured import configured_dataset, names_data_config
 from megadata_adapters.trainers.maxtext.modules import MARK
+from megadata_adapters.trainers.maxtext.read_ahead import ReadAheadSource
 from megadata_core.errors import DataError
 
 log = logging.getLogger("megadata_adapters.trainers.maxtext")
@@ -160,62 +161,28 @@ class MmapNpyPlan:
         return mdc.BlendedDataset(datasets, self.weights, self.size, datasets[0].config)
 
 
-class MegadataNpySource:
+class MegadataNpySource(ReadAheadSource):
     """A Grain random-access source: sample ``i`` as MaxText's ``MegatronNpyDataSource``
-    gives it, ``{"text": int32 [S + 1]}``, read by megadata.
-
-    Grain reads a host's samples in order (``host_index + j * host_count`` for j = 0, 1,
-    ...; several threads at once): where the requests follow that order, the samples are
-    read :data:`READ_AHEAD` at a time in one batched read (megadata's vectorized
-    gather) and handed out from there; any other request is read alone.
+    gives it, ``{"text": int32 [S + 1]}``, read by megadata (a host's samples in order
+    read ahead: :class:`~megadata_adapters.trainers.maxtext.read_ahead.ReadAheadSource`).
     """
-
-    #: Samples of one host read together when the requests go in order.
-    READ_AHEAD = 64
-    #: Batches of read-ahead samples kept (the threads of Grain's prefetch work on a few).
-    BLOCKS_KEPT = 4
 
     def __init__(self, plan: MmapNpyPlan, host_index: int = 0, host_count: int = 1) -> None:
         self._open(plan, host_index, host_count)
 
     def _open(self, plan: MmapNpyPlan, host_index: int, host_count: int) -> None:
         self._plan = plan
-        self._host = (int(host_index), int(host_count))
         self.dataset = plan.build()
-        self._length = len(self.dataset) if plan.size is None else min(plan.size, len(self.dataset))
+        length = len(self.dataset) if plan.size is None else min(plan.size, len(self.dataset))
         self._width = plan.seq_length + 1
-        self._blocks: dict[int, np.ndarray] = {}  # block number -> int32 [READ_AHEAD, S + 1]
-        self._last_block = -2
-        self._lock = threading.Lock()
+        self._start(length, host_index, host_count)
         log.info("megadata serves MaxText's mmap_npy samples: %r", self)
 
-    def __len__(self) -> int:
-        return self._length
+    def _read_batch(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        return {"text": self._read(indices)}
 
-    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
-        if index < 0:
-            index += self._length
-        if not 0 <= index < self._length:
-            raise IndexError(f"index {index} out of range for {self._length} samples")
-        host_index, host_count = self._host
-        step, other_host = divmod(int(index) - host_index, host_count)
-        if other_host or step < 0:
-            return {"text": self._read_one(int(index))}
-        block, row = divmod(step, self.READ_AHEAD)
-        with self._lock:
-            rows = self._blocks.get(block)
-            in_order = block in (self._last_block, self._last_block + 1)
-            self._last_block = block
-            if rows is None and in_order:
-                steps = np.arange(block * self.READ_AHEAD, (block + 1) * self.READ_AHEAD)
-                indices = host_index + steps * host_count
-                rows = self._read(indices[indices < self._length])
-                self._blocks[block] = rows
-                for old in [b for b in self._blocks if b < block - self.BLOCKS_KEPT + 1]:
-                    del self._blocks[old]
-        if rows is None:  # out of order (a random access): this sample alone
-            return {"text": self._read_one(int(index))}
-        return {"text": rows[row]}
+    def _read_single(self, index: int) -> dict[str, np.ndarray]:
+        return {"text": self._read_one(index)}
 
     def _read_one(self, index: int) -> np.ndarray:
         """int32 [S + 1]: sample ``index`` alone (megadata's one-sample read)."""
@@ -263,7 +230,7 @@ class MegadataNpySource:
         self._open(state["plan"], *state.get("host", (0, 1)))
 
     def __repr__(self) -> str:
-        return f"MegadataNpySource({self._length} samples of {self.dataset!r})"
+        return f"MegadataNpySource({len(self)} samples of {self.dataset!r})"
 
 
 def get_mmap_npy_dataset(
@@ -291,6 +258,14 @@ def get_mmap_npy_dataset(
     cache files; megadata's cache keys say everything."""
     import grain.python as grain
 
+    if names_data_config(data_file_pattern):  # megadata's own samples (configured.py)
+        if split_sentences:
+            raise DataError("mmap_split_sentences: true with a megadata data config (megadata "
+                            "indexes sequences)")
+        return configured_dataset(
+            data_file_pattern.strip(), int(seq_length), int(eod_id), int(seed), num_samples,
+            int(split_index), host_index, host_count, num_threads, prefetch_buffer_size,
+        )
     if split_sentences:
         raise DataError(
             "mmap_split_sentences: true is not served by megadata (Megatron, and megadata, "
