@@ -1,9 +1,10 @@
 """``megatron.core.datasets.object_storage_utils``: object-storage paths and the .idx cache.
 
-``s3://`` objects are read through megadata's byte sources (the ``tensorstore`` extra
-registers ``s3://``; endpoints and credentials come from the usual AWS variables), not
-boto3; ``msc://`` paths through its Multi-Storage Client source
-(megadata_adapters.storage.msc_bins).
+``s3://`` objects are read through megadata's byte sources: TensorStore's (the
+``tensorstore`` extra; endpoints and credentials from the usual AWS variables), or with
+``MEGADATA_S3_CLIENT=boto3`` boto3's, called as megatron-core calls it
+(megadata_adapters.storage.s3_boto3); ``msc://`` paths through its Multi-Storage Client
+source (megadata_adapters.storage.msc_bins).
 """
 
 from __future__ import annotations

@@ -1,0 +1,207 @@
+"""``s3://`` corpora read through boto3, as megatron-core reads them (opt-in).
+
+TensorStore serves ``s3://`` by default (the ``tensorstore`` extra: coalesced ranges
+issued together, faster on object stores: ``tools/bench.py cloud``). With
+``MEGADATA_S3_CLIENT=boto3`` in the environment, ``s3://`` objects are read with
+``boto3.client("s3")`` instead, called as megatron-core's ``_S3BinReader`` and its
+``object_storage_utils`` call it:
+
+* ``head_object`` for an object's existence and size;
+* ``download_file`` for the local copy of a ``.idx`` (memory-mapped, as Megatron reads its
+  ``path_to_idx_cache`` copy; kept under ``$MEGADATA_S3_CACHE``, default
+  ``~/.cache/megadata/s3``, named after the object's size and ETag);
+* ``get_object(Bucket=, Key=, Range="bytes=A-B")`` (B inclusive) for the ``.bin``, a block
+  of ``$MEGADATA_S3_BLOCK_BYTES`` (megatron-core's ``bin_chunk_nbytes``, default 256 MiB)
+  at a time, the last block kept in memory (a read inside it asks nothing).
+
+What boto3 brings is its own configuration: profiles, SSO, roles and endpoints from
+``~/.aws/config`` and the ``AWS_*`` variables. megadata's checks stay: every read must
+cover the bytes asked for (a short answer is a DataError naming the object), and a
+``.bin`` must hold the bytes its index refers to. Where ``head_object`` gives no size,
+the block holding the last byte the index needs is read to confirm it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+
+from megadata_core.errors import DataError
+from megadata_core.files import temporary
+
+CLIENT_ENV = "MEGADATA_S3_CLIENT"  # "tensorstore" (default) or "boto3"
+CACHE_ENV = "MEGADATA_S3_CACHE"  # where local copies of .idx objects go
+BLOCK_ENV = "MEGADATA_S3_BLOCK_BYTES"
+#: megatron-core's ``ObjectStorageConfig.bin_chunk_nbytes`` default.
+DEFAULT_BLOCK_BYTES = 256 * 1024 * 1024
+
+
+def _boto3():
+    try:
+        import boto3
+    except ModuleNotFoundError:
+        raise DataError(
+            f"{CLIENT_ENV}=boto3: s3:// reads through boto3 need it installed "
+            "(pip install boto3)"
+        ) from None
+    return boto3
+
+
+def _block_bytes() -> int:
+    text = os.environ.get(BLOCK_ENV, "")
+    try:
+        value = int(text) if text else DEFAULT_BLOCK_BYTES
+    except ValueError:
+        raise DataError(f"{BLOCK_ENV}: {text!r} is not a whole number of bytes") from None
+    if value <= 0:
+        raise DataError(f"{BLOCK_ENV}: {value} must be > 0")
+    return value
+
+
+class Boto3Source:
+    """One ``s3://bucket/key`` object read with a boto3 client. Pickles as its URL (the
+    client is made again in a worker)."""
+
+    def __init__(self, url: str) -> None:
+        self.path = str(url)
+        rest = self.path.split("://", 1)[1] if "://" in self.path else self.path
+        self.bucket, _, self.key = rest.partition("/")  # as megatron-core's parse_s3_path
+        self.block_bytes = _block_bytes()
+        self._client_object = None
+        self._block: tuple[int, bytes] | None = None  # (start, bytes) of the last block
+        self._lock = threading.Lock()
+
+    def _client(self):
+        if self._client_object is None:
+            self._client_object = self._call("making a client", _boto3().client, "s3")
+        return self._client_object
+
+    def _call(self, what: str, function, *args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except DataError:
+            raise
+        except Exception as error:  # boto3's and botocore's own errors
+            raise DataError(
+                f"{self.path}: {what} failed: {type(error).__name__}: {error}"
+            ) from None
+
+    def _head(self) -> dict:
+        head = self._call("head_object", self._client().head_object, Bucket=self.bucket,
+                          Key=self.key)
+        return head if isinstance(head, dict) else {}
+
+    def size(self) -> int:
+        """The object's size (``head_object``'s ``ContentLength``)."""
+        length = self._head().get("ContentLength")
+        if length is None:
+            raise DataError(f"{self.path}: head_object gives no ContentLength")
+        return int(length)
+
+    def check_size(self, minimum: int) -> int:
+        """The size, after checking the object holds at least ``minimum`` bytes: from
+        ``head_object``, or where it gives no size, by reading the block that holds byte
+        ``minimum - 1``."""
+        length = self._head().get("ContentLength")  # also: a missing object raises here
+        if length is not None:
+            if int(length) < minimum:
+                raise DataError(
+                    f"{self.path}: {length} bytes, shorter than the {minimum} its index "
+                    "refers to"
+                )
+            return int(length)
+        if minimum > 0:
+            self.read(minimum - 1, 1)
+        return minimum
+
+    def _fetch(self, start: int, end: int) -> bytes:
+        """The object's bytes ``[start, end)`` as ``get_object`` answers (fewer past its end)."""
+        answer = self._call(
+            f"get_object bytes {start}-{end - 1}", self._client().get_object,
+            Bucket=self.bucket, Key=self.key, Range=f"bytes={start}-{end - 1}",
+        )
+        return self._call("reading the body", answer["Body"].read)
+
+    def read(self, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset``: from the block kept, else a new block from the
+        one holding ``offset`` (megatron-core's blocks), long enough for the read."""
+        if length == 0:
+            return b""
+        end = offset + length
+        with self._lock:
+            block = self._block
+            if block is None or not (block[0] <= offset and end <= block[0] + len(block[1])):
+                start = offset // self.block_bytes * self.block_bytes
+                data = self._fetch(start, max(start + self.block_bytes, end))
+                block = self._block = (start, data)
+        start, data = block
+        piece = data[offset - start : end - start]
+        if len(piece) != length:
+            raise DataError(
+                f"{self.path}: wanted {length} bytes at {offset}, the object ends after "
+                f"{start + len(data)}"
+            )
+        return piece
+
+    def local_copy(self) -> str:
+        """A local file with the whole object, fetched with ``download_file`` once per
+        object version (size and ETag; an object whose head says neither is fetched at
+        every call and its copy named after its content)."""
+        head = self._head()
+        directory = os.environ.get(CACHE_ENV) or os.path.join(
+            os.path.expanduser("~"), ".cache", "megadata", "s3"
+        )
+        os.makedirs(directory, exist_ok=True)
+        stamp = None
+        if head.get("ContentLength") is not None and head.get("ETag"):
+            stamp = f"{int(head['ContentLength'])}-{head['ETag']}"
+            path = self._copy_path(directory, stamp)
+            if os.path.isfile(path) and os.path.getsize(path) == int(head["ContentLength"]):
+                return path
+        temporary.remove_stale(directory, ["download"])  # a killed download's leftovers
+        fd, temp = temporary.create_file(directory, "download")
+        os.close(fd)
+        try:
+            self._call("download_file", self._client().download_file, self.bucket, self.key,
+                       temp)
+            if stamp is None:
+                with open(temp, "rb") as stream:
+                    stamp = hashlib.sha256(stream.read()).hexdigest()
+            path = self._copy_path(directory, stamp)
+            os.replace(temp, path)
+        except BaseException:
+            if os.path.exists(temp):
+                os.unlink(temp)
+            raise
+        return path
+
+    def _copy_path(self, directory: str, stamp: str) -> str:
+        name = hashlib.sha256(f"{self.path}\0{stamp}".encode()).hexdigest()[:40] + ".idx"
+        return os.path.join(directory, name)
+
+    def close(self) -> None:
+        with self._lock:
+            self._block = None
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        type(self).__init__(self, state["path"])
+
+    def __repr__(self) -> str:
+        return f"Boto3Source({self.path!r})"
+
+
+def open_source(url: str):
+    """The ``megadata.storage`` entry point for ``s3://``: TensorStore's source, or with
+    ``MEGADATA_S3_CLIENT=boto3`` a :class:`Boto3Source`."""
+    choice = os.environ.get(CLIENT_ENV, "tensorstore").strip().lower() or "tensorstore"
+    if choice == "boto3":
+        return Boto3Source(url)
+    if choice != "tensorstore":
+        raise DataError(f"{CLIENT_ENV}: {choice!r} is not 'tensorstore' or 'boto3'")
+    from megadata_adapters.storage import tensorstore_bins
+
+    return tensorstore_bins.open_source(url)
