@@ -6,6 +6,7 @@ tests/trainers/test_maxtext.py, which needs MaxText.)"""
 
 from __future__ import annotations
 
+import os
 import random
 from concurrent.futures import ThreadPoolExecutor
 
@@ -135,3 +136,40 @@ def test_data_config_errors_name_the_setting(corpora, tmp_path, fields, message)
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(mdc.DataError, match="grain_train_files: cannot read the JSON"):
         data_config(str(tmp_path / "broken.json"), SEQ, EOD, seed=0)
+
+
+def test_reshard_states_keeps_the_global_position():
+    from megadata_adapters.trainers.maxtext import reshard_states
+
+    assert reshard_states([{"next_index": 6}] * 2, 3) == [{"next_index": 4}] * 3
+    assert reshard_states([{"next_index": 6}] * 2, 1) == [{"next_index": 12}]
+    assert reshard_states([{"next_index": 0}] * 4, 2) == [{"next_index": 0}] * 2
+    with pytest.raises(mdc.DataError, match="not in step"):
+        reshard_states([{"next_index": 6}, {"next_index": 5}], 1)
+    with pytest.raises(mdc.DataError, match="12 samples spent on 2 hosts do not divide among 5"):
+        reshard_states([{"next_index": 6}] * 2, 5)
+    with pytest.raises(mdc.DataError, match="Grain worker processes"):
+        reshard_states([{"workers_state": {}, "next_index": 6}], 1)
+    with pytest.raises(mdc.DataError, match="new_count: 0"):
+        reshard_states([{"next_index": 6}], 0)
+
+
+def test_reshard_iterator_checkpoint_rewrites_the_files(tmp_path):
+    import json
+
+    from megadata_adapters.trainers.maxtext import reshard_iterator_checkpoint
+
+    directory = tmp_path / "7" / "iter"
+    directory.mkdir(parents=True)
+    for index in range(2):
+        (directory / f"process_{index}-of-2.json").write_text(
+            json.dumps({"next_index": 6}, indent=4))
+    written = reshard_iterator_checkpoint(str(directory), 3)
+    assert sorted(os.path.basename(p) for p in written) == sorted(os.listdir(directory))
+    assert sorted(os.listdir(directory)) == [f"process_{i}-of-3.json" for i in range(3)]
+    assert all(json.loads(open(p).read()) == {"next_index": 4} for p in written)
+    (directory / "process_2-of-3.json").unlink()
+    with pytest.raises(mdc.DataError, match="not all there"):
+        reshard_iterator_checkpoint(str(directory), 1)
+    with pytest.raises(mdc.DataError, match="expected one set"):
+        reshard_iterator_checkpoint(str(tmp_path), 1)

@@ -338,6 +338,49 @@ def test_launcher_trains_on_a_data_config(corpus, tmp_path):
 
 
 @needs_maxtext
+@pytest.mark.parametrize("source", ["mmap_npy", "data config"])
+@pytest.mark.parametrize("new_count", [1, 3, 4])
+def test_iterator_state_of_2_hosts_resumes_on_another_count(
+    source, new_count, corpus, grain_data_processing, tmp_path
+):
+    """Two hosts' iterators (MaxText's own pipeline over megadata's source) stop after 6
+    samples each; their states, resharded, resume new_count hosts exactly at global sample
+    12: every host's next samples are the global order's from there."""
+    if source == "mmap_npy":
+        pattern = f"{tmp_path / 'index'}|{corpus}/a"
+    else:
+        pattern = _data_json(tmp_path / "data.json", corpus, tmp_path / "cache",
+                             packing="best_fit", document_masking=True)
+
+    def iterator(host_index, host_count):
+        dataset = mx.get_mmap_npy_dataset(
+            pattern, False, 64, EOD, 1, host_index, host_count, 2, 4, None, None, "train",
+            grain_data_processing._apply_mapdataset_transforms, num_samples=120, seed=5,
+        )
+        return iter(dataset)
+
+    def tokens(element):
+        return element["text"] if "text" in element else element["inputs"]
+
+    whole = [tokens(e) for e in iterator(0, 1)]  # the global order, one host
+    states = []
+    for host in range(2):
+        it = iterator(host, 2)
+        for _ in range(6):
+            next(it)
+        states.append(it.get_state())
+    assert states == [{"next_index": 6}] * 2
+    for host, state in enumerate(mx.reshard_states(states, new_count)):
+        it = iterator(host, new_count)
+        it.set_state(state)
+        position = 12 // new_count
+        for j in range(position, position + 5):
+            global_index = host + j * new_count
+            np.testing.assert_array_equal(tokens(next(it)), whole[global_index],
+                                          err_msg=f"host {host}, sample {global_index}")
+
+
+@needs_maxtext
 def test_install_is_idempotent(grain_data_processing):
     from maxtext.input_pipeline import _mmap_datasource
 

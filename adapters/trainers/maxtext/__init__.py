@@ -68,6 +68,10 @@ from megadata_adapters.trainers.maxtext.documents import (
     create_mmap_source,
 )
 from megadata_adapters.trainers.maxtext.modules import MARK, PATCHED, SOURCE, TARGET, UTILS
+from megadata_adapters.trainers.maxtext.resharding import (
+    reshard_iterator_checkpoint,
+    reshard_states,
+)
 from megadata_adapters.trainers.maxtext.samples import (
     BLEND_MARGIN,
     MegadataNpySource,
@@ -85,6 +89,8 @@ __all__ = [
     "install",
     "installed",
     "main",
+    "reshard_iterator_checkpoint",
+    "reshard_states",
 ]
 
 _lock = threading.Lock()
