@@ -4,13 +4,15 @@
 does) at moments drawn uniformly over 0.9 of a clean run's duration, from the process's
 start. The tool starts with SIGINT blocked (it unblocks it first thing, so a signal sent
 while the interpreter itself starts up waits for the tool's handler instead of being
-Python's start-up failure). Each run must end (a watchdog fails a hang; no time is asserted),
-print exactly one line that starts ``interrupted`` (or finish normally, if the moment
-came after its end), leave no process of its session, and leave what its line says: the
-directory as it was (``nothing was written``, ``removed this run's unfinished files``), the
-complete corpus (``after the output was complete``) or the finished tasks (``kept N
-finished task(s)``); a rerun of the command without an interrupt then gives the clean
-run's bytes. Exit times are recorded (reported, not asserted).
+Python's start-up failure). A run that ends before its moment sets the span the next
+moments are drawn from (a shared machine's speed changes). Each run must end (a watchdog
+fails a hang; no time is asserted), print exactly one line that starts ``interrupted``
+(or finish normally, if the moment came after its end), leave no process of its session,
+and leave what its line says: the directory as it was (``nothing was written``,
+``removed this run's unfinished files``), the complete corpus (``after the output was
+complete``) or the finished tasks (``kept N finished task(s)``); a rerun of the command
+without an interrupt then gives the clean run's bytes. Exit times are recorded (reported,
+not asserted).
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ class Outcome:
     status: int
     stderr: str
     exit_s: float  # from the SIGINT to the end of the process
+    finished_s: float | None = None  # the run's wall time when it ended before the SIGINT
 
 
 def _start(command: list[str], cwd: Path) -> subprocess.Popen:
@@ -124,12 +127,18 @@ def _start(command: list[str], cwd: Path) -> subprocess.Popen:
 def interrupt_at(command: list[str], cwd: Path, delay: float) -> Outcome:
     """Run ``command``, SIGINT its process group ``delay`` s after the start; its outcome,
     once every process of its session is gone (a hang fails here)."""
+    started = time.monotonic()
     process = _start(command, cwd)
     try:
-        time.sleep(delay)
+        while (left := started + delay - time.monotonic()) > 0 and process.poll() is None:
+            time.sleep(min(left, 0.01))
+        finished_s = None
+        if process.poll() is not None:  # it ended first: no signal (its time is news)
+            finished_s = time.monotonic() - started
         sent = time.monotonic()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGINT)
+        if finished_s is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGINT)
         try:
             _, stderr = process.communicate(timeout=WATCHDOG_S)
         except subprocess.TimeoutExpired:
@@ -142,7 +151,7 @@ def interrupt_at(command: list[str], cwd: Path, delay: float) -> Outcome:
         while (left := session_processes(process.pid)) and time.monotonic() < end:
             time.sleep(0.05)
         assert not left, f"processes {sorted(left)} outlive the run (SIGINT at {delay:.2f} s)"
-        return Outcome(delay, process.returncode, stderr, exit_s)
+        return Outcome(delay, process.returncode, stderr, exit_s, finished_s)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # whatever a failure left
@@ -181,6 +190,8 @@ def interrupt_runs(
         before = snapshot(out)
         outcome = interrupt_at(command, work, rng.uniform(0, 0.9 * duration))
         outcomes.append(outcome)
+        if outcome.finished_s is not None:  # runs go faster than the clean one did (the
+            duration = outcome.finished_s  # machine's load changes): moments follow them
         where = (f"SIGINT {number} at {outcome.delay:.2f} s: exit status {outcome.status}, "
                  f"stderr {outcome.stderr!r}")
         assert "Traceback" not in outcome.stderr, where
