@@ -175,6 +175,9 @@ class MegadataNpySource(ReadAheadSource):
         self.dataset = plan.build()
         length = len(self.dataset) if plan.size is None else min(plan.size, len(self.dataset))
         self._width = plan.seq_length + 1
+        # a blend's member sizes, asked once (a read-ahead checks every block against them)
+        members = getattr(self.dataset, "datasets", [])
+        self._member_sizes = np.array([len(m) for m in members], np.int64)
         self._start(length, host_index, host_count)
         log.info("megadata serves MaxText's mmap_npy samples: %r", self)
 
@@ -209,7 +212,7 @@ class MegadataNpySource(ReadAheadSource):
         member = np.asarray(dataset.dataset_index[indices], np.int64)
         sample = np.asarray(dataset.dataset_sample_index[indices], np.int64)
         members = dataset.datasets
-        sizes = np.array([len(m) for m in members], np.int64)
+        sizes = self._member_sizes
         bad = (member < 0) | (member >= len(members))
         bad |= ~bad & ((sample < 0) | (sample >= sizes[np.where(bad, 0, member)]))
         if bad.any():
