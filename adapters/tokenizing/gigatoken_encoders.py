@@ -24,17 +24,9 @@ reference encoder; on every other code point the classes agree (``tests/adapters
 compares every code point).
 
 SentencePiece BPE (``SentencePieceTokenizer``, ``GPTSentencePieceTokenizer``,
-``Llama2Tokenizer``): sentencepiece merges, over the characters of the whole normalized
-text, the adjacent pair whose concatenation is a normal piece of the highest score (the
-leftmost of equals), then spells every symbol that is not a piece in byte pieces.
-That is rank merging with rank = -score, so the same proof gives its ids to pair merging
-over *canonical* merges: for each normal piece (by falling score) the pair that rank
-merging of its own characters joins last. Conditions: a BPE model with byte fallback and
-all 256 byte pieces, no normalization rule (an empty character map), no extra-whitespace
-removal, whitespace escaped as a prefix (the dummy prefix either way), no user-defined or
-unused pieces, distinct scores, every character of a piece a piece; and gigatoken is
-given a ``tokenizer.json`` without added tokens (sentencepiece's ``encode`` does not
-split control pieces out of the text). No Unicode table takes part: nothing is unproven.
+``Llama2Tokenizer``): ``megadata_adapters.tokenizing.gigatoken_sentencepiece`` (the same
+proof over canonical merges; models that normalize go through
+``megadata_adapters.tokenizing.sentencepiece_normalizer`` first, see ``GigaEncoder``).
 
 tiktoken ranks files (our ``tiktoken`` type): tiktoken merges the adjacent pair whose
 concatenation has the lowest rank. gigatoken reads the ranks as ids and derives one merge
@@ -79,7 +71,6 @@ import hashlib
 import json
 import os
 import re
-import struct
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -93,8 +84,7 @@ from megadata_adapters.tokenizing.byte_level_bpe import (
 )
 from megadata_adapters.tokenizing.unicode_14 import unassigned_14
 
-__all__ = ["GigaEncoder", "available", "byte_level", "megatron_tiktoken", "sentencepiece",
-           "tiktoken_ranks"]
+__all__ = ["GigaEncoder", "available", "byte_level", "megatron_tiktoken", "tiktoken_ranks"]
 
 MAX_INSTANCES = 4  # gigatoken instances one encoder loads for threads encoding at once
 
@@ -174,6 +164,10 @@ class GigaEncoder:
     ``shift``: ``(ranks, specials)`` for Megatron's TikTokenizer, whose gigatoken ids are
     ranks 0..ranks-1 then its special tokens: its ids are those ranks + specials, and the
     special tokens 0..specials-1 (one add and one masked subtract per result).
+    ``normalizer``: a ``sentencepiece_normalizer.Normalizer`` run on every text before
+    gigatoken (a SentencePiece model that normalizes); the texts it leaves to the
+    reference go to ``reference_batch(texts) -> (ids, lengths)``. Such an encoder takes
+    JSON lines through Python's ``json`` (the texts must be normalized first).
 
     A batch or block is encoded on the calling thread (``parallel=False``): the pipeline's
     threads and processes are the parallelism (gigatoken's own pool, started per block,
@@ -184,7 +178,8 @@ class GigaEncoder:
 
     def __init__(self, tokenizer, unproven: np.ndarray, proof: str,
                  loaded_from: str = "config", source: dict | str | None = None,
-                 backend: str = "", shift: tuple[int, int] | None = None) -> None:
+                 backend: str = "", shift: tuple[int, int] | None = None,
+                 normalizer=None, reference_batch=None) -> None:
         import awkward  # noqa: F401 - gigatoken's results; imported once, before workers fork
 
         self._tokenizer = tokenizer
@@ -193,6 +188,7 @@ class GigaEncoder:
         self.loaded_from = loaded_from
         self._source, self._backend = source, backend
         self.shift = shift
+        self.normalizer, self._reference_batch = normalizer, reference_batch
         self._finder = _character_class(unproven)
         self._idle = [tokenizer]
         self._instances = 1
@@ -201,7 +197,8 @@ class GigaEncoder:
     def with_unproven(self, unproven: np.ndarray) -> GigaEncoder:
         """This encoder (the same gigatoken) sending the texts of ``unproven`` elsewhere."""
         return GigaEncoder(self._tokenizer, unproven, self.proof, self.loaded_from,
-                           self._source, self._backend, self.shift)
+                           self._source, self._backend, self.shift, self.normalizer,
+                           self._reference_batch)
 
     @contextlib.contextmanager
     def _instance(self) -> Iterator:
@@ -214,7 +211,7 @@ class GigaEncoder:
         if grow:
             if not isinstance(self._source, str):  # serialized once, for every later load
                 self._source = json.dumps(self._source, ensure_ascii=False)
-            mine, _ = _load(self._source, self._backend)  # the bytes proven: the same ids
+            mine, _ = load_config(self._source, self._backend)  # the bytes proven: the same ids
             if mine is None:  # (it loaded before: not expected) share the first one
                 with self._lock:
                     self._instances -= 1
@@ -226,6 +223,12 @@ class GigaEncoder:
         finally:
             with self._lock:
                 self._idle.append(mine)
+
+    @property
+    def reads_json_natively(self) -> bool:
+        """False for an encoder with a normalizer: its JSON lines are read by Python's
+        ``json`` (preprocessing's exact path), then normalized, then encoded."""
+        return self.normalizer is None
 
     def needs_reference(self, text: str) -> bool:
         """Whether ``text`` holds a character whose ids are not proven equal."""
@@ -242,15 +245,24 @@ class GigaEncoder:
         return ids, found[1]
 
     def encode(self, text: str) -> np.ndarray:
+        if self.normalizer is not None:
+            return self.encode_batch([text])[0].astype(np.int64)
         ids = np.asarray(self._tokenizer.encode(text), dtype=np.int64)
         return ids if self.shift is None else self._ids((ids, None))[0]
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(uint32 ids of all texts concatenated, int64 lengths)."""
+        if self.normalizer is not None:
+            encoded = [text.encode("utf-8") for text in texts]
+            offsets = np.zeros(len(encoded) + 1, np.int64)
+            np.cumsum([len(raw) for raw in encoded], out=offsets[1:])
+            return self.encode_utf8(np.frombuffer(b"".join(encoded), np.uint8), offsets)
         with self._instance() as tokenizer:
             return self._ids(_arrays(tokenizer.encode_batch(list(texts), parallel=False)))
 
     def encode_jsonl(self, block: bytes, key: str) -> tuple[np.ndarray, np.ndarray]:
+        if self.normalizer is not None:
+            return self.encode_batch(_jsonl_texts(block, key))
         import gigatoken
 
         with _memory_file(block) as path, self._instance() as tokenizer:
@@ -258,6 +270,20 @@ class GigaEncoder:
             return self._ids(_arrays(tokenizer.encode_files(source, parallel=False)))
 
     def encode_utf8(self, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.normalizer is None:
+            return self._encode_utf8(data, offsets)
+        data, offsets = np.asarray(data, np.uint8), np.asarray(offsets, np.int64)
+        normalized, normalized_offsets, reference = self.normalizer.normalize(data, offsets)
+        ids, lengths = self._encode_utf8(normalized, normalized_offsets)
+        if not reference.any():
+            return ids, lengths
+        rows = np.flatnonzero(reference)
+        raw = data.tobytes()
+        theirs = self._reference_batch([raw[offsets[i] : offsets[i + 1]].decode("utf-8")
+                                        for i in rows.tolist()])
+        return replace_rows((ids, lengths), rows, theirs)
+
+    def _encode_utf8(self, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         import awkward as ak
 
         strings = ak.contents.ListOffsetArray(
@@ -269,8 +295,41 @@ class GigaEncoder:
             return self._ids(_arrays(tokenizer.encode_batch(ak.Array(strings), parallel=False)))
 
 
+def _jsonl_texts(block: bytes, key: str) -> list[str]:
+    """``key``'s text on each non-empty line of ``block``, up to the first line that is not
+    a JSON object holding it as a string (a native reader stops there)."""
+    texts = []
+    for line in block.split(b"\n"):
+        if not line:
+            continue
+        try:
+            text = json.loads(line)[key]
+        except (ValueError, KeyError, TypeError):
+            break
+        if not isinstance(text, str):
+            break
+        texts.append(text)
+    return texts
 
-def _load(config: dict | str, backend: str):
+
+def replace_rows(found: tuple[np.ndarray, np.ndarray], rows: np.ndarray,
+                 theirs: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``found`` (ids, lengths of every text) with the texts at ``rows`` (sorted) replaced
+    by ``theirs`` (their ids, lengths): one gather."""
+    ids, lengths = np.asarray(found[0], np.int64), np.asarray(found[1], np.int64)
+    their_ids, their_lengths = np.asarray(theirs[0], np.int64), np.asarray(theirs[1], np.int64)
+    starts = np.cumsum(lengths) - lengths
+    source = np.concatenate([ids, their_ids])
+    new_lengths = lengths.copy()
+    new_lengths[rows] = their_lengths
+    new_starts = starts.copy()
+    new_starts[rows] = ids.size + np.cumsum(their_lengths) - their_lengths
+    out_starts = np.cumsum(new_lengths) - new_lengths
+    index = np.repeat(new_starts - out_starts, new_lengths) + np.arange(int(new_lengths.sum()))
+    return source[index], new_lengths
+
+
+def load_config(config: dict | str, backend: str):
     """gigatoken's tokenizer for a ``tokenizer.json`` (a dict, or its text as written), or
     (None, why)."""
     import gigatoken
@@ -289,7 +348,7 @@ def _load(config: dict | str, backend: str):
     return tokenizer, ""
 
 
-def _battery(tokenizer, reference, extra: Sequence[str] = ()) -> str:
+def battery(tokenizer, reference, extra: Sequence[str] = ()) -> str:
     """'' when gigatoken and ``reference(text) -> ids`` agree on every battery text."""
     for text in [*BATTERY, *extra]:
         mine = np.asarray(tokenizer.encode(text), np.int64)
@@ -331,7 +390,7 @@ def byte_level(
         if proven not in sources:
             return None, f"the proof passed for a tokenizer loaded from its {proven}"
         source = sources[proven]()
-        tokenizer, why = _load(source, "BPETokenizer")
+        tokenizer, why = load_config(source, "BPETokenizer")
         if tokenizer is None:
             return None, why
         return GigaEncoder(tokenizer, unassigned_14(), BYTE_LEVEL_PROOF, proven, source,
@@ -348,13 +407,13 @@ def byte_level(
             return None, f"vocabulary entry {token!r} is no merge's result but can be a pre-token"
     for loaded_from, make in sources.items():  # the file as written, else one rebuilt
         source = make()
-        tokenizer, why = _load(source, "BPETokenizer")
+        tokenizer, why = load_config(source, "BPETokenizer")
         if tokenizer is None:
             continue
         if not _same_model(tokenizer, vocab, merges):
             why = "gigatoken read another vocabulary or other merges"
             continue
-        why = _battery(tokenizer, reference, extra=list(added))
+        why = battery(tokenizer, reference, extra=list(added))
         if not why:
             return GigaEncoder(tokenizer, unassigned_14(), BYTE_LEVEL_PROOF, loaded_from,
                                source, "BPETokenizer"), ""
@@ -418,210 +477,6 @@ def _whole_pretoken(raw: bytes) -> bool:
     return len(_gpt2_pretokenizer().pre_tokenize_str(text)) == 1
 
 
-# -- SentencePiece BPE ---------------------------------------------------------------------
-
-_NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
-_BYTE_PIECE = re.compile(r"<0x[0-9A-F]{2}>")
-
-
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, at
-        shift += 7
-
-
-def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
-    """(field number, value) of a protobuf message: ints for varints, bytes otherwise."""
-    at = 0
-    while at < len(data):
-        key, at = _varint(data, at)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, at = _varint(data, at)
-        elif wire == 1:
-            value, at = data[at : at + 8], at + 8
-        elif wire == 2:
-            length, at = _varint(data, at)
-            value, at = data[at : at + length], at + length
-        elif wire == 5:
-            value, at = data[at : at + 4], at + 4
-        else:
-            raise ValueError(f"protobuf wire type {wire}")
-        yield field, value
-
-
-def _piece(message: bytes) -> tuple[str, float, int]:
-    """(text, score, type) of a SentencePiece message (fields 1, 2, 3, usually in order)."""
-    if message[:1] == b"\x0a" and message[1] < 0x80:  # text of under 128 bytes, first
-        end = 2 + message[1]
-        if message[end : end + 1] == b"\x15" and len(message) in (end + 5, end + 7):
-            score = struct.unpack_from("<f", message, end + 1)[0]
-            kind = message[end + 6] if len(message) == end + 7 else _NORMAL
-            if len(message) == end + 5 or message[end + 5] == 0x18:
-                return message[2:end].decode("utf-8"), score, kind
-    entry = dict(_fields(message))
-    score = struct.unpack("<f", entry.get(2, b"\0\0\0\0"))[0]
-    return entry.get(1, b"").decode("utf-8"), score, entry.get(3, _NORMAL)
-
-
-def _model(proto: bytes) -> tuple[list[tuple[str, float, int]], dict, dict]:
-    """(pieces as (text, score, type), trainer spec fields, normalizer spec fields)."""
-    pieces, trainer, normalizer = [], {}, {}
-    for field, value in _fields(proto):
-        if field == 1:
-            pieces.append(_piece(value))
-        elif field == 2:
-            trainer = dict(_fields(value))
-        elif field == 3:
-            normalizer = dict(_fields(value))
-    return pieces, trainer, normalizer
-
-
-def sentencepiece(proto: bytes, reference) -> tuple[GigaEncoder | None, str]:
-    """gigatoken for a SentencePiece ``.model`` (its bytes) when the conditions of the
-    module docstring hold; ``reference(text) -> ids`` is sentencepiece's ``encode``."""
-    why = available()
-    if why:
-        return None, why
-    config, why = sentencepiece_config(proto)
-    if config is None:
-        return None, why
-    merges = config["model"]["merges"]
-    tokenizer, why = _load(config, "SentencePieceTokenizer")
-    if tokenizer is None:
-        return None, why
-    expected = [(left.encode(), right.encode()) for left, right in merges]
-    if tokenizer.merges != expected:
-        return None, "gigatoken read other merges"
-    why = _battery(tokenizer, reference)
-    if why:
-        return None, why
-    return GigaEncoder(tokenizer, np.zeros((0, 2), np.int64),
-                       "SentencePiece BPE over canonical merges: same ids as sentencepiece",
-                       "config", config, "SentencePieceTokenizer"), ""
-
-
-def sentencepiece_config(proto: bytes) -> tuple[dict | None, str]:
-    """(the ``tokenizer.json`` dict gigatoken is given for a SentencePiece ``.model``, "")
-    when the proof covers the model (see the module docstring), else (None, why)."""
-    found = _sentencepiece_model(hashlib.sha256(proto).hexdigest(), proto)
-    if isinstance(found, str):
-        return None, found
-    pieces, normalizer, merges = found
-    rules = [{"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]
-    if normalizer.get(3, 1):  # add_dummy_prefix
-        rules.insert(0, {"type": "Prepend", "prepend": "\u2581"})
-    return {
-        "version": "1.0",
-        "added_tokens": [],  # sentencepiece's encode does not split control pieces out
-        "normalizer": {"type": "Sequence", "normalizers": rules},
-        "pre_tokenizer": None,
-        "model": {"type": "BPE", "byte_fallback": True, "fuse_unk": True, "dropout": None,
-                  "unk_token": next((p for p, _, t in pieces if t == _UNKNOWN), None),
-                  "vocab": {piece: i for i, (piece, _, _) in enumerate(pieces)},
-                  "merges": [list(pair) for pair in merges]},
-    }, ""
-
-
-@functools.lru_cache(maxsize=8)
-def _sentencepiece_model(digest: str, proto: bytes):
-    """(pieces, normalizer spec, canonical merges) of a model, or why the proof does not
-    cover it; kept per process by content (``digest``): workers inherit it."""
-    try:
-        pieces, trainer, normalizer = _model(proto)
-    except (ValueError, IndexError, UnicodeDecodeError, struct.error) as error:
-        return f"its model could not be read ({error})"
-    why = _sentencepiece_spec(pieces, trainer, normalizer)
-    if why:
-        return why
-    merges, why = canonical_merges(pieces)
-    return why if merges is None else (pieces, normalizer, merges)
-
-
-def _sentencepiece_spec(pieces, trainer: dict, normalizer: dict) -> str:
-    """'' when the model is one the proof covers, else why not."""
-    if trainer.get(3, 1) != 2:
-        return "it is not a BPE model"
-    if not trainer.get(35, 0):
-        return "it has no byte fallback"
-    if trainer.get(24, 0):
-        return "it treats whitespace as a suffix"
-    if normalizer.get(2, b""):
-        return "it normalizes text (a character map: use normalization_rule_name=identity)"
-    if normalizer.get(4, 1):
-        return "it removes extra whitespace"
-    if not normalizer.get(5, 1):
-        return "it does not escape whitespace"
-    types = {kind for _, _, kind in pieces}
-    if types & {_USER_DEFINED, _UNUSED}:
-        return "it has user-defined or unused pieces"
-    bytes_found = {piece for piece, _, kind in pieces if kind == _BYTE}
-    if bytes_found != {f"<0x{b:02X}>" for b in range(256)}:
-        return "it lacks some of the 256 byte pieces"
-    if any(_BYTE_PIECE.fullmatch(piece) for piece, _, kind in pieces if kind != _BYTE):
-        return "a piece that is not a byte piece is spelled like one"
-    return ""
-
-
-def canonical_merges(pieces) -> tuple[list[tuple[str, str]] | None, str]:
-    """(merges, "") for SentencePiece ``pieces`` (text, score, type): for each normal piece
-    of two or more characters, by falling score, the pair that sentencepiece's merging of
-    its own characters joins last (pieces it cannot reach are left out); or (None, why)."""
-    normal = [(piece, score) for piece, score, kind in pieces if kind == _NORMAL]
-    score = dict(normal)
-    singles = {piece for piece in score if len(piece) == 1}
-    longer = sorted((piece for piece in score if len(piece) > 1), key=lambda p: -score[p])
-    values = [score[piece] for piece in longer]
-    if len(set(values)) != len(values):
-        return None, "two pieces share a score"
-    merges = []
-    for piece in longer:
-        if len(piece) == 2:
-            if piece[0] not in singles or piece[1] not in singles:
-                return None, f"piece {piece!r} holds a character that is no piece"
-            merges.append((piece[0], piece[1]))
-            continue
-        limit = score[piece]
-        symbols = list(piece)
-        while len(symbols) > 2:  # sentencepiece's merging, pieces scored above this one
-            best, best_score = -1, limit
-            for i in range(len(symbols) - 1):
-                found = score.get(symbols[i] + symbols[i + 1])
-                if found is not None and found > best_score:
-                    best, best_score = i, found
-            if best < 0:
-                break
-            symbols[best : best + 2] = [symbols[best] + symbols[best + 1]]
-        if len(symbols) != 2:
-            continue  # never made: its characters merge otherwise
-        missing = set(piece) - singles
-        if missing:
-            return None, f"piece {piece!r} holds {sorted(missing)[0]!r}, which is no piece"
-        merges.append((symbols[0], symbols[1]))
-    if not _pair_merging_keeps_whole(score, merges):
-        return None, "some piece is not merged whole from its characters"
-    return merges, ""
-
-
-def _pair_merging_keeps_whole(score: Mapping[str, float], merges) -> bool:
-    """Condition 3: pair merging (the ``tokenizers`` BPE model) gives each merge result
-    as one token."""
-    if not merges:
-        return True
-    from tokenizers import Tokenizer, models
-
-    vocab = {piece: i for i, piece in enumerate(score)}
-    model = models.BPE(vocab=vocab, merges=[tuple(pair) for pair in merges])
-    results = [left + right for left, right in merges]
-    encodings = Tokenizer(model).encode_batch_fast(results, add_special_tokens=False)
-    return all(e.ids == [vocab[r]] for e, r in zip(encodings, results))
-
-
 # -- using an encoder ----------------------------------------------------------------------
 
 ENCODERS = ("auto", "gigatoken", "reference")
@@ -669,7 +524,7 @@ def _unproven_note(giga: GigaEncoder, reference: str) -> str:
 
 def unchecked_byte_level(config: Mapping, why: str) -> GigaEncoder:
     """gigatoken on a ``tokenizer.json`` as it is, nothing proven (Megatron's fast path)."""
-    tokenizer, error = _load(dict(config), "BPETokenizer")
+    tokenizer, error = load_config(dict(config), "BPETokenizer")
     if tokenizer is None:
         from megadata_core.errors import DataError
 
@@ -803,7 +658,7 @@ def tiktoken_ranks(path: str, ranks: Mapping[bytes, int], scheme: str, reference
         return None, "gigatoken read other ranks from the file"
     if [tuple(merge) for merge in tokenizer.merges] != merges:
         return None, "gigatoken's merges are not tiktoken's joins in rank order"
-    why = _battery(tokenizer, reference)
+    why = battery(tokenizer, reference)
     return (None, why) if why else (encoder, "")
 
 
@@ -869,7 +724,7 @@ def megatron_tiktoken(tokens: Sequence[bytes], specials: Sequence[str], scheme: 
         return None, "gigatoken holds other special tokens"  # (the battery: split out alike)
     if [tuple(merge) for merge in tokenizer.merges] != merges:
         return None, "gigatoken's merges are not tiktoken's joins in rank order"
-    why = _battery(encoder, reference, extra=_special_texts(specials))
+    why = battery(encoder, reference, extra=_special_texts(specials))
     return (None, why) if why else (encoder, "")
 
 

@@ -42,6 +42,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from megadata_adapters.tokenizing import gigatoken_encoders as giga
+from megadata_adapters.tokenizing import gigatoken_sentencepiece as giga_sentencepiece
 from megadata_adapters.tokenizing import proof_cache
 from megadata_adapters.tokenizing.byte_level_bpe import rank_encoder
 from megadata_core.errors import DataError
@@ -358,9 +359,20 @@ class SentencePieceTokenizer(GigaFirst):
         self.eod_id = int(self._processor.eos_id())
         self.vocab_size = int(self._processor.get_piece_size())
         self._threads = batch_threads()
-        found = (None, "--encoder reference") if self.mode == "reference" else giga.sentencepiece(
-            proto, self._reference)
+        found = (None, "--encoder reference") if self.mode == "reference" else self._prove(proto)
         self.block_encoder, self.encoder = giga.choose(found, self.mode, "sentencepiece")
+
+    def _prove(self, proto: bytes):
+        """``gigatoken_sentencepiece.sentencepiece``'s (encoder | None, why), its verdict
+        cached (``proof_cache``) for these bytes and library versions."""
+        why = giga.available()
+        if why:
+            return None, why
+        return proof_cache.proven_once(
+            "sentencepiece", proto, ("gigatoken", "sentencepiece", "tokenizers"),
+            lambda proven: giga_sentencepiece.sentencepiece(
+                proto, self._reference, self._reference_batch, self._processor.normalize,
+                proven=proven))
 
     def _reference(self, text: str) -> list[int]:
         return self._processor.encode(text, out_type=int)

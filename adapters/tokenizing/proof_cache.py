@@ -9,6 +9,11 @@ that key and a verdict with the expected fields, all strings; anything else (a d
 foreign or stale file) is ignored, and the proof runs and rewrites it (temp file +
 ``os.replace``, the user's umask).
 
+Beside a verdict, a proof may keep what it derived from the file (``store_payload``:
+bytes, e.g. canonical merges and a normalizer's tables) so that a proven tokenizer loads
+as fast as a native loader reads its file. A payload file holds the sha256 of its bytes
+and is used only when they match (else it is rebuilt and rewritten).
+
 Where: ``$MEGADATA_CACHE/proofs``, else ``$XDG_CACHE_HOME/megadata/proofs``, else
 ``~/.cache/megadata/proofs``. ``MEGADATA_PROOF_CACHE=0`` turns the cache off.
 """
@@ -24,7 +29,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from importlib import metadata
 
-__all__ = ["PROOF_VERSION", "cache_dir", "key", "load", "proven_once", "store"]
+__all__ = ["PROOF_VERSION", "cache_dir", "key", "load", "load_payload", "proven_once", "store",
+           "store_payload"]
 
 PROOF_VERSION = 2  # 2: byte-level BPE proven on the tokenizer.json as written
 
@@ -100,21 +106,51 @@ def _umask() -> int:
 def store(proof_key: dict, verdict: dict) -> None:
     """Write ``verdict`` for ``proof_key`` (temp file + ``os.replace``); a cache that
     cannot be written is skipped silently (the proof simply runs again next time)."""
+    text = json.dumps({"key": proof_key, "verdict": verdict}, sort_keys=True)
+    _write(_path(proof_key), text.encode("utf-8"))
+
+
+def _write(path: str, data: bytes) -> None:
+    """``data`` into ``path`` (temp file + ``os.replace``, the user's umask), or nothing
+    when the cache is off or cannot be written."""
     if not enabled():
         return
-    path = _path(proof_key)
     with contextlib.suppress(OSError):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd, temp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".proof-")
         try:
             os.fchmod(fd, 0o666 & ~_umask())
-            with os.fdopen(fd, "w", encoding="utf-8") as stream:
-                json.dump({"key": proof_key, "verdict": verdict}, stream, sort_keys=True)
+            with os.fdopen(fd, "wb") as stream:
+                stream.write(data)
             os.replace(temp, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.remove(temp)
             raise
+
+
+def _payload_path(proof_key: dict, name: str) -> str:
+    return _path(proof_key)[: -len(".json")] + f".{name}.bin"
+
+
+def store_payload(proof_key: dict, name: str, data: bytes) -> None:
+    """Keep ``data`` (derived by the proof of ``proof_key``) under ``name``: its sha256,
+    then the bytes."""
+    _write(_payload_path(proof_key, name), hashlib.sha256(data).digest() + data)
+
+
+def load_payload(proof_key: dict, name: str) -> bytes | None:
+    """The bytes kept under ``name`` for ``proof_key``, or None when there are none or they
+    do not match their sha256."""
+    if not enabled():
+        return None
+    try:
+        with open(_payload_path(proof_key, name), "rb") as stream:
+            stored = stream.read()
+    except OSError:
+        return None
+    digest, data = stored[:32], stored[32:]
+    return data if len(stored) >= 32 and hashlib.sha256(data).digest() == digest else None
 
 
 def proven_once(kind: str, data: bytes, libraries: Sequence[str],

@@ -6,7 +6,9 @@ with no Python per document on the lines ``json_scan`` proves the native reader 
 as Python's ``json`` does: those go to the tokenizer's ``block_encoder`` in one call per
 key; the others (invalid or unusual lines, texts with unproven characters) go through
 the exact path, and both are merged in line order. A tokenizer without a block encoder,
-or sentence splitting, takes the exact path for the whole block.
+or sentence splitting, takes the exact path for the whole block, as does a block encoder
+that reads JSON with Python's ``json`` itself (``reads_json_natively`` false: it must
+normalize the texts first), whose ``encode_batch`` the exact path then calls.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def tokenize_block(
         skip_bad_lines=skip_bad_lines, splitter=splitter, keep_empty=keep_empty,
     )
     native = getattr(tokenizer, "block_encoder", None) if splitter is None else None
-    if native is None or not data:
+    if native is None or not data or not getattr(native, "reads_json_natively", True):
         return tokenize_chunk(split_lines(data), tokenizer, json_keys, **options)
     # the whole block is encoded while it is scanned (the encoder releases the GIL); that
     # result is used when the scan leaves every line to it, as it mostly does

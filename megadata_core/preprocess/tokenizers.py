@@ -32,6 +32,8 @@ class BlockEncoder(Protocol):
 
     ``unproven``: int64 [k, 2] sorted, disjoint code point ranges [start, stop) where that
     is not proven; texts holding one go through the tokenizer's ``encode_batch`` instead.
+    An encoder may set ``reads_json_natively = False`` when its ``encode_jsonl`` parses
+    with Python's ``json`` (then blocks take the exact path, without the native scan).
     """
 
     unproven: np.ndarray

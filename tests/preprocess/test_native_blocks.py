@@ -61,6 +61,9 @@ def tokenizer_options(tmp_path_factory):
         "sp": ("SentencePieceTokenizer",
                {"tokenizer_model": files.write_sentencepiece_model(
                    directory, normalization="identity")}),
+        # nmt_nfkc: normalized by the array normalizer, then gigatoken; Python's json
+        "spn": ("SentencePieceTokenizer",
+                {"tokenizer_model": files.write_sentencepiece_model(directory)}),
         "tt": ("tiktoken", {"path": files.write_tiktoken_ranks(directory)}),
         "mtt": ("TikTokenizer", {"tokenizer_model": files.write_trained_tiktoken_json(directory),
                                  "vocab_size": 1000 + 1999, "tiktoken_pattern": "v2"}),
@@ -72,7 +75,7 @@ def _factory(options, name, encoder="auto"):
     return functools.partial(load_tokenizer, kind, encoder=encoder, **kwargs)
 
 
-@pytest.mark.parametrize("name", ["hf", "gpt2", "sp", "tt", "mtt"])
+@pytest.mark.parametrize("name", ["hf", "gpt2", "sp", "spn", "tt", "mtt"])
 def test_proven_types_take_gigatoken(tokenizer_options, name):
     tokenizer = _factory(tokenizer_options, name)()
     assert tokenizer.encoder.startswith("gigatoken"), tokenizer.encoder
@@ -108,7 +111,7 @@ lines = st.lists(
 )
 
 
-@pytest.mark.parametrize("name", ["hf", "sp", "tt", "mtt"])
+@pytest.mark.parametrize("name", ["hf", "sp", "spn", "tt", "mtt"])
 @settings(max_examples=60, deadline=None)
 @given(block=lines, skip_bad_lines=st.booleans(), keep_empty=st.booleans())
 def test_block_path_equals_exact_path(tokenizer_options, name, block, skip_bad_lines,
@@ -141,7 +144,7 @@ def _odd_corpus(directory, count=400):
     return path
 
 
-@pytest.mark.parametrize("name", ["hf", "sp", "tt", "mtt"])
+@pytest.mark.parametrize("name", ["hf", "sp", "spn", "tt", "mtt"])
 def test_one_corpus_whatever_runs_it(tmp_path, tokenizer_options, name, monkeypatch):
     source = _odd_corpus(str(tmp_path))
     run = functools.partial(preprocess_jsonl, [source], append_eod=True, chunk_bytes=2048)
@@ -205,7 +208,8 @@ def test_a_task_on_threads_names_the_files_line_numbers(tmp_path, tokenizer_opti
                          task_size=300, engine=local_engine(1))
 
 
-def test_parquet_gives_the_jsonl_corpus(tmp_path, tokenizer_options):
+@pytest.mark.parametrize("name", ["hf", "spn"])
+def test_parquet_gives_the_jsonl_corpus(tmp_path, tokenizer_options, name):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
@@ -222,7 +226,7 @@ def test_parquet_gives_the_jsonl_corpus(tmp_path, tokenizer_options):
     with open(jsonl, "w", encoding="utf-8") as stream:
         for text in table.column("text").to_pylist():
             stream.write(json.dumps({"text": text}) + "\n")
-    giga = _factory(tokenizer_options, "hf")
+    giga = _factory(tokenizer_options, name)
     expected = files_of(preprocess_jsonl([jsonl], str(tmp_path / "j"), giga, append_eod=True)
                         .output_prefixes["text"])
     for workers in (1, 2):
@@ -284,7 +288,7 @@ def test_in_order_keeps_its_threads_and_a_forked_child_starts_its_own():
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-@pytest.mark.parametrize("name", ["hf", "gpt2", "sp", "tt", "mtt"])
+@pytest.mark.parametrize("name", ["hf", "gpt2", "sp", "spn", "tt", "mtt"])
 def test_threads_encoding_at_once_take_instances_of_their_own(tokenizer_options, name):
     """gigatoken runs one call at a time per instance: a thread finding every instance busy
     loads another from the proven source (up to MAX_INSTANCES; then it shares one), with

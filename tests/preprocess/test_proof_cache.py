@@ -40,7 +40,7 @@ def proofs(monkeypatch):
         monkeypatch.setattr(module, attribute, run)
 
     counted("canonical", byte_level_bpe, "_self_consistent")
-    counted("battery", gigatoken_encoders, "_battery")
+    counted("battery", gigatoken_encoders, "battery")
     return counts
 
 
@@ -105,7 +105,7 @@ def test_a_damaged_cache_file_is_recomputed(hf_tokenizer, proofs, damage):
 
 def test_a_negative_verdict_is_kept_too(hf_tokenizer, proofs, monkeypatch):
     cache = os.environ["MEGADATA_CACHE"]
-    monkeypatch.setattr(gigatoken_encoders, "_battery", lambda *args, **kw: "they differ")
+    monkeypatch.setattr(gigatoken_encoders, "battery", lambda *args, **kw: "they differ")
     first = _load(hf_tokenizer)
     assert first.block_encoder is None and "they differ" in first.encoder
     monkeypatch.undo()  # the real battery (which passes) back: the stored verdict wins

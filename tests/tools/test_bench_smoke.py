@@ -77,6 +77,18 @@ def test_bench_preprocess_peers_smoke(tmp_path):
     assert "where the time goes (s): ours, one thread: load (proof)" in out
 
 
+def test_bench_preprocess_small_smoke(tmp_path):
+    pytest.importorskip("gigatoken")
+    pytest.importorskip("sentencepiece")
+    out = _run_suite("preprocess", tmp_path, "--only", "small")
+    for label in ("byte-level BPE 32k", "SentencePiece BPE 16k identity",
+                  "SentencePiece BPE 16k nmt_nfkc"):
+        for workers in ("1 worker", "2 workers"):
+            assert f"{label}: ours {workers} vs gigatoken whole file (MB/s)" in out, out
+    assert "SentencePiece BPE 16k nmt_nfkc: ours corpus == sentencepiece's own" in out
+    assert "SentencePiece BPE 16k identity: gigatoken corpus == ours 1 worker: yes" in out
+
+
 def test_bench_preprocess_encoders_smoke(tmp_path):
     pytest.importorskip("gigatoken")
     pytest.importorskip("sentencepiece")

@@ -223,19 +223,19 @@ def bench_peers(bench, source: str, nbytes: int, tokenizers: dict) -> dict:
                     run_side(side, kind, options, source, prefix, workers, cache))
                 if name != "ours 1 worker" and not repeat:
                     _compare(bench, label, name, prefix, bench.path("peers", "ours-1-worker"))
-                    _remove(prefix)
+                    remove_corpus_files(prefix)
         _rows(bench, label, results, megabytes)
         giga = results.get("gigatoken")
         if giga:
             giga_mib_per_mb[label] = max(r["rss_mib"] - r["base_mib"] for r in giga) / megabytes
-        _remove(bench.path("peers", "ours-1-worker"))
+        remove_corpus_files(bench.path("peers", "ours-1-worker"))
     return giga_mib_per_mb
 
 
 def _compare(bench, label: str, name: str, prefix: str, ours: str) -> None:
     pairs = [(prefix + ext, ours + ext) for ext in (".bin", ".idx")]
     if name == "gigatoken" and label.startswith("SentencePiece"):
-        differ = _differing_documents(prefix, ours)
+        differ = differing_documents(prefix, ours)
         why = (" (it splits control pieces such as '<s>' out of the text, sentencepiece "
                "does not)" if differ else "")
         bench.note(f"{label}: gigatoken's own SentencePiece loader (Tokenizer.from_sentencepiece"
@@ -245,7 +245,7 @@ def _compare(bench, label: str, name: str, prefix: str, ours: str) -> None:
     bench.check(f"preprocess {label}: {name} corpus == ours 1 worker", same_files(*pairs))
 
 
-def _differing_documents(prefix: str, ours: str) -> int:
+def differing_documents(prefix: str, ours: str) -> int:
     from megadata_core import IndexedDataset
 
     mine, theirs = IndexedDataset(ours), IndexedDataset(prefix)
@@ -255,7 +255,7 @@ def _differing_documents(prefix: str, ours: str) -> int:
                if mine[i].shape != theirs[i].shape or (mine[i] != theirs[i]).any())
 
 
-def _remove(prefix: str) -> None:
+def remove_corpus_files(prefix: str) -> None:
     for ext in (".bin", ".idx"):
         if os.path.exists(prefix + ext):
             os.remove(prefix + ext)
@@ -338,7 +338,7 @@ def bench_rss_2g(bench, source: str, nbytes: int, tokenizers: dict, giga_mib_per
     prefix = bench.path("rss2g", "ours")
     progress(f"rss-2g: ours, {size_mb:,.0f} MB")
     ours = run_side("ours", kind, options, big, prefix, 1, bench.path("rss2g", "proofs"))
-    _remove(prefix)
+    remove_corpus_files(prefix)
     bench.row(f"{label}, {size_mb:,.0f} MB input: ours 1 worker, end to end", "MB/s", "higher",
               size_mb / ours["seconds"], None, 1)
     needed = giga_mib_per_mb.get(label, 0.0) * size_mb
@@ -353,7 +353,7 @@ def bench_rss_2g(bench, source: str, nbytes: int, tokenizers: dict, giga_mib_per
     else:
         progress(f"rss-2g: gigatoken, {size_mb:,.0f} MB")
         giga = run_side("gigatoken", kind, options, big, bench.path("rss2g", "giga"), 1)
-        _remove(bench.path("rss2g", "giga"))
+        remove_corpus_files(bench.path("rss2g", "giga"))
         theirs = giga["rss_mib"]
     bench.row(f"{label}, {size_mb:,.0f} MB input: peak RSS, ours 1 worker vs gigatoken", "MiB",
               "lower", ours["rss_mib"], theirs, 1)
@@ -392,8 +392,8 @@ def bench_large(bench, tokenizers: dict, giga_mib_per_mb: dict) -> None:
                     if not repeat:
                         _compare(bench, f"{label} (large)", "gigatoken", prefix,
                                  bench.path("large", "ours"))
-                    _remove(prefix)
-        _remove(bench.path("large", "ours"))
+                    remove_corpus_files(prefix)
+        remove_corpus_files(bench.path("large", "ours"))
 
         rate = {side: megabytes / statistics.median(r["seconds"] for r in runs)
                 for side, runs in results.items()}
@@ -464,14 +464,14 @@ def bench_modes(bench, source: str, nbytes: int, tokenizers: dict) -> None:
                              for ext in (".bin", ".idx")]
                     bench.check(f"modes: {form} corpus == .jsonl's", same_files(*pairs))
                 for extra in ["", *[f"-{k}" for k in range(1, len(keys))]]:
-                    _remove(prefix + extra)
+                    remove_corpus_files(prefix + extra)
     rate = {form: len(forms[form][1]) * nbytes / 1e6 / statistics.median(values)
             for form, values in seconds.items()}
     for form in forms:
         if form != ".jsonl":
             bench.row(f"{label}: ours 1 worker, input {form} vs .jsonl", "MB/s", "higher",
                       rate[form], rate[".jsonl"], bench.repeats)
-    _remove(reference)
+    remove_corpus_files(reference)
     _modes_s3(bench, source, nbytes, kind, options, cache)
     shutil.rmtree(directory, ignore_errors=True)
 
@@ -525,7 +525,7 @@ def _modes_s3(bench, source: str, nbytes: int, kind: str, options: dict, cache: 
     finally:
         server.stop()
         for name in ("local", "s3"):
-            _remove(bench.path("modes", name))
+            remove_corpus_files(bench.path("modes", name))
 
 
 def _store_pace(endpoint: str, nbytes: int) -> float:
@@ -617,7 +617,7 @@ def bench_encoders(bench, source: str, nbytes: int, tokenizers: dict) -> None:
                   "MB/s", "higher", nbytes / 1e6 / statistics.median(seconds["auto"]),
                   nbytes / 1e6 / statistics.median(seconds["reference"]), bench.repeats)
         for encoder in seconds:
-            _remove(bench.path("encoders", encoder))
+            remove_corpus_files(bench.path("encoders", encoder))
 
 
 def peer_items(bench) -> None:

@@ -65,7 +65,10 @@ def suite_preprocess_scale(bench: Bench) -> None:
     plan's engines vs one process; Ray's start; a worker's memory vs corpus size."""
     from bench.format import make_jsonl
     from bench.preprocess_peers import peer_items
+    from bench.preprocess_small import bench_small
 
+    if bench.wants("small"):
+        bench_small(bench)
     peer_items(bench)
     if not bench.wants("scale"):
         return
