@@ -256,7 +256,7 @@ class GigaEncoder:
             encoded = [text.encode("utf-8") for text in texts]
             offsets = np.zeros(len(encoded) + 1, np.int64)
             np.cumsum([len(raw) for raw in encoded], out=offsets[1:])
-            return self.encode_utf8(np.frombuffer(b"".join(encoded), np.uint8), offsets)
+            return self._normalized_utf8(b"".join(encoded), offsets)
         with self._instance() as tokenizer:
             return self._ids(_arrays(tokenizer.encode_batch(list(texts), parallel=False)))
 
@@ -272,13 +272,18 @@ class GigaEncoder:
     def encode_utf8(self, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.normalizer is None:
             return self._encode_utf8(data, offsets)
-        data, offsets = np.asarray(data, np.uint8), np.asarray(offsets, np.int64)
+        return self._normalized_utf8(np.asarray(data, np.uint8), np.asarray(offsets, np.int64))
+
+    def _normalized_utf8(self, data: np.ndarray | bytes, offsets: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """``encode_utf8`` through the normalizer: the rows it leaves to the reference
+        encoded by ``reference_batch``."""
         normalized, normalized_offsets, reference = self.normalizer.normalize(data, offsets)
         ids, lengths = self._encode_utf8(normalized, normalized_offsets)
         if not reference.any():
             return ids, lengths
         rows = np.flatnonzero(reference)
-        raw = data.tobytes()
+        raw = data if isinstance(data, bytes) else data.tobytes()
         theirs = self._reference_batch([raw[offsets[i] : offsets[i + 1]].decode("utf-8")
                                         for i in rows.tolist()])
         return replace_rows((ids, lengths), rows, theirs)

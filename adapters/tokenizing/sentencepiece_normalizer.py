@@ -300,13 +300,16 @@ class Normalizer:
 
     # -- the arrays ----------------------------------------------------------------------
 
-    def normalize(self, data: np.ndarray, offsets: np.ndarray
+    def normalize(self, data: np.ndarray | bytes, offsets: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(uint8 normalized texts, int64[n + 1] their offsets, bool[n] rows left to the
-        reference) of the valid UTF-8 texts ``data[offsets[i]:offsets[i + 1]]``. A
-        normalized text is what gigatoken's prefix-and-escape normalizer takes next."""
-        data = np.asarray(data, np.uint8)
+        reference) of the valid UTF-8 texts ``data[offsets[i]:offsets[i + 1]]`` (uint8, or
+        bytes: not copied). A normalized text is what gigatoken's prefix-and-escape
+        normalizer takes next."""
         offsets = np.asarray(offsets, np.int64)
+        given = data if isinstance(data, bytes) and not offsets[0] else None
+        data = np.frombuffer(data, np.uint8) if isinstance(data, bytes) else np.asarray(
+            data, np.uint8)
         if offsets[0]:
             data, offsets = data[offsets[0] : offsets[-1]], offsets - offsets[0]
         raw_lengths = np.diff(offsets)
@@ -315,7 +318,7 @@ class Normalizer:
         points, widths = _code_points(data, leads)
         if self._pairs.size:
             self._mark_pairs(data, offsets, leads, points, widths, reference)
-        raw = data.tobytes()
+        raw = given if given is not None and len(given) == data.size else data.tobytes()
         if not self._ascii_identity:
             translated = raw.translate(self._ascii_table, self._ascii_deleted)
             if len(translated) != len(raw):  # deleted bytes: offsets and leads move

@@ -81,6 +81,40 @@ def test_which_scheme_splits_as_which_expression(tmp_path):
     assert giga.CL100K_SCHEME == "olmo3" and giga.MEGATRON_SCHEMES == {"v2": "nemotron"}
 
 
+def test_no_scheme_plus_a_pre_split_gives_v1(tmp_path):
+    """A pre-split of ours can only add cuts to a scheme's; every scheme cuts some text
+    inside one of Megatron's v1 pre-tokens (qwen2, the closest, makes every cut v1 makes
+    and splits contractions off letters: ``'S中``), so no scheme plus a pre-split splits
+    as v1: v1 stays on tiktoken."""
+    rng = np.random.default_rng(0)
+    texts = list(giga.BATTERY) + ["".join(rng.choice(PIECES, size=int(rng.integers(1, 9))))
+                                  for _ in range(3000)]
+    substrings = set()
+    for text in texts:
+        raw = text.encode()
+        substrings.update(raw[i:j] for i in range(len(raw)) for j in range(i + 2, len(raw) + 1))
+    tokens = [bytes([b]) for b in range(256)] + sorted(substrings, key=lambda s: (len(s), s))
+    path = _write_ranks(tmp_path / "substrings.tiktoken", tokens)
+    ranks = {token: rank for rank, token in enumerate(tokens)}
+    v1 = tiktoken.Encoding(name="v1", pat_str=TIKTOKEN_PATTERNS["v1"], mergeable_ranks=ranks,
+                           special_tokens={})
+
+    def cuts(ids) -> set[int]:  # each pre-token is one token: its end is a cut
+        return set(np.cumsum([len(tokens[i]) for i in ids]).tolist())
+
+    theirs = [cuts(v1.encode_ordinary(text)) for text in texts]
+    inside = {}
+    for scheme in SCHEMES:
+        tokenizer = gigatoken.Tokenizer.from_tiktoken(path, pretokenizer=scheme)
+        ids, lengths = giga._arrays(tokenizer.encode_batch(texts, parallel=False))
+        mine = [cuts(part.tolist()) for part in np.split(ids, np.cumsum(lengths)[:-1])]
+        inside[scheme] = [texts[i] for i in range(len(texts)) if mine[i] - theirs[i]]
+        if scheme == "qwen2":
+            assert all(theirs[i] <= mine[i] for i in range(len(texts)))
+    assert all(inside.values()), {scheme: len(found) for scheme, found in inside.items()}
+    assert "\x0b1234'S中" in inside["qwen2"]
+
+
 def _code_points() -> list[int]:
     """Every BMP code point but surrogates, every astral one Python's tables assign below
     the private use planes, and the ends of those planes (all private use, one class)."""

@@ -85,8 +85,9 @@ def test_bench_preprocess_small_smoke(tmp_path):
                   "SentencePiece BPE 16k nmt_nfkc"):
         for workers in ("1 worker", "2 workers"):
             assert f"{label}: ours {workers} vs gigatoken whole file (MB/s)" in out, out
-    assert "SentencePiece BPE 16k nmt_nfkc: ours corpus == sentencepiece's own" in out
-    assert "SentencePiece BPE 16k identity: gigatoken corpus == ours 1 worker: yes" in out
+    for label in ("SentencePiece BPE 16k identity", "SentencePiece BPE 16k nmt_nfkc"):
+        assert f"{label}: ours corpus == sentencepiece's own (--encoder reference): yes" in out
+    assert "byte-level BPE 32k: gigatoken corpus == ours 1 worker: yes" in out
 
 
 def test_bench_preprocess_encoders_smoke(tmp_path):
