@@ -140,9 +140,14 @@ FRAGMENTS = ["  ", "   ", "\t", "\n", "\r\n", "\x0b", "\x00", "\x01", "\x7f", " 
              "<unk>", "e\u0301", "A\u030a", "\u1100\u1161\u11a8", "\u3042\u3099", "\uff21",
              "\ufb01", "\u2026", "\u00a8", "\u2163", "\u337b", "\u00e9", "\u2603", "A", "Zürich",
              "東京", "😀", "a", "ab", "the", " cat", "123", "\u0130", "\u00df", "\u1e9e"]
+# categories the map and the whitespace rules touch: marks (compositions), separators,
+# controls, format characters, compatibility letters, symbols and digits
+CATEGORIES = ("Mn", "Mc", "Zs", "Zl", "Zp", "Cc", "Cf", "Co", "Lm", "Lo", "Lt", "So", "Sk",
+              "Nd", "Nl", "No", "Pd", "Ps")
 texts = st.lists(st.one_of(
     st.lists(st.sampled_from(FRAGMENTS), max_size=10).map("".join),
     st.text(st.characters(codec="utf-8"), max_size=20),
+    st.text(st.characters(categories=CATEGORIES), max_size=12),
 ), max_size=12)
 
 
