@@ -302,16 +302,17 @@ class GigaEncoder:
 
 def _jsonl_texts(block: bytes, key: str) -> list[str]:
     """``key``'s text on each non-empty line of ``block``, up to the first line that is not
-    a JSON object holding it as a string (a native reader stops there)."""
+    a JSON object holding it as a string of valid Unicode (a native reader stops there)."""
     texts = []
     for line in block.split(b"\n"):
         if not line:
             continue
         try:
             text = json.loads(line)[key]
+            if not isinstance(text, str) or not text.isascii() and (
+                    text.encode("utf-8", "surrogatepass") != text.encode("utf-8", "ignore")):
+                break
         except (ValueError, KeyError, TypeError):
-            break
-        if not isinstance(text, str):
             break
         texts.append(text)
     return texts

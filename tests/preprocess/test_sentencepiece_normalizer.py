@@ -192,6 +192,18 @@ def test_maps_the_proof_does_not_cover_stay_on_sentencepiece(tmp_path, rules):
     assert _split(*tokenizer.encode_batch(batch)) == _reference(tokenizer, batch)
 
 
+def test_a_model_with_user_defined_symbols_stays_on_sentencepiece(tmp_path):
+    """sentencepiece keeps user-defined symbols whole (its normalizer skips them, its
+    merging freezes them): the proof does not cover them, so their texts keep its ids."""
+    path = train(str(tmp_path), "user symbols", {"user_defined_symbols": ["<sep>", "[MASK]"]})
+    tokenizer = SentencePieceTokenizer(path)
+    assert tokenizer.block_encoder is None
+    assert tokenizer.encoder == ("sentencepiece (not gigatoken: it has user-defined or unused "
+                                 "pieces)")
+    batch = ["a <sep> b[MASK]c", "<s> x </s>", "\uff21<sep>\u3000"]
+    assert _split(*tokenizer.encode_batch(batch)) == _reference(tokenizer, batch)
+
+
 @pytest.mark.parametrize("damage, why", [
     (lambda blob: blob[:3], "shorter than its 4-byte trie size"),
     (lambda blob: struct.pack("<I", len(blob)) + blob[4:], "does not fit"),
@@ -258,3 +270,19 @@ def test_tables_round_trip_and_foreign_bytes_are_refused(tokenizers):
     np.savez(stream, ascii=np.zeros(3, np.uint8))
     assert Normalizer.from_tables(stream.getvalue(), **flags) is None
     assert CODE_POINTS == 0x110000
+
+
+def test_encode_jsonl_reads_lines_as_pythons_json_and_stops_where_a_reader_would(tokenizers):
+    """A normalizing encoder's ``encode_jsonl`` (the block protocol; preprocessing takes its
+    exact path instead): each line's text normalized then encoded, up to the first line
+    that is not an object holding the key as valid Unicode."""
+    tokenizer = tokenizers["nmt_nfkc"]
+    encoder = tokenizer.block_encoder
+    good = ['{"text": "Ｈｅｌｌｏ\\t  world"}', '{"id": 3, "text": "e\\u0301 <s>"}', "",
+            '{"text": ""}']
+    ids, lengths = encoder.encode_jsonl("\n".join(good).encode() + b"\n", "text")
+    texts = ["Ｈｅｌｌｏ\t  world", "e\u0301 <s>", ""]
+    assert _split(ids, lengths) == _reference(tokenizer, texts)
+    for bad in ('{"text": "lone \\ud800"}', '{"text": 1}', "[1]", "{oops", '{"other": "x"}'):
+        block = f'{good[0]}\n{bad}\n{good[1]}\n'.encode()
+        assert encoder.encode_jsonl(block, "text")[1].size == 1, bad
