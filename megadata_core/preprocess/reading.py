@@ -157,7 +157,8 @@ def take_lines(data: bytes, room: int) -> tuple[bytes, bytes, int]:
 def read_blocks(stream: BinaryIO, block_bytes: int, limit: int = -1) -> Iterator[bytes]:
     """Whole lines of ``stream`` in blocks of about ``block_bytes`` (a longer line is one
     block of its own), up to ``limit`` bytes when not negative (a plan's byte range ends on
-    a line end). A plain local file is mapped, each block copied from the map once."""
+    a line end). A plain local file is mapped, each block copied from the map once (as
+    any mapped read, a file truncated while it is read ends the process with SIGBUS)."""
     if _plain_file(stream):
         yield from _mapped_blocks(stream, block_bytes, limit)
         return
@@ -216,8 +217,9 @@ def _mapped_blocks(stream: io.BufferedReader, block_bytes: int, limit: int) -> I
                     cut = cut or end
                 yield mapped[position:cut]
                 position = cut
-        finally:
-            stream.seek(position)
+        finally:  # (a generator closed after its file was: nothing to leave it at)
+            if not stream.closed:
+                stream.seek(position)
 
 
 def read_chunks(

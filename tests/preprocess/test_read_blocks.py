@@ -57,3 +57,13 @@ def test_a_compressed_file_is_read_not_mapped(tmp_path):
     with gzip.open(path, "rb") as stream:
         assert not _plain_file(stream)
         assert b"".join(read_blocks(stream, 16)) == b'{"text": "a"}\n' * 10
+
+
+def test_a_generator_closed_after_its_file_raises_nothing(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"text": "a"}\n' * 50)
+    stream = open(path, "rb", buffering=1 << 20)
+    blocks = read_blocks(stream, 32)
+    assert next(blocks).endswith(b"\n")
+    stream.close()
+    blocks.close()  # its finally must not seek the closed file
