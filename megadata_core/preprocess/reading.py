@@ -10,7 +10,7 @@ import os
 import stat
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, cast
+from typing import BinaryIO, TypeGuard, cast
 
 import numpy as np
 
@@ -185,7 +185,7 @@ def read_blocks(stream: BinaryIO, block_bytes: int, limit: int = -1) -> Iterator
         yield b"".join(pieces)
 
 
-def _plain_file(stream) -> bool:
+def _plain_file(stream) -> TypeGuard[io.BufferedReader]:
     """Whether ``stream`` reads a regular local file as it is (not through a decompressor)."""
     if not (isinstance(stream, io.BufferedReader) and isinstance(stream.raw, io.FileIO)):
         return False
