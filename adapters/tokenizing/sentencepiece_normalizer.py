@@ -48,7 +48,6 @@ import numpy as np
 
 __all__ = ["Normalizer", "read_charsmap"]
 
-SPACE_SYMBOL = "\u2581".encode()  # ▁, E2 96 81
 MAX_KEY_BYTES = 32  # sentencepiece reads at most 32 prefix matches (kMaxTrieResultsSize)
 MAX_FRONTIER = 1 << 22
 CODE_POINTS = 0x110000

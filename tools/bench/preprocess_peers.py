@@ -88,12 +88,8 @@ def real_text_jsonl(path: str, max_bytes: int) -> tuple[int, int]:
     return documents, written
 
 
-def train_tokenizers(jsonl: str, directory: str, train_bytes: int) -> dict:
-    """label -> (tokenizer type, options): a byte-level BPE tokenizer.json (32k) and a
-    SentencePiece BPE model (16k, byte fallback, identity normalization)."""
-    import sentencepiece
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
+def training_texts(jsonl: str, train_bytes: int) -> list[str]:
+    """The first texts of ``jsonl``, up to just past ``train_bytes`` characters."""
     texts, size = [], 0
     with open(jsonl, encoding="utf-8") as stream:
         for line in stream:
@@ -101,6 +97,16 @@ def train_tokenizers(jsonl: str, directory: str, train_bytes: int) -> dict:
             size += len(texts[-1])
             if size > train_bytes:
                 break
+    return texts
+
+
+def train_tokenizers(jsonl: str, directory: str, train_bytes: int) -> dict:
+    """label -> (tokenizer type, options): a byte-level BPE tokenizer.json (32k) and a
+    SentencePiece BPE model (16k, byte fallback, identity normalization)."""
+    import sentencepiece
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    texts = training_texts(jsonl, train_bytes)
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()

@@ -17,7 +17,6 @@ documents where gigatoken's own SentencePiece loader gives other ids.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -29,6 +28,7 @@ from bench.preprocess_peers import (
     remove_corpus_files,
     run_side,
     train_tokenizers,
+    training_texts,
 )
 
 SIZES = (50_000_000, 85_000_000)
@@ -41,13 +41,7 @@ def train_nmt_nfkc(jsonl: str, directory: str, train_bytes: int) -> tuple[str, d
     normalization (``nmt_nfkc``, extra whitespace removed, dummy prefix)."""
     import sentencepiece
 
-    texts, size = [], 0
-    with open(jsonl, encoding="utf-8") as stream:
-        for line in stream:
-            texts.append(json.loads(line)["text"])
-            size += len(texts[-1])
-            if size > train_bytes:
-                break
+    texts = training_texts(jsonl, train_bytes)
     model = os.path.join(directory, "sp-nmt_nfkc")
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(texts[:3000]), model_prefix=model, vocab_size=16_000,
