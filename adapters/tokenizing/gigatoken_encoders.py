@@ -21,7 +21,14 @@ classes follow the Unicode tables each library was built with, and gigatoken's a
 texts holding a code point unassigned in Unicode 14.0 (``megadata_adapters.tokenizing.unicode_14``)
 go to the
 reference encoder; on every other code point the classes agree (``tests/adapters``
-compares every code point).
+compares every code point). Such a text is cut before each newline that follows a
+printable ASCII character other than a space (:data:`GPT2_CUTS`), and only its pieces
+holding such a code point go to the reference: GPT-2's expression always ends a pre-token
+there (no alternative matches both a non-space character and a newline; the alternatives
+ending on that character stop before a newline whatever follows; the one lookahead,
+``\\s+(?!\\S)``, looks only past whitespace) and starts the next one there, so the
+pieces' pre-tokens are the whole text's; no added token holding a newline (checked)
+means none crosses a cut.
 
 SentencePiece BPE (``SentencePieceTokenizer``, ``GPTSentencePieceTokenizer``,
 ``Llama2Tokenizer``): ``megadata_adapters.tokenizing.gigatoken_sentencepiece`` (the same
@@ -87,6 +94,9 @@ from megadata_adapters.tokenizing.unicode_14 import unassigned_14
 __all__ = ["GigaEncoder", "available", "byte_level", "megatron_tiktoken", "tiktoken_ranks"]
 
 MAX_INSTANCES = 4  # gigatoken instances one encoder loads for threads encoding at once
+LONG_TEXT = 512  # characters from which arrays find unproven code points faster than a regex
+# where GPT-2's expression always cuts a text between pre-tokens (the module docstring)
+GPT2_CUTS = re.compile(r"(?<=[!-~])\n")
 
 # Texts every proof checks against the reference encoder before it is trusted.
 BATTERY = [
@@ -179,7 +189,7 @@ class GigaEncoder:
     def __init__(self, tokenizer, unproven: np.ndarray, proof: str,
                  loaded_from: str = "config", source: dict | str | None = None,
                  backend: str = "", shift: tuple[int, int] | None = None,
-                 normalizer=None, reference_batch=None) -> None:
+                 normalizer=None, reference_batch=None, cuts: re.Pattern | None = None) -> None:
         import awkward  # noqa: F401 - gigatoken's results; imported once, before workers fork
 
         self._tokenizer = tokenizer
@@ -189,6 +199,7 @@ class GigaEncoder:
         self._source, self._backend = source, backend
         self.shift = shift
         self.normalizer, self._reference_batch = normalizer, reference_batch
+        self.cuts = cuts
         self._finder = _character_class(unproven)
         self._idle = [tokenizer]
         self._instances = 1
@@ -198,7 +209,7 @@ class GigaEncoder:
         """This encoder (the same gigatoken) sending the texts of ``unproven`` elsewhere."""
         return GigaEncoder(self._tokenizer, unproven, self.proof, self.loaded_from,
                            self._source, self._backend, self.shift, self.normalizer,
-                           self._reference_batch)
+                           self._reference_batch, self.cuts)
 
     @contextlib.contextmanager
     def _instance(self) -> Iterator:
@@ -232,8 +243,28 @@ class GigaEncoder:
 
     def needs_reference(self, text: str) -> bool:
         """Whether ``text`` holds a character whose ids are not proven equal."""
-        return self._finder is not None and not text.isascii() and bool(
-            self._finder.search(text))
+        if self._finder is None or text.isascii():
+            return False
+        if len(text) < LONG_TEXT:
+            return bool(self._finder.search(text))
+        return bool(self._held(text).size)
+
+    def _held(self, text: str) -> np.ndarray:
+        """Where ``text`` holds a code point of ``unproven`` (int64 character offsets)."""
+        points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
+        slot = np.searchsorted(self.unproven[:, 0], points, side="right") - 1
+        return np.flatnonzero((slot >= 0) & (points < self.unproven[np.maximum(slot, 0), 1]))
+
+    def pieces(self, text: str) -> tuple[list[str], np.ndarray]:
+        """``text`` cut where ``cuts`` matches (no cut changes the ids: see the module
+        docstring), and which pieces hold a code point of ``unproven`` (bool)."""
+        starts = [0]
+        if self.cuts is not None:
+            starts.extend(found.start() for found in self.cuts.finditer(text))
+        pieces = [text[start:stop] for start, stop in zip(starts, [*starts[1:], len(text)])]
+        holds = np.zeros(len(pieces), bool)
+        holds[np.searchsorted(np.asarray(starts), self._held(text), side="right") - 1] = True
+        return pieces, holds
 
     def _ids(self, found: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """gigatoken's (ids, lengths) as this tokenizer's ids (``shift``)."""
@@ -400,7 +431,7 @@ def byte_level(
         if tokenizer is None:
             return None, why
         return GigaEncoder(tokenizer, unassigned_14(), BYTE_LEVEL_PROOF, proven, source,
-                           "BPETokenizer"), ""
+                           "BPETokenizer", cuts=_gpt2_cuts(added)), ""
     results = [left + right for left, right in merges]
     ids = np.fromiter((vocab[token] for token in results), np.int64, len(results))
     if ids.size and (np.diff(ids) <= 0).any():
@@ -422,8 +453,13 @@ def byte_level(
         why = battery(tokenizer, reference, extra=list(added))
         if not why:
             return GigaEncoder(tokenizer, unassigned_14(), BYTE_LEVEL_PROOF, loaded_from,
-                               source, "BPETokenizer"), ""
+                               source, "BPETokenizer", cuts=_gpt2_cuts(added)), ""
     return None, why
+
+
+def _gpt2_cuts(added: Mapping[str, int]) -> re.Pattern | None:
+    """:data:`GPT2_CUTS`, unless an added token holds a newline (it could cross a cut)."""
+    return None if any("\n" in token for token in added) else GPT2_CUTS
 
 
 BYTE_LEVEL_PROOF = "canonical byte-level BPE merges: same ids as pair merging"
@@ -543,23 +579,57 @@ def batch(
     giga: GigaEncoder, texts: Sequence[str], reference_batch
 ) -> tuple[np.ndarray, np.ndarray]:
     """(int64 ids, int64 lengths) of ``texts``: gigatoken's, but for the texts it must leave
-    to ``reference_batch(texts) -> (ids, lengths)``."""
+    to ``reference_batch(texts) -> (ids, lengths)`` (with ``cuts``: only their pieces
+    holding a code point it is not proven on)."""
     texts = list(texts)
     others = [i for i, text in enumerate(texts) if giga.needs_reference(text)]
     if not others:
         ids, lengths = giga.encode_batch(texts)
         return ids.astype(np.int64), lengths
-    mine = np.ones(len(texts), bool)
-    mine[others] = False
-    first = giga.encode_batch([t for t, m in zip(texts, mine) if m])
-    second = reference_batch([texts[i] for i in others])
-    order = np.argsort(np.concatenate([np.flatnonzero(mine), others]), kind="stable")
+    if giga.cuts is not None:
+        return _in_pieces(giga, texts, others, reference_batch)
+    theirs = np.zeros(len(texts), bool)
+    theirs[others] = True
+    return _split(giga, texts, theirs, reference_batch)
+
+
+def _split(giga: GigaEncoder, texts: list[str], theirs: np.ndarray, reference_batch
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 ids, int64 lengths) of ``texts``: those at ``theirs`` (bool) by
+    ``reference_batch``, the others by gigatoken."""
+    mine = np.flatnonzero(~theirs)
+    others = np.flatnonzero(theirs)
+    first = giga.encode_batch([texts[i] for i in mine.tolist()])
+    second = reference_batch([texts[i] for i in others.tolist()])
+    order = np.argsort(np.concatenate([mine, others]), kind="stable")
     ids = np.concatenate([np.asarray(first[0], np.int64), np.asarray(second[0], np.int64)])
-    lengths = np.concatenate([first[1], np.asarray(second[1], np.int64)])
+    lengths = np.concatenate([np.asarray(first[1], np.int64), np.asarray(second[1], np.int64)])
     starts = (np.cumsum(lengths) - lengths)[order]
     lengths = lengths[order]
     index = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(lengths.sum())
     return ids[index], lengths
+
+
+def _in_pieces(giga: GigaEncoder, texts: list[str], others: list[int], reference_batch
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """``batch`` with each text of ``others`` cut into ``giga.pieces``: (ids, lengths) of
+    ``texts``, each the concatenation of its pieces'."""
+    parts: list[str] = []
+    theirs: list[np.ndarray] = []
+    counts = np.ones(len(texts), np.int64)
+    start = 0
+    for index in others:  # (few: texts holding an unproven code point)
+        parts.extend(texts[start:index])
+        theirs.append(np.zeros(index - start, bool))
+        pieces, holds = giga.pieces(texts[index])
+        parts.extend(pieces)
+        theirs.append(holds)
+        counts[index] = len(pieces)
+        start = index + 1
+    parts.extend(texts[start:])
+    theirs.append(np.zeros(len(texts) - start, bool))
+    ids, lengths = _split(giga, parts, np.concatenate(theirs), reference_batch)
+    return ids, np.add.reduceat(lengths, np.cumsum(counts) - counts)
 
 
 # -- tiktoken ranks files --------------------------------------------------------------------

@@ -134,6 +134,8 @@ class GigaFirst:
         """``ids_dtype``[n] ids of ``text``."""
         if self.block_encoder is not None and not self.block_encoder.needs_reference(text):
             return self.block_encoder.encode(text).astype(self.ids_dtype, copy=False)
+        if self.block_encoder is not None and self.block_encoder.cuts is not None:
+            return self.encode_batch([text])[0].astype(self.ids_dtype, copy=False)  # in pieces
         return np.asarray(self._reference(text), dtype=self.ids_dtype)
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -93,6 +93,50 @@ def test_batch_same_ids_as_tokenizers(tokenizers_pair, batch):
         assert ids.tolist() == sum(expected, [])
 
 
+# code points unassigned in Unicode 14.0 (the reference encodes what holds them), and the
+# places GPT-2's expression is cut at (a newline after printable ASCII) or not
+UNPROVEN_PIECES = ["\U00010d70", "\ua7cd", "\U0001fae8", "\U00016ebb", "a\n", ".\n", "'\n",
+                   "~\n", " \n", "\n", "\r\n", "\n\n", "é\n", "a", " b", "'s", "\t", "  ", "1",
+                   "東京", "<|endoftext|>", "\u2028"]
+long_texts = st.lists(st.sampled_from(UNPROVEN_PIECES), max_size=400).map("".join)
+
+
+@pytest.fixture(scope="module")
+def spaces_tokenizer(tmp_path_factory):
+    """A byte-level BPE trained on UNPROVEN_PIECES: merges across spaces and newlines
+    (" \\n", "\\n ", ".\\n"...), so that a wrong cut shows in the ids."""
+    rng = np.random.default_rng(0)
+    texts = ["".join(rng.choice(UNPROVEN_PIECES[4:], size=30)) for _ in range(3000)]
+    directory = files.write_hf_directory(str(tmp_path_factory.mktemp("spaces")), texts)
+    return load_tokenizer("HuggingFaceTokenizer", tokenizer_model=directory)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=st.lists(st.one_of(long_texts, texts), max_size=6))
+def test_texts_with_unproven_code_points_in_pieces(tokenizers_pair, spaces_tokenizer, batch):
+    """A text holding a code point gigatoken is not proven on is cut before each newline
+    after printable ASCII; only its pieces holding one go to the reference: the ids are
+    still tokenizers' own, text by text and in batches."""
+    for tokenizer in (*tokenizers_pair, spaces_tokenizer):
+        expected = [rust_ids(tokenizer, text) for text in batch]
+        assert [tokenizer.encode(text).tolist() for text in batch] == expected
+        ids, lengths = tokenizer.encode_batch(batch)
+        assert lengths.tolist() == [len(e) for e in expected]
+        assert ids.tolist() == sum(expected, [])
+
+
+def test_pieces_are_cut_only_where_no_added_token_crosses(tokenizers_pair):
+    pytest.importorskip("gigatoken", reason="the pieces are gigatoken's encoder's")
+    from megadata_adapters.tokenizing import gigatoken_encoders as giga
+
+    encoder = tokenizers_pair[1].block_encoder
+    pieces, holds = encoder.pieces("ab\n\U00010d70 c.\n d \n\ne\n")
+    assert pieces == ["ab", "\n\U00010d70 c.", "\n d \n\ne", "\n"]
+    assert holds.tolist() == [False, True, False, False]
+    assert giga._gpt2_cuts({"<|endoftext|>": 0}) is giga.GPT2_CUTS
+    assert giga._gpt2_cuts({"<|endoftext|>": 0, "a\nb": 1}) is None
+
+
 def test_every_basic_plane_character(tokenizers_pair):
     """Each BMP character between letters, digits, spaces and marks: tiktoken's and
     tokenizers' regex engines must class every one alike (letter, number, space)."""

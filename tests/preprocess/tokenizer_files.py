@@ -107,8 +107,9 @@ def write_sentencepiece_model(directory: str, vocab_size: int = 800, model_type=
     return path
 
 
-def write_hf_directory(directory: str) -> str:
-    """A HuggingFace tokenizer directory: tokenizer.json + tokenizer_config.json (eos </s>)."""
+def write_hf_directory(directory: str, texts: list[str] | None = None, name: str = "hf") -> str:
+    """A HuggingFace tokenizer directory ``name``: tokenizer.json (trained on ``texts``,
+    default ``training_text()``) + tokenizer_config.json (eos </s>)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -118,8 +119,8 @@ def write_hf_directory(directory: str) -> str:
         vocab_size=500, special_tokens=["<s>", "</s>", "<pad>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
-    tokenizer.train_from_iterator(training_text(), trainer)
-    path = os.path.join(directory, "hf")
+    tokenizer.train_from_iterator(training_text() if texts is None else texts, trainer)
+    path = os.path.join(directory, name)
     os.makedirs(path, exist_ok=True)
     tokenizer.save(os.path.join(path, "tokenizer.json"))
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
