@@ -278,7 +278,8 @@ class GigaEncoder:
     def encode(self, text: str) -> np.ndarray:
         if self.normalizer is not None:
             return self.encode_batch([text])[0].astype(np.int64)
-        ids = np.asarray(self._tokenizer.encode(text), dtype=np.int64)
+        with self._instance() as tokenizer:  # (another thread may be running an instance)
+            ids = np.asarray(tokenizer.encode(text), dtype=np.int64)
         return ids if self.shift is None else self._ids((ids, None))[0]
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

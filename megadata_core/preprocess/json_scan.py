@@ -17,8 +17,11 @@ only when, whatever the native reader does, Python's answer is known to be the s
   top-level key holds an escape, so none can spell a wanted key another way), and holds a
   string;
 * no ``\\u`` escape is a lone surrogate (Python keeps it, then ``check_unicode`` refuses
-  the text), and no character of the line lies in ``unproven`` (code point ranges where the
-  native encoder is not proven to give the reference ids).
+  the text).
+
+A native line holding a character in ``unproven`` (code point ranges where the native
+encoder is not proven to give the reference ids) is marked **reference**: the native reader
+reads it as Python does, but its texts must be encoded by the tokenizer's own ``encode``.
 
 How: one ``bytes.translate`` pass finds quotes, backslashes, newlines, control and
 non-ASCII bytes; backslash runs decide which quotes are escaped; the remaining quotes pair
@@ -37,7 +40,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-NATIVE, EMPTY, EXACT = 0, 1, 2  # line kinds: native reader, empty (b""), Python's path
+# line kinds: native reader, empty (b""), Python's path, native reader but the texts encoded
+# by the tokenizer (a character in ``unproven``)
+NATIVE, EMPTY, EXACT, REFERENCE = 0, 1, 2, 3
 
 # one translate pass: quote 1, backslash 2, newline 3, other control byte 4, non-ASCII 5
 _marks = bytearray(256)
@@ -79,7 +84,7 @@ MAX_BLOCK = 1 << 40  # positions and depths share one int64 key
 @dataclass
 class LineScan:
     """Lines of a block: byte ``starts``/``ends`` (end before the newline) and ``kinds``
-    (NATIVE, EMPTY or EXACT per line)."""
+    (NATIVE, EMPTY, EXACT or REFERENCE per line)."""
 
     starts: np.ndarray
     ends: np.ndarray
@@ -144,12 +149,14 @@ def scan_block(
         decoded = _utf8(a, high, mark)
         points = decoded if points is None else tuple(
             np.concatenate([mine, theirs]) for mine, theirs in zip(points, decoded))
+    holds_unproven = np.zeros(lines, bool)
     if unproven is not None and len(unproven) and points is not None:
         code, where = points
         slot = np.searchsorted(unproven[:, 0], code, side="right") - 1
-        risky = (slot >= 0) & (code < unproven[np.maximum(slot, 0), 1])
-        mark(where[risky])
-    kinds = np.where(bad | ~content, EXACT, NATIVE).astype(np.int8)
+        risky = where[(slot >= 0) & (code < unproven[np.maximum(slot, 0), 1])]
+        holds_unproven[np.searchsorted(newlines, risky)] = True
+    kinds = np.where(bad | ~content, EXACT, np.where(holds_unproven, REFERENCE, NATIVE))
+    kinds = kinds.astype(np.int8)
     kinds[ends == starts] = EMPTY
     return LineScan(starts, ends, kinds)
 

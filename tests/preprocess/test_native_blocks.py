@@ -312,3 +312,41 @@ def test_threads_encoding_at_once_take_instances_of_their_own(tokenizer_options,
         assert giga._instances == gigatoken_encoders.MAX_INSTANCES
     for ids, lengths in (beside, shared):
         assert (ids == alone[0]).all() and (lengths == alone[1]).all()
+
+
+class _OwnIdsOnUnproven:
+    """A tokenizer whose own ids (one more id, 0, at the end) differ from its block
+    encoder's on texts holding a code point that encoder is not proven on."""
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+        self.block_encoder = tokenizer.block_encoder
+        self.eod_id, self.vocab_size = tokenizer.eod_id, tokenizer.vocab_size
+
+    def encode(self, text):
+        ids = np.asarray(self._tokenizer.encode(text), np.int64)
+        return np.append(ids, 0) if self.block_encoder.needs_reference(text) else ids
+
+    def encode_batch(self, texts):
+        arrays = [self.encode(text) for text in texts]
+        return (np.concatenate(arrays) if arrays else np.zeros(0, np.int64),
+                np.array([len(ids) for ids in arrays], np.int64))
+
+
+@pytest.mark.parametrize("name", ["hf", "tt", "mtt"])
+@pytest.mark.parametrize("odd", [False, True])
+def test_lines_with_unproven_code_points_take_the_tokenizers_ids(tokenizer_options, name, odd):
+    """A line holding a code point the block encoder is not proven on is read natively, but
+    its text's ids are the tokenizer's own (beside exact-path lines or not)."""
+    tokenizer = _OwnIdsOnUnproven(_factory(tokenizer_options, name)())
+    lines = [b'{"text": "plain"}\n', '{"text": "new \U0001fae8 emoji", "id": 1}\n'.encode(),
+             b'{"text": "caf\\u00e9"}\n', b'{"text": "\\ud83e\\udee8 escaped"}\n',
+             '{"other": "\U0001fae8", "text": "only elsewhere"}\n'.encode()]
+    if odd:
+        lines.insert(2, b'{"text": "first", "text": "duplicate key"}\n')
+    data = b"".join(lines * 3)
+    options = dict(path="in.jsonl", first_line=1, append_eod=True, dtype=np.int32)
+    native = _chunk_fields(tokenize_block(data, tokenizer, ("text",), **options))
+    exact = _chunk_fields(tokenize_chunk(split_lines(data), tokenizer, ("text",), **options))
+    assert native == exact
+    assert native[1]["text"].count(0) >= 6  # the marked texts: two per copy
