@@ -84,9 +84,17 @@ class RankEncoder:
 
     def __init__(
         self, vocab: Mapping[str, int], merges: Sequence[tuple[str, str]],
-        added: Mapping[str, int],
+        added: Mapping[str, int], *, written: Sequence | None = None,
     ) -> None:
-        self.vocab, self.merges, self.added = vocab, list(merges), dict(added)
+        """``written``: the merges as a ``tokenizer.json`` writes them ("a b" or [a, b]),
+        made pairs on first use, in place of ``merges``."""
+        self.vocab, self.added = vocab, dict(added)
+        self._merges, self._written = list(merges), written
+
+    @functools.cached_property
+    def merges(self) -> list[tuple[str, str]]:
+        """The merges in priority order (a loaded verdict's: made pairs when first used)."""
+        return self._merges if self._written is None else _pairs(self._written)
 
     @functools.cached_property
     def _encode(self):
@@ -202,6 +210,11 @@ def _overlapping(added: Mapping[str, int]) -> tuple[str, str] | None:
     return None
 
 
+def _pairs(merges: Sequence) -> list[tuple[str, ...]]:
+    """A ``tokenizer.json``'s merges ("a b" strings or [a, b] lists) as tuples."""
+    return [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in merges]
+
+
 def tokenizer_json_encoder(
     config: Mapping, *, proven: bool = False
 ) -> tuple[RankEncoder | None, str]:
@@ -232,15 +245,17 @@ def tokenizer_json_encoder(
     merges = model.get("merges")
     if not isinstance(vocab, dict) or not isinstance(merges, list):
         return None, "its model has no vocab/merges"
-    pairs = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in merges]
-    if any(len(pair) != 2 for pair in pairs):
-        return None, "a merge is not a pair"
     added = {}
     for token in config.get("added_tokens") or []:
         if token.get("lstrip") or token.get("rstrip") or token.get("single_word"):
             return None, f"added token {token.get('content')!r} has lstrip/rstrip/single_word"
         if token.get("content"):
             added[token["content"]] = int(token["id"])
+    if proven:  # every check passed before for these bytes: pairs made when first used
+        return RankEncoder(vocab, [], added, written=merges), ""
+    pairs = _pairs(merges)
+    if any(len(pair) != 2 for pair in pairs):
+        return None, "a merge is not a pair"
     if model.get("ignore_merges"):  # whole-word lookup: every word token must be a BPE result
         inner = set(vocab) - set(added)
         made = {a + b for a, b in pairs} | set(bytes_to_unicode().values())

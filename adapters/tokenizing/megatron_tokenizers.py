@@ -187,9 +187,11 @@ class RustTokenizer(GigaFirst):
             if verdict is not None and verdict["gigatoken"]:
                 found = None, verdict["gigatoken"]
             else:
-                found = giga.byte_level(ranks.vocab, ranks.merges, ranks.added,
-                                        self._pair_merging, written=written,
-                                        proven=verdict["load"] if verdict is not None else "")
+                proven = verdict["load"] if verdict is not None else ""
+                # (a proven file as written loads without its merges: pairs not made)
+                merges = () if proven == "file" and written is not None else ranks.merges
+                found = giga.byte_level(ranks.vocab, merges, ranks.added, self._pair_merging,
+                                        written=written, proven=proven)
                 if proof_key is not None and verdict is None and not giga.available():
                     proof_cache.store(proof_key, {
                         "canonical": "", "gigatoken": found[1], **(facts or {}),
