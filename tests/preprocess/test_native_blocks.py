@@ -290,14 +290,14 @@ def test_in_order_keeps_its_threads_and_a_forked_child_starts_its_own():
 
 @pytest.mark.parametrize("name", ["hf", "gpt2", "sp", "spn", "tt", "mtt"])
 def test_threads_encoding_at_once_take_instances_of_their_own(tokenizer_options, name):
-    """gigatoken runs one call at a time per instance: a thread finding every instance busy
-    loads another from the proven source (up to MAX_INSTANCES; then it shares one), with
-    the same ids."""
+    """A thread finding every gigatoken instance busy loads another from the proven source
+    (up to max_instances; then it shares one), with the same ids."""
     from megadata_adapters.tokenizing import gigatoken_encoders
 
     kind, options = tokenizer_options[name]
     giga = load_tokenizer(kind, **options, encoder="gigatoken").block_encoder
     giga = giga.with_unproven(giga.unproven)  # an encoder of its own: a fresh count
+    giga.max_instances = gigatoken_encoders.MAX_INSTANCES  # (one per two usable cores)
     block = b"".join(line for line in ODD_LINES if b"text" in line and b"\\ud800" not in line)
     alone = giga.encode_jsonl(block, "text")
     assert giga._instances == 1  # one call at a time: the one instance served it
@@ -312,6 +312,36 @@ def test_threads_encoding_at_once_take_instances_of_their_own(tokenizer_options,
         assert giga._instances == gigatoken_encoders.MAX_INSTANCES
     for ids, lengths in (beside, shared):
         assert (ids == alone[0]).all() and (lengths == alone[1]).all()
+
+
+@pytest.mark.parametrize("name", ["hf", "sp", "mtt"])
+def test_one_shared_instance_serves_threads_at_once(tokenizer_options, name):
+    """With one instance (2 usable cores), threads encode blocks, batches and single texts
+    on it at once: no "Already borrowed", the ids of one thread alone."""
+    kind, options = tokenizer_options[name]
+    tokenizer = load_tokenizer(kind, **options, encoder="gigatoken")
+    giga = tokenizer.block_encoder.with_unproven(tokenizer.block_encoder.unproven)
+    giga.max_instances = 1
+    block = b"".join(line for line in ODD_LINES[:2] + ODD_LINES[11:15]) * 50
+    texts = [json.loads(line)["text"] for line in block.splitlines()]
+    calls = [lambda: giga.encode_jsonl(block, "text"), lambda: giga.encode_batch(texts),
+             lambda: [giga.encode(text) for text in texts[:40]]]
+    alone = [call() for call in calls]
+    results: dict = {}
+    workers = [threading.Thread(target=lambda k=k: results.__setitem__(
+        k, [calls[k % 3]() for _ in range(5)])) for k in range(6)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert giga._instances == 1 and sorted(results) == list(range(6))
+    for k, found in results.items():
+        for result in found:
+            expected = alone[k % 3]
+            if isinstance(expected, list):
+                assert [r.tolist() for r in result] == [e.tolist() for e in expected]
+            else:
+                assert all((a == b).all() for a, b in zip(result, expected))
 
 
 class _OwnIdsOnUnproven:
