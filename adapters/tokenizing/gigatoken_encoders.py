@@ -105,6 +105,8 @@ def instances_for_threads() -> int:
     from megadata_core.cores import usable_threads
 
     return max(1, min(MAX_INSTANCES, (usable_threads() + 1) // 2))
+
+
 LONG_TEXT = 512  # characters from which arrays find unproven code points faster than a regex
 # where GPT-2's expression always cuts a text between pre-tokens (the module docstring)
 GPT2_CUTS = re.compile(r"(?<=[!-~])\n")

@@ -9,9 +9,9 @@ merged in line order. A line holding a character the block encoder is not proven
 read natively too, but its texts, read by Python's ``json``, are encoded by the tokenizer
 (``encode_batch``: its reference where it must), and replace that line's native ids. A
 tokenizer without a block encoder, or sentence splitting, takes the exact path for the
-whole block, as does a block encoder
-that reads JSON with Python's ``json`` itself (``reads_json_natively`` false: it must
-normalize the texts first), whose ``encode_batch`` the exact path then calls.
+whole block, as does a block encoder that reads JSON with Python's ``json`` itself
+(``reads_json_natively`` false: it must normalize the texts first), whose
+``encode_batch`` the exact path then calls.
 """
 
 from __future__ import annotations
@@ -168,8 +168,8 @@ def _line_order(fast: np.ndarray, slow: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def merge_documents(order: np.ndarray, *parts: tuple[np.ndarray, np.ndarray]):
-    """Documents of ``parts`` (ids, lengths each), concatenated then permuted by
-    ``order``: one gather of the ids."""
+    """Documents of ``parts`` (ids, lengths each), concatenated, then those at ``order``
+    (a permutation, or a selection) in its order: one gather of the ids."""
     ids = np.concatenate([np.asarray(part[0], np.int64) for part in parts])
     lengths = np.concatenate([part[1] for part in parts])
     starts = np.cumsum(lengths) - lengths
