@@ -4,8 +4,12 @@ made by autodoc from the docstrings (reStructuredText). Built by ``bash tools/do
 from __future__ import annotations
 
 import os
+import sys
 
 import megadata_core
+
+# docs/module_tables.py: the layout page's tables, made from the code at each build.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # JAX reads this when the adapters' API pages import it (the docs' examples assume 8 CPU
 # devices); set before any import of jax.
@@ -23,6 +27,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",  # the docstrings' "Args:" / "Returns:" sections (Google style)
+    "module_tables",  # {layout-floors} and {layout-modules} of docs/layout.md
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
