@@ -8,7 +8,8 @@ Two directives, for ``docs/layout.md``:
 - ``{layout-modules} FOLDER``: every module under ``FOLDER`` (a path from the repository
   root), with the first sentence of its docstring and its lines.
 
-The functions are plain (``floor_rows``, ``module_rows``), so a test can call them.
+The functions are plain (``floor_rows``, ``module_rows``) and Sphinx is imported only by
+``setup``, so a test can call them where Sphinx is not installed.
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-
-from docutils import nodes
-from sphinx.util.docutils import SphinxDirective
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "megadata_core"
@@ -106,79 +104,85 @@ def floor_rows() -> list[tuple[int, str, str, str, int]]:
     return rows
 
 
-def _inline(text: str) -> list[nodes.Node]:
-    """Docstring text with its literals as literal nodes."""
-    parts: list[nodes.Node] = []
-    position = 0
-    for match in INLINE.finditer(text):
-        parts.append(nodes.Text(text[position:match.start()]))
-        literal = next(group for group in match.groups() if group is not None)
-        parts.append(nodes.literal(literal, literal))
-        position = match.end()
-    parts.append(nodes.Text(text[position:]))
-    return parts
-
-
-def _table(header: list[str], rows: list[list[list[nodes.Node]]], widths: list[int]) -> nodes.table:
-    table = nodes.table()
-    group = nodes.tgroup(cols=len(header))
-    table += group
-    for width in widths:
-        group += nodes.colspec(colwidth=width)
-
-    def row(cells: list[list[nodes.Node]]) -> nodes.row:
-        line = nodes.row()
-        for cell in cells:
-            entry = nodes.entry()
-            entry += nodes.paragraph("", "", *cell)
-            line += entry
-        return line
-
-    head = nodes.thead()
-    head += row([[nodes.Text(title)] for title in header])
-    body = nodes.tbody()
-    for cells in rows:
-        body += row(cells)
-    group += head
-    group += body
-    return table
-
-
-class FloorsTable(SphinxDirective):
-    """``{layout-floors}``: the floors of the core, from tests/test_layering.py."""
-
-    def run(self) -> list[nodes.Node]:
-        self.env.note_dependency(str(LAYERING))
-        try:
-            found = floor_rows()
-        except FileNotFoundError as error:
-            raise self.error(str(error)) from None
-        rows = [[[nodes.Text(str(floor))], [nodes.literal(room, room)], _inline(may),
-                 _inline(text), [nodes.Text(f"{count:,}")]]
-                for floor, room, may, text, count in found]
-        header = ["floor", "room", "may import", "what it holds", "lines"]
-        return [_table(header, rows, [1, 3, 5, 12, 2])]
-
-
-class ModulesTable(SphinxDirective):
-    """``{layout-modules} FOLDER``: every module under FOLDER with its summary and lines."""
-
-    required_arguments = 1
-
-    def run(self) -> list[nodes.Node]:
-        try:
-            found = module_rows(self.arguments[0])
-        except FileNotFoundError as error:
-            raise self.error(str(error)) from None
-        for path in _sources(ROOT / self.arguments[0]):
-            self.env.note_dependency(str(path))
-        rows = [[[nodes.literal(name, name)], _inline(text), [nodes.Text(f"{count:,}")]]
-                for name, text, count in found]
-        header = ["module", "what it holds", "lines (a package: all its files)"]
-        return [_table(header, rows, [4, 12, 2])]
-
-
 def setup(app) -> dict[str, object]:
-    app.add_directive("layout-floors", FloorsTable)
-    app.add_directive("layout-modules", ModulesTable)
+    floors, modules = _directives()
+    app.add_directive("layout-floors", floors)
+    app.add_directive("layout-modules", modules)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+def _directives() -> tuple[type, type]:
+    """The two directive classes (docutils and Sphinx imported here, at build time)."""
+    from docutils import nodes
+    from sphinx.util.docutils import SphinxDirective
+
+    def _inline(text: str) -> list[nodes.Node]:
+        """Docstring text with its literals as literal nodes."""
+        parts: list[nodes.Node] = []
+        position = 0
+        for match in INLINE.finditer(text):
+            parts.append(nodes.Text(text[position:match.start()]))
+            literal = next(group for group in match.groups() if group is not None)
+            parts.append(nodes.literal(literal, literal))
+            position = match.end()
+        parts.append(nodes.Text(text[position:]))
+        return parts
+
+    def _table(header: list[str], rows: list[list[list[nodes.Node]]],
+               widths: list[int]) -> nodes.table:
+        table = nodes.table()
+        group = nodes.tgroup(cols=len(header))
+        table += group
+        for width in widths:
+            group += nodes.colspec(colwidth=width)
+
+        def row(cells: list[list[nodes.Node]]) -> nodes.row:
+            line = nodes.row()
+            for cell in cells:
+                entry = nodes.entry()
+                entry += nodes.paragraph("", "", *cell)
+                line += entry
+            return line
+
+        head = nodes.thead()
+        head += row([[nodes.Text(title)] for title in header])
+        body = nodes.tbody()
+        for cells in rows:
+            body += row(cells)
+        group += head
+        group += body
+        return table
+
+    class FloorsTable(SphinxDirective):
+        """``{layout-floors}``: the floors of the core, from tests/test_layering.py."""
+
+        def run(self) -> list[nodes.Node]:
+            self.env.note_dependency(str(LAYERING))
+            try:
+                found = floor_rows()
+            except FileNotFoundError as error:
+                raise self.error(str(error)) from None
+            rows = [[[nodes.Text(str(floor))], [nodes.literal(room, room)], _inline(may),
+                     _inline(text), [nodes.Text(f"{count:,}")]]
+                    for floor, room, may, text, count in found]
+            header = ["floor", "room", "may import", "what it holds", "lines"]
+            return [_table(header, rows, [1, 3, 5, 12, 2])]
+
+    class ModulesTable(SphinxDirective):
+        """``{layout-modules} FOLDER``: every module under FOLDER with its summary and lines."""
+
+        required_arguments = 1
+
+        def run(self) -> list[nodes.Node]:
+            try:
+                found = module_rows(self.arguments[0])
+            except FileNotFoundError as error:
+                raise self.error(str(error)) from None
+            for path in _sources(ROOT / self.arguments[0]):
+                self.env.note_dependency(str(path))
+            rows = [[[nodes.literal(name, name)], _inline(text), [nodes.Text(f"{count:,}")]]
+                    for name, text, count in found]
+            header = ["module", "what it holds", "lines (a package: all its files)"]
+            return [_table(header, rows, [4, 12, 2])]
+
+    return FloorsTable, ModulesTable
