@@ -177,7 +177,7 @@ def _character_class(ranges: np.ndarray) -> re.Pattern | None:
 
 
 class GigaEncoder:
-    """gigatoken's encoder (meets ``megadata_core.preprocess.tokenizers.BlockEncoder``).
+    """gigatoken's encoder (meets ``megadata_core.preprocess.encoding.BlockEncoder``).
 
     ``unproven``: code point ranges whose texts the owner sends to its reference encoder;
     ``proof``: what was proven (or, for Megatron's ``--use-gigatoken``, why not);
@@ -652,7 +652,7 @@ def _in_pieces(giga: GigaEncoder, texts: list[str], others: list[int], reference
 # -- tiktoken ranks files --------------------------------------------------------------------
 
 # gigatoken's pre-tokenizer scheme that splits text as each expression does, measured
-# (tests/preprocess/test_gigatoken_tiktoken.py): cl100k_base's expression (our tiktoken
+# (tests/adapters/tokenizing/test_gigatoken_tiktoken.py): cl100k_base's expression (our tiktoken
 # type's default) splits as "olmo3" (not "gpt4", which differs on spaces after a newline at
 # a text's end, e.g. "a\n "). Megatron's TikTokenizer "v2" splits as "nemotron"
 # (``megatron_tiktoken``); "v1" as no scheme.

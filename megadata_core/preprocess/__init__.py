@@ -3,24 +3,28 @@
 files); never indices, cache, datasets, build, samplers or a framework.
 
 Modules, in the order the data flows: ``reading`` (opening inputs, cutting them into
-chunks of lines), ``records`` (one JSON line to its texts), ``encoding`` (a chunk to
-token arrays), ``pool`` (chunks through worker processes, in order), ``outputs`` (the
-staging directory and the corpora written into it), ``pipeline`` (the driver,
-:func:`preprocess_jsonl`). Past one machine: ``plan`` (inputs cut into deterministic
-tasks, the plan's fingerprint; ``remote``: inputs by URL), ``workdir`` (shards and
-manifests of a resumable run), ``tasks`` (one task to its shards; the local engine),
-``task_pipeline`` (the driver, :func:`preprocess_tasks`, on any engine). ``tokenizers``
-holds the protocol and ByteTokenizer (the adapters fill the protocol with real tokenizers).
+chunks of lines), ``encoding`` (the tokenizer protocol and ByteTokenizer, which the
+adapters fill with real tokenizers; one JSON line to its texts; a chunk to token arrays),
+``pipeline`` (the driver, :func:`preprocess_jsonl`: chunks through worker processes, in
+order). Past one machine: ``plan`` (inputs cut into deterministic tasks, the plan's
+fingerprint; ``remote``: inputs by URL), ``workdir`` (the staging directory of a run,
+shards and manifests of a resumable run), ``tasks`` (one task to its shards; the local
+engine), ``task_pipeline`` (the driver, :func:`preprocess_tasks`, on any engine).
 """
 
-from megadata_core.preprocess.encoding import TokenizedChunk, tokenize_chunk
+from megadata_core.preprocess.encoding import (
+    BadLineError,
+    ByteTokenizer,
+    TokenizedChunk,
+    Tokenizer,
+    parse_record,
+    tokenize_chunk,
+)
 from megadata_core.preprocess.pipeline import PreprocessSummary, document_prefix, preprocess_jsonl
 from megadata_core.preprocess.plan import TableReader, Task, plan_tasks
 from megadata_core.preprocess.reading import count_lines, open_input, open_raw
-from megadata_core.preprocess.records import BadLineError, parse_record
 from megadata_core.preprocess.task_pipeline import preprocess_tasks
 from megadata_core.preprocess.tasks import TaskRunner, local_engine
-from megadata_core.preprocess.tokenizers import ByteTokenizer, Tokenizer
 
 __all__ = [
     "BadLineError",

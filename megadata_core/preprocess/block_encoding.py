@@ -24,8 +24,11 @@ import numpy as np
 
 from megadata_core.preprocess import threads
 from megadata_core.preprocess.encoding import (
+    SentenceSplitter,
     TokenizedChunk,
+    Tokenizer,
     assemble_documents,
+    encode_many,
     parse_lines,
     tokenize_chunk,
 )
@@ -38,8 +41,6 @@ from megadata_core.preprocess.json_scan import (
     scan_block,
 )
 from megadata_core.preprocess.reading import split_lines
-from megadata_core.preprocess.records import encode_many
-from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
 
 
 def tokenize_block(

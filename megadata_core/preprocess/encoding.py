@@ -1,22 +1,225 @@
 """Tokenizing a chunk of consecutive lines into concatenated token arrays, per key: the
-exact path (Python's ``json`` per line, the tokenizer's ``encode_batch``)."""
+tokenizer protocol preprocessing needs (and a byte-level tokenizer for tests and demos),
+parsing one JSON-lines record into the string values of its keys (or a BadLineError), and
+the exact path (Python's ``json`` per line, the tokenizer's ``encode_batch``)."""
 
 from __future__ import annotations
 
 import collections
+import itertools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from megadata_core.errors import DataError
-from megadata_core.preprocess.records import (
-    BadLineError,
-    check_unicode,
-    encode_many,
-    parse_record,
-)
-from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What preprocessing needs from a tokenizer."""
+
+    eod_id: int
+    vocab_size: int
+
+    def encode(self, text: str) -> Sequence[int] | np.ndarray:
+        """Token ids of ``text`` (1-D, integers in ``[0, vocab_size)``).
+
+        A tokenizer may also have ``encode_batch(texts) -> (ids, lengths)``: every
+        text's ids concatenated and int64[len(texts)] lengths, used when present, and a
+        ``block_encoder`` (a :class:`BlockEncoder`, or None), used for whole blocks.
+        """
+        ...
+
+
+@runtime_checkable
+class BlockEncoder(Protocol):
+    """A native encoder of whole blocks, giving exactly the ids of its tokenizer's
+    ``encode`` for every text without a character in ``unproven``.
+
+    ``unproven``: int64 [k, 2] sorted, disjoint code point ranges [start, stop) where that
+    is not proven; texts holding one go through the tokenizer's ``encode_batch`` instead.
+    An encoder may set ``reads_json_natively = False`` when its ``encode_jsonl`` parses
+    with Python's ``json`` (then blocks take the exact path, without the native scan).
+    """
+
+    unproven: np.ndarray
+
+    def encode_jsonl(self, block: bytes, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, int64 lengths) of ``key``'s text on each non-empty line of ``block``, a
+        JSON-lines block whose every such line is an object holding ``key`` once, as a
+        string (``json_scan`` proves that first); fewer lengths than lines when the native
+        reader stops early."""
+        ...
+
+    def encode_utf8(self, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, int64 lengths) of the texts ``data[offsets[i]:offsets[i + 1]]`` (uint8
+        UTF-8, int64 offsets), as a string column of a table holds them."""
+        ...
+
+
+@runtime_checkable
+class SentenceSplitter(Protocol):
+    """What ``--split-sentences`` needs: a text's sentences, in order."""
+
+    def split(self, text: str) -> list[str]: ...
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as tokens: ids 0..255 are bytes, 256 is EOD (vocab_size 257)."""
+
+    vocab_size = 257
+    eod_id = 256
+
+    def encode(self, text: str) -> np.ndarray:
+        """uint8[len(text.encode('utf-8'))]; UnicodeEncodeError on lone surrogates."""
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+
+    def decode(self, tokens: Sequence[int] | np.ndarray) -> str:
+        """Text of byte tokens; ids >= 256 (EOD) are dropped, bad UTF-8 is replaced."""
+        array = np.asarray(tokens).reshape(-1)
+        return array[array < 256].astype(np.uint8).tobytes().decode("utf-8", "replace")
+
+    def __repr__(self) -> str:
+        return "ByteTokenizer()"
+
+
+class BadLineError(DataError):
+    """A line that is not a usable record; ``kind`` says why.
+
+    Kinds: ``invalid_utf8``, ``invalid_json``, ``not_object``, ``missing_key``,
+    ``not_string``.
+    """
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+    def __reduce__(self):  # crosses process boundaries intact
+        return (type(self), (str(self), self.kind))
+
+
+_JSON_TYPE_NAMES = {
+    dict: "an object",
+    list: "an array",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+
+
+def _where(path: str, line_number: int) -> str:
+    return f"{path}, line {line_number}"
+
+
+def parse_record(line: bytes, json_keys: Sequence[str], path: str, line_number: int) -> list[str]:
+    """The string values of ``json_keys`` in one JSON-lines record.
+
+    ``line`` is the raw line (bytes, strict UTF-8); ``line_number`` is 1-based and
+    only used in messages. Raises BadLineError naming the file and line.
+    """
+    where = _where(path, line_number)
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise BadLineError(
+            f"{where}: invalid UTF-8 at byte {error.start} ({error.reason})", "invalid_utf8"
+        ) from None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise BadLineError(
+            f"{where}: invalid JSON: {error.msg} at column {error.colno}", "invalid_json"
+        ) from None
+    except RecursionError:
+        raise BadLineError(f"{where}: invalid JSON: nested too deeply", "invalid_json") from None
+    if not isinstance(record, dict):
+        kind_name = _JSON_TYPE_NAMES.get(type(record), type(record).__name__)
+        raise BadLineError(f"{where}: expected a JSON object, found {kind_name}", "not_object")
+    values = []
+    for key in json_keys:
+        if key not in record:
+            present = ", ".join(repr(k) for k in list(record)[:8])
+            more = ", ..." if len(record) > 8 else ""
+            raise BadLineError(
+                f"{where}: missing key {key!r} (keys present: {present or 'none'}{more})",
+                "missing_key",
+            )
+        value = record[key]
+        if not isinstance(value, str):
+            kind_name = _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
+            raise BadLineError(
+                f"{where}: key {key!r} holds {kind_name}, not a string", "not_string"
+            )
+        values.append(value)
+    return values
+
+
+def _encode_text(
+    tokenizer: Tokenizer, text: str, key: str, path: str, line_number: int
+) -> np.ndarray:
+    """Token ids of one text as a 1-D integer array."""
+    try:
+        ids = tokenizer.encode(text)
+    except UnicodeEncodeError as error:
+        raise _not_unicode(error, key, path, line_number) from None
+    array = np.asarray(ids).reshape(-1)
+    if array.size and array.dtype.kind not in "iu":
+        raise DataError(
+            f"{_where(path, line_number)}: tokenizer {tokenizer!r} returned {array.dtype} "
+            "values, not integer ids"
+        )
+    return array
+
+
+def check_unicode(text: str, key: str, path: str, line_number: int) -> None:
+    """BadLineError when ``text`` holds a lone surrogate (from a JSON ``\\ud800`` escape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise _not_unicode(error, key, path, line_number) from None
+
+
+def _not_unicode(error: UnicodeEncodeError, key: str, path: str, line_number: int):
+    return BadLineError(
+        f"{_where(path, line_number)}: key {key!r} holds text that is not valid Unicode "
+        f"({error.reason} at character {error.start})",
+        "invalid_utf8",
+    )
+
+
+def encode_many(
+    tokenizer: Tokenizer, texts: Sequence[str], key: str, path: str, first_line: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 ids of every text concatenated, int64[len(texts)] lengths).
+
+    Uses ``tokenizer.encode_batch(texts) -> (ids, lengths)`` when the tokenizer has
+    one (a native batch encoder), else ``encode`` per text.
+    """
+    batch = getattr(tokenizer, "encode_batch", None)
+    if batch is not None:
+        ids, lengths = batch(texts)
+        ids = np.asarray(ids).reshape(-1)
+        lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    else:
+        arrays = [_encode_text(tokenizer, text, key, path, first_line) for text in texts]
+        lengths = np.fromiter(map(len, arrays), np.int64, count=len(arrays))
+        ids = np.fromiter(itertools.chain.from_iterable(arrays), np.int64, int(lengths.sum()))
+    if ids.size and ids.dtype.kind not in "iu":
+        raise DataError(
+            f"{path}, lines from {first_line}: tokenizer {tokenizer!r} returned {ids.dtype} "
+            "values, not integer ids"
+        )
+    if lengths.shape != (len(texts),) or int(lengths.sum()) != ids.size:
+        raise DataError(
+            f"tokenizer {tokenizer!r}: encode_batch returned {lengths.size} lengths summing to "
+            f"{int(lengths.sum())} for {len(texts)} texts and {ids.size} ids"
+        )
+    return ids.astype(np.int64, copy=False), lengths
+
 
 MAX_EXAMPLES = 10  # bad-line messages kept per chunk and in the summary
 
@@ -54,7 +257,7 @@ class TokenizedChunk:
 
 
 @dataclass
-class ParsedLines:
+class _ParsedLines:
     """What parsing some lines gave: the documents' line offsets (within the chunk) and
     texts (one list per document, one entry per key), blank lines and bad lines."""
 
@@ -67,10 +270,10 @@ class ParsedLines:
 
 def parse_lines(
     numbered, json_keys: Sequence[str], path: str, first_line: int, skip_bad_lines: bool
-) -> ParsedLines:
+) -> _ParsedLines:
     """Parse ``(offset, line)`` pairs (line ``first_line + offset`` of ``path``), in order:
     blank lines counted, a bad line raised (BadLineError) or counted by kind."""
-    parsed = ParsedLines()
+    parsed = _ParsedLines()
     for offset, line in numbered:
         if not line.strip():
             parsed.blank += 1

@@ -17,11 +17,17 @@ import numpy as np
 
 from megadata_core.errors import DataError
 from megadata_core.preprocess.block_encoding import merge_documents
-from megadata_core.preprocess.encoding import TokenizedChunk, assemble_documents, encode_columns
+from megadata_core.preprocess.encoding import (
+    BadLineError,
+    SentenceSplitter,
+    TokenizedChunk,
+    Tokenizer,
+    assemble_documents,
+    encode_columns,
+    encode_many,
+)
 from megadata_core.preprocess.json_scan import exact_rows
 from megadata_core.preprocess.reading import TableRows
-from megadata_core.preprocess.records import BadLineError, encode_many
-from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
 
 
 def tokenize_rows(

@@ -22,8 +22,7 @@ from megadata_core.files import temporary as temp_files
 from megadata_core.files.atomic import write_atomically
 from megadata_core.files.interrupts import interrupts_deferred
 from megadata_core.format import merge_datasets, optimal_dtype
-from megadata_core.preprocess.encoding import MAX_EXAMPLES
-from megadata_core.preprocess.outputs import staging_for
+from megadata_core.preprocess.encoding import MAX_EXAMPLES, SentenceSplitter, Tokenizer
 from megadata_core.preprocess.pipeline import (
     PreprocessSummary,
     check_arguments,
@@ -41,7 +40,6 @@ from megadata_core.preprocess.plan import (
 from megadata_core.preprocess.reading import open_input
 from megadata_core.preprocess.remote import is_remote
 from megadata_core.preprocess.tasks import Engine, TaskRunner, local_engine
-from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
 from megadata_core.preprocess.workdir import (
     driver_lock,
     manifest_path,
@@ -49,6 +47,7 @@ from megadata_core.preprocess.workdir import (
     remove_strays,
     shard_files,
     shard_prefix,
+    staging_for,
     verified_manifest,
     work_directory,
 )

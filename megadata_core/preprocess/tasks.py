@@ -21,8 +21,12 @@ from megadata_core.errors import DataError
 from megadata_core.format import IndexedDatasetWriter
 from megadata_core.preprocess import threads as block_threads
 from megadata_core.preprocess.block_encoding import tokenize_block
-from megadata_core.preprocess.encoding import MAX_EXAMPLES, TokenizedChunk
-from megadata_core.preprocess.outputs import write_documents
+from megadata_core.preprocess.encoding import (
+    MAX_EXAMPLES,
+    SentenceSplitter,
+    TokenizedChunk,
+    Tokenizer,
+)
 from megadata_core.preprocess.plan import TableReader, Task
 from megadata_core.preprocess.processes import ProcessPool
 from megadata_core.preprocess.reading import (
@@ -33,13 +37,13 @@ from megadata_core.preprocess.reading import (
 )
 from megadata_core.preprocess.remote import bound_reads, is_remote, remember_size
 from megadata_core.preprocess.table_encoding import tokenize_rows
-from megadata_core.preprocess.tokenizers import SentenceSplitter, Tokenizer
 from megadata_core.preprocess.workdir import (
     file_records,
     manifest_path,
     remove_task_files,
     shard_files,
     shard_prefix,
+    write_documents,
     write_json,
 )
 

@@ -1,9 +1,13 @@
-"""Helpers shared by the preprocessing tests (imported by name: this folder is on sys.path)."""
+"""Helpers shared by the preprocessing and tokenizing tests (imported by name: this folder is
+on sys.path), and their fixtures, which each folder's conftest imports."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import pathlib
+
+import pytest
 
 from megadata_core import IndexedDataset
 
@@ -72,3 +76,34 @@ class StallingTokenizer:
             while True:
                 time.sleep(1)
         return list(text.encode("utf-8"))
+
+
+@pytest.fixture
+def write_jsonl(tmp_path):
+    """write_jsonl(name, records) -> path; records are dicts or raw byte lines."""
+
+    def write(name: str, records) -> str:
+        path = tmp_path / name
+        data = b"".join(jsonl_lines(records))
+        if name.endswith(".gz"):
+            import gzip
+
+            data = gzip.compress(data)
+        elif name.endswith(".zst"):
+            import zstandard
+
+            data = zstandard.ZstdCompressor().compress(data)
+        path.write_bytes(data)
+        return str(path)
+
+    return write
+
+
+@pytest.fixture(scope="session")
+def load_tool():
+    """load_tool("preprocess_data") imports the command megadata_cli.preprocess_data."""
+
+    def load(name: str):
+        return importlib.import_module(f"megadata_cli.{name}")
+
+    return load

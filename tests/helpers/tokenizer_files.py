@@ -1,6 +1,6 @@
 """Tiny tokenizer files trained offline on stdlib text, in each format Megatron users have.
 
-Imported by name by the preprocessing tests (this folder is on sys.path); also runnable
+Imported by name by the preprocessing and tokenizing tests (this folder is on sys.path); runnable
 as ``python tokenizer_files.py DIR`` to write them all into DIR.
 """
 

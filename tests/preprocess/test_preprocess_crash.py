@@ -21,7 +21,7 @@ from preprocess_helpers import REPO, files_of
 from megadata_core import DataError
 from megadata_core.preprocess import ByteTokenizer, preprocess_jsonl
 
-HELPERS = pathlib.Path(__file__).resolve().parent
+HELPERS = pathlib.Path(__file__).resolve().parents[1] / "helpers"
 # this checkout's code, not an installed one; tools/ for the tools' shared tool_main
 TOOL_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
@@ -293,7 +293,7 @@ def test_ctrl_c_while_the_staging_directory_is_made_or_removed_leaves_nothing(
 ):
     """A KeyboardInterrupt right after the staging directory exists (inside its
     constructor), or in the block's exit before the removal: the directory goes too."""
-    from megadata_core.preprocess import outputs
+    from megadata_core.preprocess import workdir as outputs
 
     source = write_jsonl("in.jsonl", [{"text": "abc"}] * 5)
     if moment == "made":

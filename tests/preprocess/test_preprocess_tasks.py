@@ -24,7 +24,7 @@ from megadata_core import DataError, IndexedDataset
 from megadata_core.datasets.blend_args import read_data_args
 from megadata_core.preprocess import ByteTokenizer, local_engine, preprocess_jsonl, preprocess_tasks
 
-HELPERS = pathlib.Path(__file__).resolve().parent
+HELPERS = pathlib.Path(__file__).resolve().parents[1] / "helpers"
 
 
 def _reference(tmp_path, paths) -> dict:

@@ -229,8 +229,8 @@ def phases_side(spec, eod, dtype, start):
     from megadata_core import IndexedDatasetWriter
     from megadata_core.preprocess.block_encoding import tokenize_block
     from megadata_core.preprocess.json_scan import scan_block
-    from megadata_core.preprocess.outputs import write_documents
     from megadata_core.preprocess.reading import read_blocks
+    from megadata_core.preprocess.workdir import write_documents
 
     tokenizer = _factory(spec)()
     native = tokenizer.block_encoder

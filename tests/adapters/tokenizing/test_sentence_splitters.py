@@ -151,7 +151,7 @@ def test_linear_on_long_runs_without_whitespace(nltk_data, engine):
     (not a timing assertion) fails a quadratic splitter."""
     result = subprocess.run(
         [sys.executable, "-c", WATCHDOG, engine], capture_output=True, text=True, timeout=300,
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+        cwd=os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")),
         env={**os.environ, "NLTK_DATA": str(nltk_data)},
     )
     assert result.returncode == 0, result.stderr[-2000:]
