@@ -41,7 +41,6 @@ MYPYPATH="$NAMES" "$PY" -m mypy --config-file "$ROOT/pyproject.toml" --cache-dir
     -m megadata_adapters.frameworks.grain_source \
     -m megadata_adapters.frameworks.torch_data \
     -m megadata_adapters.frameworks.jax_sharding \
-    -m megadata_adapters.frameworks.maxtext_keys \
     -m megadata_adapters.storage \
     -m megadata_adapters.storage.tensorstore_bins \
     -m megadata_adapters.storage.msc_bins \

@@ -44,7 +44,7 @@ from typing import Any
 import grain
 import numpy as np
 
-from megadata_adapters.frameworks.maxtext_keys import check_key_names, rename_keys
+from megadata_adapters.trainers.maxtext.keys import check_key_names, rename_keys
 from megadata_core.checks import check_int
 from megadata_core.datasets.fingerprint import continues_schedule, fingerprint, resume_fields
 from megadata_core.errors import DataError
@@ -220,7 +220,7 @@ class GrainSource:
     ``src.__getitems__(indices)`` (and Grain's batched-read hook ``_getitems``) read all
     indices in ONE core call. Pickles as the dataset (which pickles small: memory maps
     travel as file names and are reopened on load). ``key_names="maxtext"`` gives each
-    sample under MaxText's names (:mod:`megadata_adapters.frameworks.maxtext_keys`: ``inputs``,
+    sample under MaxText's names (:mod:`megadata_adapters.trainers.maxtext.keys`: ``inputs``,
     ``targets``,
     ``inputs_segmentation``, ``inputs_position``, ...); ``"megatron"`` (default) as the
     core names them. A worker process that the source's maker started (Grain's
@@ -569,7 +569,7 @@ def batched_dataset(
     from a pipeline with any worker count, DP layout or micro-batch size over the same
     dataset and continues at that global sample (elastic, as ``PretrainingSampler``).
     ``key_names="maxtext"`` renames each micro-batch's keys to MaxText's
-    (:mod:`megadata_adapters.frameworks.maxtext_keys`), in this process after any hand-over.
+    (:mod:`megadata_adapters.trainers.maxtext.keys`), in this process after any hand-over.
     Raises ``DataError`` naming the offending argument.
     """
     return _BatchedIterDataset(

@@ -23,7 +23,7 @@ reused instead of being copied to every device again (a few recent ones are kept
 MaxText's names. ``key_names="maxtext"`` (``global_batch``, ``prefetch_to_device``) hands
 the batch over as MaxText's train step reads it: ``inputs``, ``targets``,
 ``inputs_position``, ``targets_position``, ``inputs_segmentation``,
-``targets_segmentation`` (see :mod:`megadata_adapters.frameworks.maxtext_keys` for the mapping; the
+``targets_segmentation`` (see :mod:`megadata_adapters.trainers.maxtext.keys` for the mapping; the
 loss mask
 becomes ``targets_segmentation == 0``).
 
@@ -43,7 +43,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from megadata_adapters.frameworks.maxtext_keys import check_key_names, rename_keys
+from megadata_adapters.trainers.maxtext.keys import check_key_names, rename_keys
 from megadata_core.errors import DataError
 from megadata_core.handover.pack import is_constant
 

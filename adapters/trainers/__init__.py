@@ -1,7 +1,8 @@
-"""Trainers' own data paths served by megadata:
+"""Trainers' own data paths served by megadata, one package each with the same parts (its
+config keys, its source or loader, its launcher, resume; docs/trainers.md names them):
 
 - ``megatron_datasets``: ``megatron.core.datasets`` (``megadata-megatron SCRIPT ARGS`` or
-  ``install()``);
+  ``install()``), module for module;
 - ``maxtext``: MaxText's ``grain_file_type: mmap_npy`` input (``python -m
   megadata_adapters.trainers.maxtext maxtext.trainers.pre_train.train CONFIG ...`` or
   ``install()``);

@@ -10,7 +10,7 @@ import pytest
 from adapter_helpers import deadline, gpt_dataset, write_corpus
 
 import megadata_core as mdc
-from megadata_adapters.frameworks import maxtext_keys
+from megadata_adapters.trainers.maxtext import keys as maxtext_keys
 
 grain_source = pytest.importorskip("megadata_adapters.frameworks.grain_source")
 

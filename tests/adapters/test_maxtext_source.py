@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import megadata_core as mdc
-from megadata_adapters.trainers.maxtext.samples import MegadataNpySource, MmapNpyPlan
+from megadata_adapters.trainers.maxtext.source import MegadataNpySource, MmapNpyPlan
 
 EOD = 1
 SEQ = 32
@@ -103,8 +103,8 @@ def test_configured_source_reads_ahead_megadatas_own_samples(corpora, tmp_path, 
     best_fit bins with segment keys; picklable for Grain workers."""
     import pickle
 
-    from megadata_adapters.frameworks.maxtext_keys import to_maxtext
-    from megadata_adapters.trainers.maxtext.configured import ConfiguredSource, data_config
+    from megadata_adapters.trainers.maxtext.keys import data_config, to_maxtext
+    from megadata_adapters.trainers.maxtext.source import ConfiguredSource
 
     _, prefixes = corpora
     path = _config_file(tmp_path, prefixes, packing="best_fit", document_masking=True)
@@ -128,7 +128,7 @@ def test_configured_source_reads_ahead_megadatas_own_samples(corpora, tmp_path, 
     ({"packing_typo": "x"}, "'packing_typo' is no GPTDataConfig field"),
 ])
 def test_data_config_errors_name_the_setting(corpora, tmp_path, fields, message):
-    from megadata_adapters.trainers.maxtext.configured import data_config
+    from megadata_adapters.trainers.maxtext.keys import data_config
 
     _, prefixes = corpora
     with pytest.raises(mdc.DataError, match=message):

@@ -16,6 +16,7 @@ import sys
 import numpy as np
 
 from megadata_adapters.trainers import maxtext as megadata_maxtext
+from megadata_adapters.trainers.maxtext.__main__ import main as launch_maxtext
 
 
 def main(trace: str, argv: list[str]) -> None:
@@ -34,7 +35,7 @@ def main(trace: str, argv: list[str]) -> None:
         return batch
 
     data_loader.DataLoader.load_next_batch_pre_sharding = traced
-    megadata_maxtext.main(argv)
+    launch_maxtext(argv)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import pytest
 import megadata_core as mdc
 from megadata_adapters.trainers import data_json as mx_data_json
 from megadata_adapters.trainers import maxtext as mx
-from megadata_adapters.trainers.maxtext import samples
+from megadata_adapters.trainers.maxtext import source as samples
 
 try:
     HAVE_MAXTEXT = importlib.util.find_spec("maxtext.input_pipeline") is not None
@@ -285,7 +285,7 @@ def test_data_config_gives_megadatas_samples_under_maxtexts_keys(
     from maxtext.input_pipeline.input_pipeline_interface import create_data_iterator
     from maxtext.utils import maxtext_utils
 
-    from megadata_adapters.frameworks.maxtext_keys import to_maxtext
+    from megadata_adapters.trainers.maxtext.keys import to_maxtext
 
     if fields.get("blend") == "a,b":
         fields = {"blend": [[f"{corpus}/a", f"{corpus}/b"], [0.7, 0.3]]}

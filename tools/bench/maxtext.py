@@ -88,7 +88,7 @@ def median(values: list) -> float | None:
 def ours_source(prefix: str, num_samples: int, index_dir: str):
     """The source megadata's MaxText hook serves for ``grain_train_files: INDEX_DIR|PREFIX``
     with ``max_target_length`` = SEQUENCE (built into ``index_dir``, megadata's cache)."""
-    from megadata_adapters.trainers.maxtext.samples import MegadataNpySource, MmapNpyPlan
+    from megadata_adapters.trainers.maxtext.source import MegadataNpySource, MmapNpyPlan
 
     plan = MmapNpyPlan(
         [(index_dir, prefix, num_samples)], None, None, seq_length=SEQUENCE, eod_id=EOD,

@@ -50,6 +50,10 @@ Use::
     python -m megadata_adapters.trainers.maxtext SCRIPT.py ARGS...
 
 or call :func:`install` before MaxText builds its input pipeline.
+
+The parts (docs/trainers.md): ``keys`` (MaxText's names: batch keys, patched modules, a
+data config's keys), ``source`` (the Grain sources), ``__main__`` (the launcher),
+``resume`` (a checkpointed iterator on another number of hosts); the hook is here.
 """
 
 from __future__ import annotations
@@ -59,22 +63,19 @@ import importlib.util
 import sys
 import threading
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from megadata_adapters.trainers.launch import launch
-from megadata_adapters.trainers.maxtext.documents import (
-    MegadataDocumentSource,
-    create_mmap_source,
-)
-from megadata_adapters.trainers.maxtext.modules import MARK, PATCHED, SOURCE, TARGET, UTILS
-from megadata_adapters.trainers.maxtext.resharding import (
+from megadata_adapters.trainers.maxtext.keys import MARK, PATCHED, SOURCE, TARGET, UTILS
+from megadata_adapters.trainers.maxtext.resume import (
     reshard_iterator_checkpoint,
     reshard_states,
 )
-from megadata_adapters.trainers.maxtext.samples import (
+from megadata_adapters.trainers.maxtext.source import (
     BLEND_MARGIN,
+    MegadataDocumentSource,
     MegadataNpySource,
+    create_mmap_source,
     get_mmap_npy_dataset,
 )
 from megadata_core.errors import DataError
@@ -88,7 +89,6 @@ __all__ = [
     "get_mmap_npy_dataset",
     "install",
     "installed",
-    "main",
     "reshard_iterator_checkpoint",
     "reshard_states",
 ]
@@ -211,23 +211,3 @@ def install() -> None:
             module = sys.modules.get(name)
             if module is not None:
                 _patch(module)
-
-
-# -- the launcher -------------------------------------------------------------------------
-
-USAGE = (
-    "usage: python -m megadata_adapters.trainers.maxtext "
-    "(MODULE | -m MODULE | SCRIPT.py) [ARGS...]\n"
-    "  e.g. python -m megadata_adapters.trainers.maxtext maxtext.trainers.pre_train.train "
-    "CONFIG.yml key=value ..."
-)
-
-
-def main(argv: Sequence[str]) -> None:
-    """Run MaxText's ``MODULE`` (or ``SCRIPT``) with ``ARGS`` after :func:`install`."""
-    launch(argv, USAGE, install, MaxTextImportError, bare_modules=True)
-
-
-def cli() -> None:
-    """The launcher's entry point (``python -m megadata_adapters.trainers.maxtext``)."""
-    main(sys.argv[1:])

@@ -1,4 +1,5 @@
-"""Megatron's batch keys under MaxText's names (the Grain and JAX skins' ``key_names``).
+"""MaxText's names: its batch keys (the Grain and JAX skins' ``key_names``), the modules
+megadata's hook patches, and the keys of a data config that ``grain_train_files`` names.
 
 MaxText's train step reads ``inputs``, ``inputs_position``, ``inputs_segmentation``,
 ``targets``, ``targets_position`` and ``targets_segmentation`` (what its Grain pipeline
@@ -25,6 +26,14 @@ Every other key (``loss_mask``, ``cu_seqlens``, ``cu_seqlens_padded``, ``max_seq
 and ``document_ids`` of the inputs) keeps its name and array. Arrays are passed on, not
 copied (only
 ``targets_segmentation``, and ``inputs_segmentation`` without ``segment_ids``, are new).
+
+A ``grain_train_files: /path/data.json`` holds :class:`megadata_core.GPTDataConfig` fields
+(:mod:`megadata_adapters.trainers.data_json`) plus :data:`EXTRA_KEYS` (``mock: true``, with
+``vocab_size``: Megatron's mock data); MaxText's settings fill what it leaves out
+(:func:`data_config`): ``max_target_length`` is ``sequence_length`` (the file's must equal
+it), ``data_shuffle_seed`` the ``random_seed``, ``mmap_eod_id`` the ``eod_id``, ``steps``
+times the global batch the samples of the split (the file's ``split`` says where they come
+from).
 """
 
 from __future__ import annotations
@@ -34,9 +43,23 @@ from typing import Any
 
 import numpy as np
 
+import megadata_core as mdc
+from megadata_adapters.trainers.data_json import read_data_json
 from megadata_core.errors import DataError
 
-__all__ = ["KEY_NAMES", "RENAMED", "check_key_names", "rename_keys", "to_maxtext"]
+__all__ = ["KEY_NAMES", "RENAMED", "check_key_names", "data_config", "rename_keys", "to_maxtext"]
+
+#: The MaxText module whose ``get_mmap_npy_dataset`` is replaced (the pipeline's).
+TARGET = "maxtext.input_pipeline.grain_data_processing"
+#: The module that defines MaxText's own functions (patched too, for direct callers).
+SOURCE = "maxtext.input_pipeline._mmap_datasource"
+#: The module of MaxText's ``MegatronSplitInputsTargets``, which lets megadata's own
+#: samples (already split) through.
+UTILS = "maxtext.input_pipeline.input_pipeline_utils"
+#: Every module the hook patches.
+PATCHED = (TARGET, SOURCE, UTILS)
+#: The attribute set on what megadata put in place (functions, patched modules).
+MARK = "__megadata__"
 
 #: Accepted values of the adapters' ``key_names`` option.
 KEY_NAMES = ("megatron", "maxtext")
@@ -82,3 +105,31 @@ def to_maxtext(batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
 def rename_keys(batch: Mapping[str, Any], key_names: str) -> Mapping[str, Any]:
     """``batch`` as it is for ``"megatron"``, :func:`to_maxtext` of it for ``"maxtext"``."""
     return to_maxtext(batch) if key_names == "maxtext" else batch
+
+
+#: Keys of the data config file beyond GPTDataConfig's fields.
+EXTRA_KEYS = ("mock", "vocab_size")
+
+
+def names_data_config(data_file_pattern: str) -> bool:
+    """Whether ``grain_train_files`` names a megadata data config (a ``.json`` file)."""
+    return str(data_file_pattern).strip().endswith(".json")
+
+
+def data_config(
+    path: str, seq_length: int, eod_id: int, seed: int
+) -> tuple[mdc.GPTDataConfig, dict[str, Any]]:
+    """The GPTDataConfig that the file ``path`` and MaxText's settings make, and the
+    extras (``mock``, ``vocab_size``)."""
+    values = read_data_json(path, "grain_train_files", EXTRA_KEYS)
+    if values.setdefault("sequence_length", seq_length) != seq_length:
+        raise DataError(
+            f"sequence_length: {path} says {values['sequence_length']}, MaxText's "
+            f"max_target_length is {seq_length}"
+        )
+    values.setdefault("random_seed", seed)
+    if values.get("eod_id") is None:
+        values["eod_id"] = eod_id
+    values.setdefault("create_attention_mask", False)  # MaxText reads segment ids
+    extras = {"mock": bool(values.pop("mock", False)), "vocab_size": values.pop("vocab_size", None)}
+    return mdc.GPTDataConfig(**values), extras

@@ -1,25 +1,109 @@
-"""``grain_file_type: mmap_npy`` through megadata: MaxText's spec and blend spellings,
-the plan of Megatron samples they name, the Grain source that serves them, and the
-``get_mmap_npy_dataset`` that replaces MaxText's (see the package docstring)."""
+"""The sources megadata hands MaxText (see the package docstring).
+
+* ``grain_file_type: mmap_npy``: MaxText's spec and blend spellings, the plan of Megatron
+  samples they name, :class:`MegadataNpySource` and the ``get_mmap_npy_dataset`` that
+  replaces MaxText's;
+* ``grain_train_files: /path/data.json`` (a megadata data config,
+  :func:`~megadata_adapters.trainers.maxtext.keys.data_config`): :class:`ConfiguredSource`,
+  megadata's own samples (``packing: best_fit`` with ``document_masking``, blends and
+  ``blend_schedule``, ``source_ids``, ``mock``) already split under MaxText's keys
+  (:mod:`~megadata_adapters.trainers.maxtext.keys`), which MaxText's
+  ``MegatronSplitInputsTargets`` passes on (the hook lets elements without ``text``
+  through). ``max_seqlen``, one number per sample, is left out: MaxText shards every key
+  of a batch as [batch, length]. ``mmap_npy_split``'s part 0 trains, part 1 evaluates;
+* ``grain_file_type: mmap``: :class:`MegadataDocumentSource`, MaxText's own windows over
+  megadata's reads of the same documents.
+
+Grain's reader asks a host's source for its indices in order (``host_index + j *
+host_count`` for j = 0, 1, ...; from several threads at once). Where requests follow that
+order, :class:`ReadAheadSource` reads :attr:`~ReadAheadSource.READ_AHEAD` of them in one
+batched read of megadata's and hands them out from there; any other request (a user's
+random access) is read alone.
+"""
 
 from __future__ import annotations
 
 import logging
 import math
 import os
+import sys
+import threading
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from megadata_adapters.trainers.maxtext.configured import configured_dataset, names_data_config
-from megadata_adapters.trainers.maxtext.modules import MARK
-from megadata_adapters.trainers.maxtext.read_ahead import ReadAheadSource
+import megadata_core as mdc
+from megadata_adapters.trainers.maxtext.keys import (
+    MARK,
+    SOURCE,
+    data_config,
+    names_data_config,
+    to_maxtext,
+)
 from megadata_core.errors import DataError
 
 log = logging.getLogger("megadata_adapters.trainers.maxtext")
 
 #: Megatron's (and MaxText's) blend overprovisioning, in percent.
 BLEND_MARGIN = 0.5
+
+
+class ReadAheadSource:
+    """Base of the MaxText sources: subclasses say how to read a batch of samples
+    (:meth:`_read_batch`: name -> array [B, ...]) and one (:meth:`_read_single`), and call
+    :meth:`_start` once they know their length."""
+
+    #: Samples of one host read together when the requests go in order.
+    READ_AHEAD = 64
+    #: Batches of read-ahead samples kept (the threads of Grain's prefetch work on a few).
+    BLOCKS_KEPT = 4
+
+    def _start(self, length: int, host_index: int, host_count: int) -> None:
+        self._length = int(length)
+        self._host = (int(host_index), int(host_count))
+        self._blocks: dict[int, dict[str, np.ndarray]] = {}  # block number -> batch arrays
+        self._last_block = -2
+        self._lock = threading.Lock()
+
+    def _read_batch(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        """The samples at ``indices`` (int64 [B]): name -> array [B, ...]."""
+        raise NotImplementedError
+
+    def _read_single(self, index: int) -> dict[str, np.ndarray]:
+        """Sample ``index`` alone: name -> array."""
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError(f"index {index} out of range for {self._length} samples")
+        host_index, host_count = self._host
+        step, other_host = divmod(int(index) - host_index, host_count)
+        if other_host or step < 0:
+            return self._read_single(int(index))
+        block, row = divmod(step, self.READ_AHEAD)
+        with self._lock:
+            batch = self._blocks.get(block)
+            in_order = block in (self._last_block, self._last_block + 1)
+            self._last_block = block
+            if batch is None and in_order:
+                steps = np.arange(block * self.READ_AHEAD, (block + 1) * self.READ_AHEAD)
+                indices = host_index + steps * host_count
+                batch = self._read_batch(indices[indices < self._length])
+                self._blocks[block] = batch
+                for old in [b for b in self._blocks if b < block - self.BLOCKS_KEPT + 1]:
+                    del self._blocks[old]
+        if batch is None:  # out of order (a random access): this sample alone
+            return self._read_single(int(index))
+        return {name: values[row] for name, values in batch.items()}
+
+
+# -- mmap_npy --------------------------------------------------------------------------
 
 
 def _parse_spec(spec: str) -> tuple[str, str]:
@@ -126,8 +210,6 @@ class MmapNpyPlan:
 
     def build(self):
         """The megadata dataset: a GPTDataset, or a BlendedDataset of them."""
-        import megadata_core as mdc
-
         name = ("train", "valid", "test")[min(self.split_index, 2)]
         datasets = []
         for index_dir, prefix, num_samples in self.members:
@@ -164,7 +246,7 @@ class MmapNpyPlan:
 class MegadataNpySource(ReadAheadSource):
     """A Grain random-access source: sample ``i`` as MaxText's ``MegatronNpyDataSource``
     gives it, ``{"text": int32 [S + 1]}``, read by megadata (a host's samples in order
-    read ahead: :class:`~megadata_adapters.trainers.maxtext.read_ahead.ReadAheadSource`).
+    read ahead: :class:`ReadAheadSource`).
     """
 
     def __init__(self, plan: MmapNpyPlan, host_index: int = 0, host_count: int = 1) -> None:
@@ -236,6 +318,75 @@ class MegadataNpySource(ReadAheadSource):
         return f"MegadataNpySource({len(self)} samples of {self.dataset!r})"
 
 
+# -- a megadata data config -------------------------------------------------------------
+
+
+class ConfiguredSource(ReadAheadSource):
+    """The samples of one split of a megadata data config, under MaxText's keys
+    (picklable: a Grain worker rebuilds the datasets from the cache)."""
+
+    def __init__(
+        self, config: mdc.GPTDataConfig, num_samples: int | None, split_index: int,
+        extras: dict[str, Any], host_index: int = 0, host_count: int = 1,
+    ) -> None:
+        self._open(config, num_samples, split_index, extras, host_index, host_count)
+
+    def _open(self, config, num_samples, split_index, extras, host_index, host_count) -> None:
+        self._state = (config, num_samples, split_index, extras)
+        sizes: list[int | None] = [0, 0, 0]  # only this split is built
+        sizes[split_index] = num_samples
+        datasets = mdc.build_datasets(
+            config, sizes, mock=extras["mock"], vocab_size=extras["vocab_size"]
+        )
+        dataset = datasets[split_index]
+        if dataset is None or len(dataset) == 0:
+            part = ("train", "valid", "test")[split_index]
+            raise DataError(f"grain_train_files: the data config gives no {part} samples")
+        self.dataset = dataset
+        length = len(dataset) if num_samples is None else min(int(num_samples), len(dataset))
+        self._start(length, host_index, host_count)
+        log.info("megadata serves MaxText its own samples: %r", self)
+
+    def _read_batch(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        batch = to_maxtext(self.dataset.__getitems__(indices))
+        # MaxText shards every key of a batch as [batch, length]: one number per sample
+        # (max_seqlen) cannot go
+        return {name: np.asarray(v) for name, v in batch.items() if np.ndim(v) == 2}
+
+    def _read_single(self, index: int) -> dict[str, np.ndarray]:
+        batch = self._read_batch(np.array([index]))
+        return {name: values[0] for name, values in batch.items()}
+
+    def __getstate__(self) -> dict:
+        return {"state": self._state, "host": self._host}
+
+    def __setstate__(self, state: dict) -> None:
+        self._open(*state["state"], *state["host"])
+
+    def __repr__(self) -> str:
+        return f"ConfiguredSource({len(self)} samples of {self.dataset!r})"
+
+
+def configured_dataset(
+    path: str, seq_length: int, eod_id: int, seed: int, num_samples: int | None,
+    split_index: int, host_index: int, host_count: int, num_threads: int,
+    prefetch_buffer_size: int,
+):
+    """MaxText's input dataset (a Grain ``IterDataset``, this host's samples in order) of
+    the data config ``path``."""
+    import grain.python as grain
+
+    config, extras = data_config(path, seq_length, eod_id, seed)
+    if split_index not in (0, 1):
+        raise DataError(f"mmap_npy_split: part {split_index} (0 trains, 1 evaluates)")
+    source = ConfiguredSource(config, num_samples, split_index, extras, host_index, host_count)
+    dataset = grain.MapDataset.source(source)[host_index::host_count]
+    return dataset.to_iter_dataset(
+        read_options=grain.ReadOptions(num_threads=num_threads,
+                                       prefetch_buffer_size=prefetch_buffer_size)
+    )
+
+
 def get_mmap_npy_dataset(
     data_file_pattern,
     split_sentences,
@@ -261,7 +412,7 @@ def get_mmap_npy_dataset(
     cache files; megadata's cache keys say everything."""
     import grain.python as grain
 
-    if names_data_config(data_file_pattern):  # megadata's own samples (configured.py)
+    if names_data_config(data_file_pattern):  # megadata's own samples (ConfiguredSource)
         if split_sentences:
             raise DataError("mmap_split_sentences: true with a megadata data config (megadata "
                             "indexes sequences)")
@@ -331,3 +482,103 @@ def get_mmap_npy_dataset(
 
 
 setattr(get_mmap_npy_dataset, MARK, True)
+
+
+# -- mmap ------------------------------------------------------------------------------
+
+
+class MegadataDocumentSource:
+    """MaxText's ``MMapIndexedDataSource`` / ``MultiShardMMapIndexedDataSource`` (the
+    documents ``grain_file_type: mmap`` windows), read by megadata: document ``i`` of the
+    shards in their order as ``{feature_name: tokens}`` (the corpus dtype), a document of
+    a ``--split-sentences`` corpus with ``split_sentences`` (its sentences joined)."""
+
+    def __init__(
+        self, path_prefixes: Sequence[str], feature_name: str = "text",
+        split_sentences: bool = False,
+    ) -> None:
+        self._open(path_prefixes, feature_name, split_sentences)
+
+    def _open(self, path_prefixes: Sequence[str], feature_name: str, split_sentences: bool) -> None:
+        self._prefixes = [str(p) for p in path_prefixes]
+        if not self._prefixes:
+            raise DataError("grain_train_files: an mmap spec that names no .bin/.idx shard")
+        self._feature_name = feature_name
+        self._split_sentences = bool(split_sentences)
+        self._corpora = [mdc.IndexedDataset(p) for p in self._prefixes]
+        counts = [self._counts(c) for c in self._corpora]
+        self._token_counts = np.concatenate(counts) if counts else np.zeros(0, np.int64)
+        self._ends = np.cumsum([len(c) for c in counts], dtype=np.int64)
+
+    def _counts(self, corpus) -> np.ndarray:
+        """int64 [D]: each document's tokens (each sequence's without split_sentences)."""
+        lengths = np.asarray(corpus.sequence_lengths, np.int64)
+        if not self._split_sentences:
+            return lengths
+        bounds = np.asarray(corpus.document_indices, np.int64)
+        totals = np.concatenate([[0], np.cumsum(lengths)])
+        return totals[bounds[1:]] - totals[bounds[:-1]]
+
+    def __len__(self) -> int:
+        return int(self._ends[-1])
+
+    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"Index {index} out of range for dataset with {len(self)} elements")
+        shard = int(np.searchsorted(self._ends, index, side="right"))
+        local = int(index) - (int(self._ends[shard - 1]) if shard else 0)
+        corpus = self._corpora[shard]
+        if not self._split_sentences:
+            return {self._feature_name: np.array(corpus[local])}
+        first, last = (int(x) for x in corpus.document_indices[local : local + 2])
+        parts = corpus[first:last] if last > first else []
+        tokens = np.concatenate(parts) if parts else np.zeros(0, corpus.dtype)
+        return {self._feature_name: tokens}
+
+    def doc_token_counts(self) -> np.ndarray:
+        """int64 [D]: the tokens of every document, shard after shard."""
+        return self._token_counts
+
+    def check_eod_presence(self, eod_id: int, mode_label: str) -> None:
+        """Warn, as MaxText does, when none of the first 20 documents of the first shard
+        ends with ``eod_id`` (the corpus was preprocessed without ``--append-eod``)."""
+        count = min(int(self._ends[0]), 20)
+        ends = [self[i][self._feature_name] for i in range(count)]
+        ends = [t[-1] for t in ends if len(t)]
+        if ends and not any(int(t) == eod_id for t in ends):
+            log.warning(
+                "None of the first %d documents end with eod_id=%d. %s does NOT insert EOD "
+                "tokens: preprocess with --append-eod for correct document boundaries.",
+                count, eod_id, mode_label,
+            )
+
+    def __getstate__(self) -> dict:
+        return {"path_prefixes": self._prefixes, "feature_name": self._feature_name,
+                "split_sentences": self._split_sentences}
+
+    def __setstate__(self, state: dict) -> None:
+        self._open(state["path_prefixes"], state["feature_name"], state["split_sentences"])
+
+    def __repr__(self) -> str:
+        return f"MegadataDocumentSource({len(self)} documents of {len(self._prefixes)} shard(s))"
+
+
+def create_mmap_source(path_prefix, split_sentences, seq_length, eod_id):
+    """MaxText's ``create_mmap_source`` (``grain_file_type: mmap``) with megadata's
+    documents: MaxText's own shard resolution, and its own windows
+    (``MMapSampleIndexDataSource``) over :class:`MegadataDocumentSource`."""
+    import grain.python as grain
+
+    datasource = sys.modules[SOURCE]
+    prefixes = datasource._resolve_bin_prefixes(path_prefix.strip())
+    source: Any = MegadataDocumentSource(prefixes, split_sentences=split_sentences)
+    log.info("megadata serves MaxText's mmap documents: %r", source)
+    if seq_length and eod_id is not None:
+        source = datasource.MMapSampleIndexDataSource(source, seq_length=seq_length,
+                                                      eod_id=eod_id)
+    return grain.MapDataset.source(source)
+
+
+setattr(create_mmap_source, MARK, True)
