@@ -9,12 +9,10 @@ Rooms:
 - ``engines/``: where preprocessing runs and what it reads (Ray, parquet).
 - ``tokenizing/``: tokenizers by Megatron's and Hugging Face's names, the gigatoken fast
   path and the proofs that it gives the reference ids, sentence splitters.
-- ``trainers/``: trainers' own data paths served by megadata (the Megatron drop-in,
-  MaxText, torchtitan; MaxText's key names).
+- ``trainers/``: trainers' own data paths (the Megatron drop-in, MaxText, torchtitan).
 
-The framework skins and the drop-in are also importable from here by their short names,
-either spelling, loaded on first use so that no framework is imported before it is asked
-for::
+The framework skins and the drop-in are also importable by their short names, either
+spelling, loaded on first use (no framework is imported before it is asked for)::
 
     from megadata_adapters import grain_source, jax_sharding, tensorstore_bins, torch_data
     import megadata_adapters.grain_source
@@ -38,17 +36,14 @@ SHORT_NAMES = {
     "msc_bins": "megadata_adapters.storage.msc_bins",
     "megatron_datasets": "megadata_adapters.trainers.megatron_datasets",
 }
-#: Module name a user may import -> the module it is (short names, and the old home of a
-#: moved module).
-ALIASES = {
-    **{f"{__name__}.{short}": name for short, name in SHORT_NAMES.items()},
-    f"{__name__}.frameworks.maxtext_keys": "megadata_adapters.trainers.maxtext.keys",
-}
+#: Importable name -> the module it is: the short names, and a moved module's old home.
+ALIASES = {f"{__name__}.{short}": name for short, name in SHORT_NAMES.items()}
+ALIASES[f"{__name__}.frameworks.maxtext_keys"] = SHORT_NAMES["maxtext_keys"]
 
 
 class _Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports an alias (and what is under it) as the module it stands for: one module
-    object in ``sys.modules`` under both names, its own ``__spec__`` kept."""
+    """An alias (or a name under it) imports as the module it stands for: one module in
+    ``sys.modules`` under both names, with its own ``__spec__``."""
 
     def find_spec(self, fullname, path=None, target=None):
         for alias, name in ALIASES.items():

@@ -94,7 +94,6 @@ __all__ = [
 ]
 
 _lock = threading.Lock()
-_MARK = MARK
 
 
 class MaxTextImportError(DataError, ImportError):
@@ -124,28 +123,28 @@ def _split_passing_split_samples(original: Callable[..., Any]) -> Callable[..., 
             return element
         return original(self, element)
 
-    setattr(map, _MARK, True)
+    setattr(map, MARK, True)
     map.__doc__ = original.__doc__
     return map
 
 
 def _patch(module: types.ModuleType) -> None:
-    if getattr(module, _MARK, False):
+    if getattr(module, MARK, False):
         return
     names = vars(module)
     if module.__name__ == UTILS:
         split = names["MegatronSplitInputsTargets"]
-        if not getattr(split.map, _MARK, False):
+        if not getattr(split.map, MARK, False):
             split.map = _split_passing_split_samples(split.map)
-        names[_MARK] = True
+        names[MARK] = True
         return
     for name, ours in _REPLACED[module.__name__].items():
         original = names[name]
-        if getattr(original, _MARK, False):  # bound from the patched _mmap_datasource
+        if getattr(original, MARK, False):  # bound from the patched _mmap_datasource
             original = vars(sys.modules[SOURCE])[f"maxtext_{name}"]
         names[f"maxtext_{name}"] = original  # MaxText's own, kept
         names[name] = ours
-    names[_MARK] = True
+    names[MARK] = True
 
 
 class _PatchingLoader(importlib.abc.Loader):

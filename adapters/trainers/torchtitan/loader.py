@@ -3,6 +3,7 @@ over a megadata dataset (see the package docstring)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -13,12 +14,13 @@ from torchtitan.components.dataloader import BaseDataLoader
 import megadata_core as mdc
 from megadata_adapters.frameworks import torch_data
 from megadata_adapters.trainers.torchtitan.keys import data_config
-from megadata_adapters.trainers.torchtitan.resume import from_titan_state, to_titan_state
 from megadata_core.errors import DataError
 from megadata_core.samplers import PretrainingSampler, RandomSampler
 
 #: torchtitan's cross-entropy ignore index (``torchtitan.components.loss.IGNORE_INDEX``).
 IGNORE_INDEX = -100
+#: The key of the loader's state in its ``state_dict`` (one for every rank).
+STATE_KEY = "megadata"
 _DOCUMENT_KEYS = ("cu_seqlens", "max_seqlen", "segment_ids")
 
 
@@ -152,12 +154,21 @@ class MegadataDataLoader(BaseDataLoader):
 
     def state_dict(self) -> dict[str, Any]:
         """``{"megadata": JSON text}``: the same on every DP rank (see the package)."""
-        return to_titan_state(self.loader.state_dict())
+        return {STATE_KEY: json.dumps(self.loader.state_dict(), sort_keys=True)}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Continue after the batches that ``state_dict`` counted; empty: no-op."""
-        if state_dict:
-            self.loader.load_state_dict(from_titan_state(state_dict))
+        if not state_dict:
+            return
+        if STATE_KEY not in state_dict:
+            raise DataError(
+                f"state_dict: no {STATE_KEY!r} key (keys {sorted(state_dict)}): not a "
+                "MegadataDataLoader state"
+            )
+        state = state_dict[STATE_KEY]
+        if isinstance(state, bytes):
+            state = state.decode("utf-8")
+        self.loader.load_state_dict(json.loads(state) if isinstance(state, str) else state)
 
     def close(self) -> None:
         """Stop the loader's workers; idempotent."""
