@@ -16,6 +16,7 @@ dict operation per opened map and per batch read, under a lock.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 
 from megadata_core.errors import DataError
@@ -44,7 +45,9 @@ class OpenFiles:
 
     def __init__(self, limit: int = DEFAULT_MAX_OPEN_FILES) -> None:
         self.limit = check_limit("max_open_files", limit)
-        self._held: OrderedDict[int, list] = OrderedDict()  # id -> [holder, descriptors]
+        # id -> [weakref to holder, descriptors]: a strong reference would be a cycle
+        # (holder -> OpenFiles -> holder) holding a dropped dataset's files until collected
+        self._held: OrderedDict[int, list] = OrderedDict()
         self._count = 0
         self._lock = threading.Lock()
 
@@ -55,18 +58,19 @@ class OpenFiles:
         released = []
         with self._lock:
             entry = self._held.get(id(holder))
-            if entry is None:
-                entry = self._held[id(holder)] = [holder, 0]
-            else:
-                self._held.move_to_end(id(holder))
+            if entry is None or entry[0]() is not holder:  # new, or a dead holder's id
+                self._count -= entry[1] if entry else 0
+                entry = self._held[id(holder)] = [weakref.ref(holder), 0]
+            self._held.move_to_end(id(holder))
             entry[1] += files
             self._count += files
             while self._count > self.limit and len(self._held) > 1:
                 other, count = self._held.popitem(last=False)[1]
                 self._count -= count
-                released.append(other)
+                released.append(other())
         for other in released:
-            other.release_open_files()
+            if other is not None:  # a dead holder's files closed with it
+                other.release_open_files()
 
     def used(self, holder: object) -> None:
         """``holder`` read from its open files: it becomes the most recently used."""
@@ -85,7 +89,7 @@ class OpenFiles:
         """The descriptors ``holder`` is counted for."""
         with self._lock:
             entry = self._held.get(id(holder))
-            return 0 if entry is None else entry[1]
+            return 0 if entry is None or entry[0]() is not holder else entry[1]
 
     def __len__(self) -> int:
         """The descriptors counted (all holders)."""

@@ -198,6 +198,7 @@ class BlendedMegatronDatasetBuilder:
             return cls._wrap(dataset, low_level(dataset.indexed), config)
 
         splits = [wrap(dataset) for dataset in built]
+        corpora.clear()  # wrap (recursive) is a cycle: it would hold them open until collected
         if config.path_to_cache and not config.mock and _writes_shared_files():
             marker = megatron_cache.build_marker(config, self.cls.__name__, self.sizes)
             if not os.path.exists(marker):  # once per build of this config
