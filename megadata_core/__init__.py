@@ -12,11 +12,12 @@ below; tests/test_layering.py checks it):
    ``batch_size_schedule`` (Megatron's step batch-size schedule, arithmetic on steps),
    ``cache/`` (everything under ``path_to_cache``, on format), ``preprocess/`` (text to
    corpora, on format)
-3. ``datasets/``, ``samplers``
-4. ``build/`` (a config and sizes to train/valid/test)
+3. ``modes/`` (the choices a config names: packing, shuffle, blend order, each an object)
+4. ``datasets/``, ``samplers``
+5. ``build/`` (a config and sizes to train/valid/test)
 """
 
-from megadata_core import samplers
+from megadata_core import modes, samplers
 from megadata_core.build import build_datasets
 from megadata_core.cache import open_corpus
 from megadata_core.datasets import (
@@ -52,6 +53,7 @@ __all__ = [
     "ScheduledBlendedDataset",
     "EpochChain",
     "context_parallel_slice",
+    "modes",
     "samplers",
     "build_datasets",
     "open_corpus",

@@ -1,4 +1,4 @@
-"""Floor 3 (beside datasets): data-parallel samplers, which global samples each DP rank reads.
+"""Floor 4 (beside datasets): data-parallel samplers, which global samples each DP rank reads.
 
 Two samplers with the constructor signatures of Megatron-LM's
 ``megatron/training/data_samplers.py`` (not shipped in the megatron-core wheel):

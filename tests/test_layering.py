@@ -12,8 +12,9 @@ Floors of ``megadata_core`` (a room imports numpy, the standard library and the 
    batch-size schedule: arithmetic on steps), ``cache`` (everything under
    ``path_to_cache``), ``preprocess`` (text to corpora); rooms of one floor do not
    import each other
-3. ``datasets``, ``samplers``
-4. ``build`` (a config and sizes to train/valid/test)
+3. ``modes`` (the choices a config names: packing, shuffle, blend order, each an object)
+4. ``datasets``, ``samplers``
+5. ``build`` (a config and sizes to train/valid/test)
 
 Two more rules: ``indices`` and ``batch_size_schedule`` do no file I/O (no ``open``,
 ``os.replace``, ``fcntl``, ``mmap``, memory maps or ``.npy`` files: arrays in, arrays
@@ -44,8 +45,9 @@ FLOORS = {
     "errors": 0, "checks": 0, "cores": 0, "files": 0, "handover": 0,
     "format": 1,
     "indices": 2, "batch_size_schedule": 2, "cache": 2, "preprocess": 2,
-    "datasets": 3, "samplers": 3,
-    "build": 4,
+    "modes": 3,
+    "datasets": 4, "samplers": 4,
+    "build": 5,
 }
 GROUND = {"errors", "checks", "cores", "files", "handover"}
 #: The rooms each room may import (besides itself and ``errors``).
@@ -60,9 +62,10 @@ MAY_IMPORT = {
     "batch_size_schedule": {"checks"},
     "cache": GROUND | {"format"},
     "preprocess": GROUND | {"format"},
-    "datasets": GROUND | {"format", "indices", "cache"},
+    "modes": GROUND | {"format", "indices", "cache"},
+    "datasets": GROUND | {"format", "indices", "cache", "modes"},
     "samplers": GROUND | {"batch_size_schedule"},
-    "build": GROUND | {"format", "indices", "cache", "datasets"},
+    "build": GROUND | {"format", "indices", "cache", "modes", "datasets"},
 }
 #: What ``indices`` may not touch: modules of file I/O, and calls that read or write files.
 IO_MODULES = {"fcntl", "mmap", "tempfile", "shutil", "io", "pathlib", "glob"}

@@ -1,4 +1,4 @@
-"""Floor 4: a config and the samples wanted per split become ``[train, valid, test]``.
+"""Floor 5: a config and the samples wanted per split become ``[train, valid, test]``.
 
 :func:`build_datasets` (megatron-core's ``BlendedMegatronDatasetBuilder.build``) down
 its rooms: the plan (:mod:`.plan`, :mod:`.sizing`), the corpora (:mod:`.corpora`), the

@@ -122,7 +122,7 @@ class Members:
         of them at once (each with its epoch's seed); one at a time for the other orders
         and packings, or to name a job that cannot be built."""
         config = self.memory_config
-        if len(jobs) < 2 or config.shuffle != "megatron" or config.packing != "concat":
+        if len(jobs) < 2 or not config.packing_mode.batched(config.shuffle_mode):
             return {job: self._arrays(job) for job in jobs}
         corpora = [self.corpora.opened[job.prefix] for job in jobs]
         firsts, ends = splits.document_bounds(

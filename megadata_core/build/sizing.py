@@ -3,7 +3,7 @@
 The builder asks it to choose where a member's index is built (memory or the cache); a
 tool that prints a build's plan (``build_index --dry_run``) asks it for every member's
 documents, tokens, epochs and samples. Both follow the rules the index build follows
-(:mod:`megadata_core.datasets.gpt_arrays`), with its errors.
+(the packing mode's ``size``), with its errors.
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ import numpy as np
 
 from megadata_core.build.plan import Job
 from megadata_core.datasets import gpt_arrays
-from megadata_core.indices import num_epochs, samples_in_epochs, splits
-from megadata_core.indices.packed_samples import packed_epochs, packing_units
-from megadata_core.indices.packing import pack_layout
+from megadata_core.indices import num_epochs, splits
 
 
 @dataclass(frozen=True)
@@ -78,18 +76,8 @@ def member_size(lengths: np.ndarray, job: Job, config) -> MemberSize:
         raise gpt_arrays.no_documents(job.split)
     if tokens == 0:
         raise gpt_arrays.no_tokens(job.split, len(documents))
-    extra = int(config.add_extra_token_to_sequence)
-    if config.packing == "best_fit":  # whole epochs of B bins; B from the packing alone
-        _, units, capacity = packing_units(
-            lengths[documents.start : documents.stop], config.sequence_length, bool(extra),
-            config.packing_alignment,
-        )
-        layout = pack_layout(units, capacity)
-        bins = len(layout.bin_offsets) - 1
-        epochs = packed_epochs(bins, job.num_samples)
-        return MemberSize(len(documents), tokens, epochs, epochs * bins)
-    epochs = num_epochs(tokens, config.sequence_length, job.num_samples, extra)
-    samples = samples_in_epochs(
-        epochs, tokens, config.sequence_length, extra, gpt_arrays.drops_last(config, job.split)
+    epochs, samples = config.packing_mode.size(
+        lengths[documents.start : documents.stop], tokens, config, job.num_samples,
+        gpt_arrays.drops_last(config, job.split),
     )
     return MemberSize(len(documents), tokens, epochs, samples)

@@ -25,7 +25,6 @@ from megadata_core.cache.versions import (
     BUNDLE_VERSION,
     INDEX_ALGORITHM_VERSION,
     MEGATRON_BLEND_VERSION,
-    PACKING_ALGORITHM_VERSION,
     SCHEDULE_ALGORITHM_VERSION,
 )
 
@@ -38,19 +37,17 @@ def gpt_description(
     data: dict,
     *,
     drop_last: bool,
-    feistel: Sequence,
 ) -> dict:
     """A GPT dataset's index arrays.
 
     Args:
-        config: the dataset's config (seed, sequence length, extra token, shuffle,
-            packing).
+        config: the dataset's config (seed, sequence length, extra token, and what its
+            shuffle and packing modes add: ``describe()``).
         split: ``"train"``, ``"valid"`` or ``"test"``.
         documents: the split's document ids, described (:func:`.keys.document_ids`).
         num_samples: samples requested, or None for one epoch.
         data: the corpus's identity (:func:`.keys.data_identity`).
         drop_last: whether a last partial sample is dropped.
-        feistel: ``(rounds, algorithm)`` of the Feistel network (``shuffle="feistel"``).
     """
     description = {
         "kind": "megadata.GPTDataset",
@@ -59,20 +56,13 @@ def gpt_description(
         "random_seed": config.random_seed,
         "sequence_length": config.sequence_length,
         "add_extra_token_to_sequence": config.add_extra_token_to_sequence,
-        "drop_last_partial_sequence": drop_last,
         "num_samples": num_samples,
-        "shuffle": config.shuffle,
+        "shuffle": config.shuffle_mode.name,
         "documents": documents,
         "data": data,
     }
-    if config.shuffle == "feistel":
-        description["feistel_rounds"], description["feistel_algorithm"] = feistel
-    if config.packing != "concat":  # concat keys stay as they were: old entries stay valid
-        description["packing"] = config.packing
-        description["packing_algorithm"] = PACKING_ALGORITHM_VERSION
-        if config.packing_alignment is not None:  # unaligned keys stay as they were
-            description["packing_alignment"] = config.packing_alignment
-        del description["drop_last_partial_sequence"]  # packed samples are never partial
+    description.update(config.shuffle_mode.describe())
+    description.update(config.packing_mode.describe(drop_last))
     return description
 
 
@@ -140,18 +130,17 @@ def bundle_description(
         "sequence_length": config.sequence_length,
         "add_extra_token_to_sequence": config.add_extra_token_to_sequence,
         "drop_last_partial_validation_sequence": config.drop_last_partial_validation_sequence,
-        "shuffle": config.shuffle,
+        "shuffle": config.shuffle_mode.name,
         "feistel": list(feistel),
-        "blend_order": config.blend_order,
+        "blend_order": config.blend_order_mode.name,
         "in_memory_below": in_memory_below,
         "corpora": None if corpora is None else json_digest(corpora),
         "jobs": jobs,
         "recipes": recipes,
     }
-    if config.packing != "concat":  # concat bundles keep their keys
-        description["packing"] = [config.packing, PACKING_ALGORITHM_VERSION]
-        if config.packing_alignment is not None:
-            description["packing"].append(config.packing_alignment)
+    packing = config.packing_mode.describe(True)
+    if "packing" in packing:  # the packed key's values as a list (concat bundles: none)
+        description["packing"] = list(packing.values())
     return description
 
 

@@ -1,4 +1,4 @@
-"""Floor 3: datasets that hold indices and answer ``len``, ``[i]`` and ``__getitems__``.
+"""Floor 4: datasets that hold indices and answer ``len``, ``[i]`` and ``__getitems__``.
 
 ``GPTDataset`` (its index arrays from one call, :mod:`.gpt_arrays`; many members that
 share its checks, :mod:`.gpt_siblings`), ``BlendedDataset`` (its members possibly made

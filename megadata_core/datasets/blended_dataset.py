@@ -28,22 +28,15 @@ from megadata_core.cache.descriptions import blend_description
 from megadata_core.cache.entries import load_or_build
 from megadata_core.checks import first_outside, out_of_range, unsigned
 from megadata_core.datasets import origins
-from megadata_core.datasets.config import BLEND_ORDERS, SPLIT_NAMES
+from megadata_core.datasets.config import SPLIT_NAMES
 from megadata_core.datasets.lazy_members import LazyMembers
 from megadata_core.datasets.member_reads import member_lengths, read_members
 from megadata_core.datasets.positions import sample_positions
 from megadata_core.datasets.source_ids import BLEND_SKIPS, with_member_ids
 from megadata_core.errors import DataError, OversampledError
 from megadata_core.handover.buffers import BufferPool
-from megadata_core.indices.blending import (
-    balanced_blending_indices,
-    blend_counts,
-    check_weights,
-    dataset_index_dtype,
-    megatron_blending_indices,
-    megatron_exhaustive_blending_indices,
-    megatron_normalize,
-)
+from megadata_core.indices.blending import blend_counts, check_weights, megatron_normalize
+from megadata_core.modes import blend_order_of
 
 BLEND_ARRAYS = ("dataset_index", "dataset_sample_index", "dataset_counts")
 
@@ -126,9 +119,7 @@ class BlendedDataset:
             datasets = list(datasets)
         if not len(datasets):
             raise DataError("datasets: no datasets to blend")
-        order = getattr(config, "blend_order", None)
-        if order not in BLEND_ORDERS:
-            raise DataError(f"blend_order: {order!r} is not one of {BLEND_ORDERS}")
+        self._order = blend_order_of(config)
         if weights is None:
             weights = member_lengths(datasets).tolist()
         try:
@@ -141,7 +132,7 @@ class BlendedDataset:
         self.config = config
         self._buffers = BufferPool()
         self._entry = origin  # where given arrays that are not cache files came from
-        self.blend_order = order
+        self.blend_order = self._order.name
         self.split = split_of(datasets)
         if size is None:
             self.weights = _integral_sizes(weights)
@@ -184,19 +175,7 @@ class BlendedDataset:
 
     def _build(self) -> dict[str, np.ndarray]:
         weights = np.asarray(self.weights, dtype=np.float64)
-        live = np.flatnonzero(weights > 0)
-        if self.size is None and self.blend_order == "megatron":
-            index, sample = megatron_exhaustive_blending_indices(self.weights)
-        elif self.size is None:
-            index, sample = balanced_blending_indices(weights, None, caps=self.weights)
-        elif self.blend_order == "balanced":
-            index, sample = balanced_blending_indices(weights, self.size)
-        elif len(live) == len(weights):  # Megatron: normalized once, then the helper
-            index, sample = megatron_blending_indices(weights, self.size, normalize=False)
-        else:  # Megatron's blend of the datasets with weight > 0 (normalized again)
-            index, sample = megatron_blending_indices(weights[live], self.size)
-            # ids of all the datasets: the live ones' own index dtype may be too narrow
-            index = live.astype(dataset_index_dtype(len(weights)))[index]
+        index, sample = self._order.blend(weights, self.size, self.weights)
         counts = blend_counts(index, len(self.datasets))
         return {"dataset_index": index, "dataset_sample_index": sample, "dataset_counts": counts}
 

@@ -19,16 +19,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from megadata_core import modes
 from megadata_core.checks import check_int
 from megadata_core.datasets import blend_args
 from megadata_core.datasets.blend_schedule import check_blend_schedule
 from megadata_core.errors import DataError
 from megadata_core.format.open_files import DEFAULT_MAX_OPEN_FILES, check_limit
 from megadata_core.indices import splits
+from megadata_core.modes import BlendOrder, Packing, Shuffle
 
-SHUFFLE_MODES = ("megatron", "feistel")
-BLEND_ORDERS = ("balanced", "megatron")
-PACKING_MODES = ("concat", "best_fit")
 SPLIT_NAMES = ("train", "valid", "test")
 
 _BOOL_FIELDS = (
@@ -108,6 +107,8 @@ class GPTDataConfig:
         eod_id: end-of-document token id (Megatron: ``tokenizer.eod``); needed by
             ``reset_position_ids``, ``reset_attention_mask`` and ``eod_mask_loss``.
         pad_id: pad token id (Megatron: ``tokenizer.pad``, else -1).
+        shuffle, blend_order, packing: the names of modes (:mod:`megadata_core.modes`,
+            which registers more; a mode object is taken too, and its name kept):
         shuffle: ``"megatron"`` (bit-exact RandomState indices) or ``"feistel"`` (lazy,
             O(1)-memory sample order; not Megatron-compatible).
         blend_order: ``"balanced"`` (vectorized) or ``"megatron"`` (Megatron's exact order).
@@ -173,10 +174,27 @@ class GPTDataConfig:
     @property
     def masks_cross_document_labels(self) -> bool:
         """Whether samples train no label that crosses into another document:
-        ``mask_cross_document_labels``, or when None, True for ``best_fit`` only."""
+        ``mask_cross_document_labels``, or when None, the packing's default (True for
+        ``best_fit`` only)."""
         if self.mask_cross_document_labels is None:
-            return self.packing == "best_fit"
+            return self.packing_mode.masks_cross_document_labels
         return self.mask_cross_document_labels
+
+    @property
+    def packing_mode(self) -> Packing:
+        """The :class:`~megadata_core.modes.Packing` that ``packing`` names, with the
+        options it owns (``packing_alignment``)."""
+        return self._modes[0]
+
+    @property
+    def shuffle_mode(self) -> Shuffle:
+        """The :class:`~megadata_core.modes.Shuffle` that ``shuffle`` names."""
+        return self._modes[1]
+
+    @property
+    def blend_order_mode(self) -> BlendOrder:
+        """The :class:`~megadata_core.modes.BlendOrder` that ``blend_order`` names."""
+        return self._modes[2]
 
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
@@ -207,16 +225,15 @@ class GPTDataConfig:
             raise DataError(f"pad_id: {pad} does not fit int64")
         put("pad_id", pad)
         put("max_open_files", check_limit("max_open_files", self.max_open_files))
-        if self.shuffle not in SHUFFLE_MODES:
-            raise DataError(f"shuffle: {self.shuffle!r} is not one of {SHUFFLE_MODES}")
-        if self.blend_order not in BLEND_ORDERS:
-            raise DataError(f"blend_order: {self.blend_order!r} is not one of {BLEND_ORDERS}")
-        if self.packing not in PACKING_MODES:
-            raise DataError(f"packing: {self.packing!r} is not one of {PACKING_MODES}")
+        shuffle, order = modes.shuffle(self.shuffle), modes.blend_order(self.blend_order)
+        packing = modes.packing(self.packing)
+        for name, mode in (("shuffle", shuffle), ("blend_order", order), ("packing", packing)):
+            put(name, mode.name)  # a mode object given: the field holds its name
         if self.mask_cross_document_labels is not None:
             put("mask_cross_document_labels",
                 _bool("mask_cross_document_labels", self.mask_cross_document_labels))
         self._check_alignment(put)
+        put("_modes", (packing.configured(self), shuffle, order))
         if self.document_masking:
             for name in ("reset_position_ids", "reset_attention_mask"):
                 if getattr(self, name):
@@ -227,8 +244,8 @@ class GPTDataConfig:
                     )
 
     def _check_alignment(self, put) -> None:
-        """``packing_alignment``: a positive int dividing ``sequence_length``, only with
-        ``packing="best_fit"`` and ``document_masking``."""
+        """``packing_alignment``: None or an int >= 1 (the packing that owns it checks
+        the rest)."""
         alignment = self.packing_alignment
         if alignment is None:
             return
@@ -239,22 +256,6 @@ class GPTDataConfig:
         alignment = int(alignment)
         if alignment < 1:
             raise DataError(f"packing_alignment: {alignment} must be >= 1")
-        if self.packing != "best_fit" or not self.document_masking:
-            raise DataError(
-                f"packing_alignment: {alignment} needs packing='best_fit' and "
-                f"document_masking=True (got packing={self.packing!r}, "
-                f"document_masking={self.document_masking}); concat samples are not packed"
-            )
-        if alignment > self.sequence_length:
-            raise DataError(
-                f"packing_alignment: {alignment} is larger than sequence_length "
-                f"{self.sequence_length}"
-            )
-        if self.sequence_length % alignment:
-            raise DataError(
-                f"packing_alignment: sequence_length {self.sequence_length} is not a "
-                f"multiple of {alignment} (the padded layout fills the sample exactly)"
-            )
         put("packing_alignment", alignment)
 
     def _check_sources(self, put) -> None:

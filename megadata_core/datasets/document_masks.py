@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from megadata_core.datasets.pieces import Pieces
 from megadata_core.errors import DataError
+from megadata_core.modes import Pieces
 
 
 def document_masks(
@@ -56,7 +56,7 @@ def document_masks(
     of a batch (see the module docstring).
 
     Args:
-        pieces: the batch's pieces (:func:`~megadata_core.datasets.pieces.locate_pieces`
+        pieces: the batch's pieces (:func:`~megadata_core.modes.concat.locate_pieces`
             or ``locate_packed_pieces``), every sample with >= 1 piece.
         sequence_length: S.
         extra: 1 with ``add_extra_token_to_sequence``, else 0.

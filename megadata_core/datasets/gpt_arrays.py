@@ -1,11 +1,10 @@
 """The index arrays of one GPT dataset, in one call: given, loaded from the cache, or built.
 
 :func:`gpt_arrays` is what :class:`~megadata_core.datasets.gpt_dataset.GPTDataset` calls
-once to get its arrays. ``shuffle="megatron"``: ``document_index``, ``sample_index`` and
-``shuffle_index``, built as Megatron's ``_build_document_sample_shuffle_indices``
-(:func:`megadata_core.indices.gpt_indices`; the valid split honours
-``drop_last_partial_validation_sequence``). ``shuffle="feistel"``: ``sample_index`` and
-``feistel_split`` (:mod:`megadata_core.indices.sample_order`). With
+once to get its arrays: their names and their build are the packing mode's
+(:meth:`megadata_core.modes.Packing.array_names`, :meth:`~megadata_core.modes.Packing.build`;
+Megatron's concat arrays for ``shuffle="megatron"``, the valid split honouring
+``drop_last_partial_validation_sequence``). With
 ``config.path_to_cache`` they go through the on-disk cache
 (:mod:`megadata_core.cache.entries`), keyed by :func:`describe`: cached arrays are
 memory-mapped and name their file (see :mod:`megadata_core.datasets.origins`).
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
@@ -26,28 +24,18 @@ from megadata_core.cache.keys import data_identity
 from megadata_core.cache.spill import spill_arrays
 from megadata_core.datasets.config import GPTDataConfig
 from megadata_core.errors import DataError
-from megadata_core.indices import gpt_indices, tokens_per_epoch
+from megadata_core.indices import tokens_per_epoch
 from megadata_core.indices.allocate import SCRATCH_PREFIX, Allocate, in_memory
 from megadata_core.indices.feistel import ALGORITHM as FEISTEL_ALGORITHM
 from megadata_core.indices.feistel import ROUNDS as FEISTEL_ROUNDS
-from megadata_core.indices.gpt import GPT_ARRAYS
-from megadata_core.indices.packed_samples import PACKED_ARRAYS, packed_indices
-from megadata_core.indices.sample_order import FEISTEL_ARRAYS, feistel_gpt_indices
 
 #: The Feistel network's identity, in the descriptions of its arrays.
 FEISTEL = (FEISTEL_ROUNDS, FEISTEL_ALGORITHM)
 
 
-def array_names(shuffle: str, packing: str = "concat") -> tuple[str, ...]:
-    """The arrays a dataset of this shuffle and packing mode stores."""
-    if packing == "best_fit":
-        return PACKED_ARRAYS[shuffle]
-    return GPT_ARRAYS if shuffle == "megatron" else FEISTEL_ARRAYS
-
-
 def config_array_names(config: GPTDataConfig) -> tuple[str, ...]:
-    """:func:`array_names` of a config."""
-    return array_names(config.shuffle, config.packing)
+    """The arrays a dataset of this config stores (its packing's, for its shuffle)."""
+    return config.packing_mode.array_names(config.shuffle_mode)
 
 
 def drops_last(config: GPTDataConfig, split: str) -> bool:
@@ -73,7 +61,7 @@ def describe(
     the ids' description (:func:`megadata_core.cache.keys.document_ids`)."""
     return gpt_description(
         config, split, documents, num_samples, data_identity(indexed),
-        drop_last=drops_last(config, split), feistel=FEISTEL,
+        drop_last=drops_last(config, split),
     )
 
 
@@ -85,43 +73,16 @@ def build_arrays(
     split: str,
     empty: Allocate = in_memory,
 ) -> dict[str, np.ndarray]:
-    """The arrays of :func:`array_names`, built from the split's ids (a range for
+    """The arrays of :func:`config_array_names`, built from the split's ids (a range for
     consecutive ids: no id array is read, gathered or tiled) into arrays from ``empty``
     (memory, or the cache's spill files)."""
     lengths = indexed.sequence_lengths
     tokens = tokens_per_epoch(lengths, ids)
     if tokens == 0:
         raise no_tokens(split, len(ids))
-    options: dict[str, Any] = dict(
-        add_extra_token=bool(config.add_extra_token_to_sequence),
-        drop_last_partial_sequence=drops_last(config, split),
-        empty=empty,
+    return config.packing_mode.build(
+        lengths, ids, config, num_samples, drops_last(config, split), tokens, empty
     )
-    length, seed = config.sequence_length, config.random_seed
-    if config.packing == "best_fit":
-        return packed_indices(
-            lengths, ids, length, num_samples, seed,
-            add_extra_token=options["add_extra_token"], shuffle=config.shuffle, empty=empty,
-            alignment=config.packing_alignment,
-        )
-    if config.shuffle == "megatron":
-        arrays = gpt_indices(lengths, ids, length, num_samples, seed, **options)
-        return dict(zip(GPT_ARRAYS, arrays))
-    return feistel_gpt_indices(lengths, ids, length, num_samples, seed, tokens, **options)
-
-
-def _empty(names: tuple[str, ...]) -> dict[str, np.ndarray]:
-    arrays: dict[str, np.ndarray] = {
-        "piece_document": np.empty(0, np.int32),
-        "bin_offsets": np.zeros(1, np.int64),
-        "full_offset": np.empty(0, np.int64),
-        "packed_shape": np.array([1, 0, 0, 1], np.int64),
-        "document_index": np.empty(0, np.int32),
-        "sample_index": np.zeros((1, 2), np.int32),
-        "shuffle_index": np.empty(0, np.uint32),
-        "feistel_split": np.array([0, 1], np.int64),
-    }
-    return {name: arrays[name] for name in names}
 
 
 def gpt_arrays(
@@ -134,7 +95,7 @@ def gpt_arrays(
     *,
     given: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
-    """The index arrays of one GPT dataset (names: :func:`array_names`).
+    """The index arrays of one GPT dataset (names: :func:`config_array_names`).
 
     Args:
         config: the dataset's :class:`GPTDataConfig`.
@@ -157,7 +118,7 @@ def gpt_arrays(
         return given
     if len(ids) == 0:
         if num_samples == 0:
-            return _empty(names)
+            return config.packing_mode.empty_arrays(config.shuffle_mode)
         raise no_documents(split)
     span = documents.get("range")
     build_ids = range(*span) if span is not None else ids

@@ -33,12 +33,12 @@ from megadata_core.datasets.document_masks import (
 )
 from megadata_core.datasets.gpt_maps import MappedIndices
 from megadata_core.datasets.gpt_siblings import GPTSiblings
-from megadata_core.datasets.pieces import Pieces, locate_packed_pieces, locate_pieces, one_sample
 from megadata_core.datasets.positions import sample_position, sample_positions
 from megadata_core.errors import DataError
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.indices.feistel import FeistelDocumentIndex
-from megadata_core.indices.sample_order import FeistelOrder, feistel_orders
+from megadata_core.indices.sample_order import FeistelOrder
+from megadata_core.modes import Pieces
 
 TOKEN_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
@@ -174,7 +174,7 @@ class GPTDataset(GPTSiblings, MappedIndices):
     @property
     def index_arrays(self) -> dict[str, np.ndarray]:
         """The index arrays as loaded or built (cache files stay memory maps): the names
-        of :func:`megadata_core.datasets.gpt_arrays.array_names`."""
+        of :func:`megadata_core.datasets.gpt_arrays.config_array_names`."""
         return dict(self._arrays)
 
     def _check_dtypes(self, token_dtype: np.typing.DTypeLike) -> np.dtype:
@@ -245,53 +245,7 @@ class GPTDataset(GPTSiblings, MappedIndices):
 
     def _set_views(self, arrays: dict[str, np.ndarray]) -> None:
         self._arrays = arrays  # memory maps stay here (pickled as file names)
-        if "piece_document" in arrays:
-            self._set_packed(arrays)
-            return
-        self._packed = None
-        # Plain ndarray views: numpy.memmap results pay subclass overhead on every op.
-        self.sample_index = np.asarray(arrays["sample_index"])
-        total = len(self.sample_index) - 1
-        if "shuffle_index" in arrays:
-            self.document_index = np.asarray(arrays["document_index"])
-            self.shuffle_index = np.asarray(arrays["shuffle_index"])
-        else:
-            self.document_index, self.shuffle_index = feistel_orders(
-                self._document_ids(), arrays["feistel_split"], total, self.config.random_seed
-            )
-        if len(self.shuffle_index) != total:
-            raise DataError(f"shuffle_index: {len(self.shuffle_index)} entries for {total} samples")
-        self._total = total
-
-    def _set_packed(self, arrays: dict[str, np.ndarray]) -> None:
-        """best_fit arrays (:mod:`megadata_core.indices.packed_samples`)."""
-        packed = {name: np.asarray(array) for name, array in arrays.items()}
-        shape = packed["packed_shape"]
-        alignment = self.config.packing_alignment
-        expected = (4,) if alignment is None else (5,)
-        if shape.shape != expected or len(packed["bin_offsets"]) < 1:
-            raise DataError(
-                f"packed_shape: {shape.tolist()} is not [epochs, head, full, capacity"
-                + ("]" if alignment is None else ", alignment]")
-            )
-        epochs, head = int(shape[0]), int(shape[1])
-        total = epochs * (len(packed["bin_offsets"]) - 1)
-        capacity = self.config.sequence_length + (self._extra if alignment is None else 0)
-        if int(shape[3]) != capacity:
-            raise DataError(f"packed_shape: capacity {int(shape[3])} != {capacity} (config)")
-        if alignment is not None and int(shape[4]) != alignment:
-            raise DataError(
-                f"packed_shape: alignment {int(shape[4])} != {alignment} (packing_alignment)"
-            )
-        if "shuffle_index" in packed:
-            self.shuffle_index = packed["shuffle_index"]
-        else:
-            self.shuffle_index = FeistelOrder(head, total, self.config.random_seed)
-        if len(self.shuffle_index) != total:
-            raise DataError(f"shuffle_index: {len(self.shuffle_index)} entries for {total} samples")
-        self.sample_index = self.document_index = None
-        self._packed = packed
-        self._total = total
+        self.config.packing_mode.views(self, arrays)
 
     # -- samples ----------------------------------------------------------------------
 
@@ -303,40 +257,18 @@ class GPTDataset(GPTSiblings, MappedIndices):
 
     @property
     def packing(self) -> str:
-        """``"best_fit"`` when the samples are packed bins (no ``document_index`` or
-        ``sample_index``: both are None), else ``"concat"``."""
-        return "concat" if self._packed is None else "best_fit"
+        """The name of the config's packing mode (``"concat"``: Megatron's samples)."""
+        return self.config.packing_mode.name
 
     @property
     def epochs(self) -> int:
         """Epochs of the split's documents that the samples hold."""
-        if self._packed is not None:
-            return int(self._packed["packed_shape"][0])
-        return len(self._concat_views()[1]) // max(1, len(self.indices))
-
-    def _concat_views(self) -> tuple[np.ndarray, np.ndarray | FeistelDocumentIndex]:
-        """``(sample_index, document_index)`` of a concat index (``_packed`` is None)."""
-        samples, documents = self.sample_index, self.document_index
-        if samples is None or documents is None:
-            raise DataError("sample_index: none in a best_fit index (internal error)")
-        return samples, documents
+        return self.config.packing_mode.epochs(self)
 
     def _pieces(self, rows: np.ndarray) -> Pieces:
-        """The pieces of the samples at sample-index ``rows`` (shuffle index values),
-        either packing."""
+        """The pieces of the samples at sample-index ``rows`` (shuffle index values)."""
         try:  # index values out of range: DataErrors naming the array and its source
-            if self._packed is not None:
-                return locate_packed_pieces(
-                    self._packed, self.indexed.sequence_lengths, rows
-                )
-            samples, documents = self._concat_views()
-            return locate_pieces(
-                samples,
-                documents,
-                self.indexed.sequence_lengths,
-                rows,
-                self._extra,
-            )
+            return self.config.packing_mode.locate(self, rows)
         except DataError as error:
             raise origins.with_origin(error, self._arrays, self._entry) from None
 
@@ -377,29 +309,29 @@ class GPTDataset(GPTSiblings, MappedIndices):
             sample padded with ``pad_id``, not yet 0), ``documents`` int64 [P] the
             document of each piece in order and ``lengths`` int64 [P] the tokens taken
             from it, ``padded``. From a memory-mapped concat corpus in scalar steps
-            (:func:`~megadata_core.datasets.pieces.one_sample`), else through the batched read.
+            (the packing's ``one_sample``), else through the batched read.
         """
         position = sample_position(index, self._total, self.split)
         width = self.config.sequence_length + self._extra
-        flat = None
-        if self._packed is None and not getattr(self.indexed, "multimodal", True):
+        found = flat = None
+        if not getattr(self.indexed, "multimodal", True):
             if "_mapped_files" in self.__dict__:
                 self.indexed._open_files.used(self)
             check = getattr(self.indexed, "check_files", None)
             if check is not None:  # before the .idx arrays are read
                 check()
-                flat = reading.flat_tokens(self.indexed)
-        if flat is None:
+                flat = reading.flat_tokens(self.indexed)  # None: not memory-mapped
+            if flat is not None:
+                try:
+                    found = self.config.packing_mode.one_sample(
+                        self, flat, int(self.shuffle_index[position])
+                    )
+                except DataError as error:
+                    raise origins.with_origin(error, self._arrays, self._entry) from None
+        if found is None:
             text, padded, pieces = self._text(np.array([position]))
             return SampleText(text[0], pieces.document.astype(np.int64), pieces.length, padded)
-        try:
-            samples, document_index = self._concat_views()
-            tokens, documents, lengths = one_sample(
-                flat, self.indexed.sequence_pointers, samples, document_index,
-                self.indexed.sequence_lengths, int(self.shuffle_index[position]), self._extra,
-            )
-        except DataError as error:
-            raise origins.with_origin(error, self._arrays, self._entry) from None
+        tokens, documents, lengths = found
         text = np.empty(width, self.token_dtype)  # one sample: no pool (it costs more)
         count = len(tokens)
         if count > width:
@@ -430,14 +362,15 @@ class GPTDataset(GPTSiblings, MappedIndices):
         returns writable copies.
         """
         text, padded, pieces = self._text(self._positions(indices))
-        return self._samples(text, padded, pieces, self._packed is not None)
+        return self._samples(text, padded, pieces, self.config.packing_mode.packed)
 
     def read_with_pieces(self, indices) -> tuple[dict[str, np.ndarray], Pieces]:
         """:meth:`__getitems__` without the ``source_ids`` keys, and the batch's pieces:
         a blend makes those keys once for its whole batch from its members' pieces
         (:func:`~megadata_core.datasets.source_ids.batch_sources`)."""
         text, padded, pieces = self._text(self._positions(indices))
-        return self._samples(text, padded, pieces, self._packed is not None, False), pieces
+        return self._samples(text, padded, pieces, self.config.packing_mode.packed,
+                             False), pieces
 
     def samples_from_text(
         self, text: np.ndarray, lengths: list | None = None

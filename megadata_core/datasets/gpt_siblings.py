@@ -38,9 +38,14 @@ class GPTSiblings:
     split: str
     token_dtype: np.dtype
     _arrays: dict[str, np.ndarray]
-    _packed: dict[str, np.ndarray] | None
     _entry: str | None
     _set_arrays: Callable[[dict[str, np.ndarray]], None]
+
+    def _batched(self) -> bool:
+        """Whether siblings share this one's checks: Megatron's three concat arrays."""
+        config = self.config
+        return (config.packing_mode.batched(config.shuffle_mode)
+                and sorted(self._arrays) == sorted(GPT_ARRAYS))
 
     def _sibling(
         self,
@@ -108,7 +113,7 @@ class GPTSiblings:
         splits: list[str],
     ) -> list:
         items = list(zip(corpora, spans, num_samples, arrays, splits))
-        if self._packed is not None or sorted(self._arrays) != sorted(GPT_ARRAYS):
+        if not self._batched():
             return [self._sibling(*item) for item in items]
         counts = np.array([len(corpus) for corpus in corpora], dtype=np.int64)
         lows = np.array([span.start for span in spans], dtype=np.int64)
@@ -186,8 +191,7 @@ class GPTSiblings:
         lengths = arrays.rows[rows + 1] - 1  # sample_index rows - 1
         shuffles = arrays.rows[rows + 2]
         if (
-            self._packed is not None
-            or sorted(self._arrays) != sorted(GPT_ARRAYS)
+            not self._batched()
             or (codes != own_code).any()
             or (firsts < 0).any()
             or (ends > counts).any()

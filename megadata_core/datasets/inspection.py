@@ -220,7 +220,7 @@ def sample_sources(dataset, indices, *, tokens: bool = False) -> SampleSources:
 
 def _token_documents(pieces, count: int, width: int) -> np.ndarray:
     """int64 [B, width]: the sequence of each text token of B = ``count`` samples made
-    of ``pieces`` (:class:`~megadata_core.datasets.pieces.Pieces`), -1 past a padded
+    of ``pieces`` (:class:`~megadata_core.modes.Pieces`), -1 past a padded
     (packed) sample's end and on the padding between documents (``packing_alignment``)."""
     pieces = unslotted(pieces)
     per_sample = np.diff(np.append(pieces.first, len(pieces.length)))

@@ -24,97 +24,7 @@ import numpy as np
 from megadata_core.checks import check_int
 from megadata_core.datasets.epoch_chain import EpochChain
 from megadata_core.errors import DataError
-from megadata_core.indices.feistel import FeistelDocumentIndex, feistel_invert
-from megadata_core.indices.sample_order import FeistelOrder
-
-BLOCK = 1 << 22  # entries of an index array compared per step
-
-
-def scan_equal(array, value: int, block: int = BLOCK) -> np.ndarray:
-    """int64 [K]: the positions of ``array`` (1-D, sliceable: an ndarray or memory map)
-    that equal ``value``, block by block."""
-    found = []
-    for lo in range(0, len(array), block):  # one trip per block, never per entry
-        hits = np.flatnonzero(np.asarray(array[lo : lo + block]) == value)
-        if hits.size:
-            found.append(hits + lo)
-    return np.concatenate(found).astype(np.int64) if found else np.zeros(0, np.int64)
-
-
-def scan_member(values, array, block: int = BLOCK) -> np.ndarray:
-    """int64 [K]: the positions of ``array`` whose value is one of ``values``."""
-    values = np.unique(np.asarray(values, dtype=np.int64))
-    if not values.size:
-        return np.zeros(0, np.int64)
-    found = []
-    for lo in range(0, len(array), block):
-        part = np.asarray(array[lo : lo + block]).astype(np.int64)
-        hits = np.flatnonzero(np.isin(part, values))
-        if hits.size:
-            found.append(hits + lo)
-    return np.concatenate(found).astype(np.int64) if found else np.zeros(0, np.int64)
-
-
-def _count_below(column, count: int, value: int, inclusive: bool) -> int:
-    """How many of the first ``count`` entries of the nondecreasing ``column`` (indexed
-    one entry at a time: a memory map is not copied) are < ``value`` (<= when
-    ``inclusive``)."""
-    lo, hi = 0, count
-    while lo < hi:  # O(log count) scalar reads
-        mid = (lo + hi) // 2
-        entry = int(column(mid))
-        if entry < value or (inclusive and entry == value):
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-def document_positions(dataset, document: int) -> np.ndarray:
-    """int64 [K]: the positions of a concat GPTDataset's ``document_index`` holding
-    ``document`` (one per epoch that includes it)."""
-    order = dataset.document_index
-    if not isinstance(order, FeistelDocumentIndex):
-        return scan_equal(order, document)
-    ids, count = order.doc_ids, order._count
-    if isinstance(ids, range):
-        within = np.array([document - ids.start] if ids.start <= document < ids.stop else [],
-                          dtype=np.int64)
-    else:
-        within = scan_equal(ids, document)
-    if not within.size or not count:
-        return np.zeros(0, np.int64)
-    found = [
-        epoch * count + feistel_invert(within, count, key, threads=1)
-        for epoch, key in enumerate(order._keys)  # one trip per epoch
-    ]
-    return np.sort(np.concatenate(found).astype(np.int64))
-
-
-def _concat_rows(dataset, document: int) -> np.ndarray:
-    """Sample-index rows whose span includes a position of ``document``."""
-    index = dataset.sample_index
-    rows = len(index) - 1
-    candidates = []
-    for position in document_positions(dataset, document).tolist():  # one per epoch
-        # rows r with begin_r <= position <= end_r (both columns nondecreasing)
-        upper = _count_below(lambda r: index[r, 0], rows, position, inclusive=True)
-        lower = _count_below(lambda r: index[r + 1, 0], rows, position, inclusive=False)
-        if lower < upper:
-            candidates.append(np.arange(lower, upper, dtype=np.int64))
-    return np.concatenate(candidates) if candidates else np.zeros(0, np.int64)
-
-
-def _packed_rows(dataset, document: int) -> np.ndarray:
-    """best_fit bins (rows before the shuffle) with a piece of ``document``."""
-    packed = dataset._packed
-    offsets = np.asarray(packed["bin_offsets"])
-    bins, pieces = len(offsets) - 1, int(offsets[-1])
-    hits = scan_equal(packed["piece_document"], document)
-    if not hits.size or not pieces:
-        return np.zeros(0, np.int64)
-    epoch, local = np.divmod(hits, pieces)
-    return epoch * bins + np.searchsorted(offsets, local, side="right") - 1
+from megadata_core.indices.gathers import SCAN_BLOCK
 
 
 def _holding(dataset, rows: np.ndarray, document: int) -> np.ndarray:
@@ -131,18 +41,7 @@ def _holding(dataset, rows: np.ndarray, document: int) -> np.ndarray:
 def unshuffle(dataset, rows: np.ndarray) -> np.ndarray:
     """int64 [K] sorted: the sample positions whose ``shuffle_index`` value is one of
     ``rows`` (a scan, or the inverse bijection of a Feistel order)."""
-    order = dataset.shuffle_index
-    rows = np.asarray(rows, dtype=np.int64)
-    if not isinstance(order, FeistelOrder):
-        return scan_member(rows, order)
-    out = np.empty(len(rows), np.int64)
-    head = rows < order.first
-    # (rows below ``first`` exist only with a head, at or past it with a tail)
-    if head.any() and order._head is not None:
-        out[head] = order._head.inverse(rows[head])
-    if not head.all() and order._tail is not None:
-        out[~head] = order._tail.inverse(rows[~head] - order.first) + order.first
-    return np.sort(out)
+    return dataset.config.shuffle_mode.unshuffle(dataset.shuffle_index, rows)
 
 
 def leaf_samples(dataset, document: int) -> np.ndarray:
@@ -156,10 +55,7 @@ def leaf_samples(dataset, document: int) -> np.ndarray:
     if document >= count:
         raise DataError(f"document: {document} is outside the corpus's {count:,} documents "
                         f"[0, {count}) ({getattr(dataset.indexed, 'path_prefix', '?')})")
-    if dataset.packing == "best_fit":
-        rows = _packed_rows(dataset, document)
-    else:
-        rows = _concat_rows(dataset, document)
+    rows = dataset.config.packing_mode.rows_with(dataset, document)
     return unshuffle(dataset, _holding(dataset, rows, document))
 
 
@@ -175,7 +71,7 @@ def member_samples(member, document: int) -> np.ndarray:
     return np.concatenate(found) if found else np.zeros(0, np.int64)
 
 
-def where_document(dataset, member: int, document: int, block: int = BLOCK) -> np.ndarray:
+def where_document(dataset, member: int, document: int, block: int = SCAN_BLOCK) -> np.ndarray:
     """int64 [K] sorted: the samples of a split (a GPTDataset, or a blend of them) that
     hold tokens of ``document`` of member ``member`` (its index in the blend; 0 for a
     single dataset).

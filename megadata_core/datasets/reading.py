@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from megadata_core.datasets.pieces import Pieces, counting
 from megadata_core.errors import DataError
+from megadata_core.modes import Pieces, counting
 
 
 def flat_tokens(indexed) -> np.ndarray | None:

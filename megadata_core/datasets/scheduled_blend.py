@@ -29,7 +29,6 @@ from megadata_core.datasets.blended_dataset import (
     BlendedDataset,
     split_of,
 )
-from megadata_core.datasets.config import BLEND_ORDERS
 from megadata_core.datasets.epoch_chain import EpochChain
 from megadata_core.datasets.member_reads import read_members
 from megadata_core.datasets.source_ids import BLEND_SKIPS, with_member_ids
@@ -42,6 +41,7 @@ from megadata_core.indices.schedule import (
     schedule_blending_indices,
     stage_lengths,
 )
+from megadata_core.modes import BlendOrder, blend_order_of
 
 RECORD_KIND = "megadata.BlendSchedule"
 
@@ -49,8 +49,8 @@ RECORD_KIND = "megadata.BlendSchedule"
 class _InMemory:
     """A config of an order and no cache directory."""
 
-    def __init__(self, blend_order: str) -> None:
-        self.blend_order, self.path_to_cache = blend_order, None
+    def __init__(self, blend_order: BlendOrder) -> None:
+        self.blend_order_mode, self.path_to_cache = blend_order, None
 
 
 def normalized_stages(weights: np.ndarray) -> np.ndarray:
@@ -66,7 +66,7 @@ def schedule_index(
     ``config.path_to_cache`` (None: in memory), keyed by the stages, order and size."""
     starts, rows = check_schedule(starts, weights)
     rows = normalized_stages(rows)
-    order = config.blend_order
+    order = blend_order_of(config)
 
     def build() -> dict[str, np.ndarray]:
         index, sample = schedule_blending_indices(starts, rows, size, order)
@@ -75,7 +75,7 @@ def schedule_index(
 
     return load_or_build(
         getattr(config, "path_to_cache", None),
-        schedule_description(split, order, starts, rows, size),
+        schedule_description(split, order.name, starts, rows, size),
         split, build, names=BLEND_ARRAYS,
     )
 
@@ -151,9 +151,7 @@ class ScheduledBlendedDataset(BlendedDataset):
         starts, rows = check_schedule(starts, weights)
         if rows.shape[1] != len(datasets):
             raise DataError(f"weights: {rows.shape[1]} columns for {len(datasets)} datasets")
-        order = getattr(config, "blend_order", None)
-        if order not in BLEND_ORDERS:
-            raise DataError(f"blend_order: {order!r} is not one of {BLEND_ORDERS}")
+        self._order = blend_order_of(config)
         if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)):
             raise DataError(f"size: {size!r} is not an integer")
         if size < 0:
@@ -161,7 +159,7 @@ class ScheduledBlendedDataset(BlendedDataset):
         self.datasets, self.config = datasets, config
         self._buffers = BufferPool()
         self._entry = origin
-        self.blend_order = order
+        self.blend_order = self._order.name
         self.split = split_of(datasets)
         self.size = int(size)
         self.starts = starts
@@ -204,7 +202,7 @@ class ScheduledBlendedDataset(BlendedDataset):
 
     def _build(self) -> dict[str, np.ndarray]:
         return schedule_index(
-            _InMemory(self.blend_order), self.split, self.starts, self.stage_weights, self.size
+            _InMemory(self._order), self.split, self.starts, self.stage_weights, self.size
         )
 
     def _load_indices(self) -> None:

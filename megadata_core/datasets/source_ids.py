@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from megadata_core.datasets.pieces import Pieces
+from megadata_core.modes import Pieces
 
 SOURCE_KEYS = ("dataset_ids", "document_ids")
 _ZERO = np.zeros((), dtype=np.int32)

@@ -66,12 +66,8 @@ from megadata_core.indices.gpt import seeded_random_state
 from megadata_core.indices.packing import fill_documents, full_offsets, pack_layout
 from megadata_core.indices.sample_shuffle import shuffle_index
 
+#: The arrays a best_fit GPT dataset stores (and ``shuffle_index`` unless Feistel).
 PIECE_ARRAYS = ("piece_document", "bin_offsets", "full_offset", "packed_shape")
-#: The arrays a best_fit GPT dataset stores, per shuffle mode.
-PACKED_ARRAYS = {
-    "megatron": PIECE_ARRAYS + ("shuffle_index",),
-    "feistel": PIECE_ARRAYS,
-}
 
 
 _ID_BLOCK = 1 << 24  # piece rows turned into corpus ids per step
@@ -141,7 +137,7 @@ def packed_indices(
     random_seed: int,
     *,
     add_extra_token: bool = True,
-    shuffle: str = "megatron",
+    feistel: bool = False,
     empty: Allocate = in_memory,
     alignment: int | None = None,
 ) -> dict[str, np.ndarray]:
@@ -154,14 +150,15 @@ def packed_indices(
         num_samples: samples requested, or None for one epoch.
         random_seed: in ``[0, 2**32)``.
         add_extra_token: bins hold S + 1 tokens (labels are the shift).
-        shuffle: ``"megatron"`` or ``"feistel"``.
+        feistel: the orders are Feistel bijections (computed on demand, no
+            ``shuffle_index``), else Megatron's RandomState draws.
         empty: where the results and the large working arrays are made (memory, or files
             of the cache entry: :mod:`megadata_core.indices.allocate`).
         alignment: None, or a; documents placed by their padded length (see
             :func:`packing_units`); bins hold S tokens, S a multiple of a.
 
     Returns:
-        ``{name: array}`` for the names ``PACKED_ARRAYS[shuffle]``.
+        ``{name: array}``: :data:`PIECE_ARRAYS`, and ``shuffle_index`` unless ``feistel``.
     """
     seed = check_int("random_seed", random_seed, 0)
     if seed >= 1 << 32:
@@ -169,8 +166,6 @@ def packed_indices(
     length = check_int("sequence_length", sequence_length, 1)
     if num_samples is not None:
         num_samples = check_int("num_samples", num_samples, 0)
-    if shuffle not in PACKED_ARRAYS:
-        raise DataError(f"shuffle: {shuffle!r} is not one of {tuple(PACKED_ARRAYS)}")
     corpus = np.asarray(sequence_lengths)
     span = id_range("document_ids", document_ids, len(corpus))
     if span is not None:
@@ -187,7 +182,7 @@ def packed_indices(
     )
     count = len(lengths)
 
-    rng = seeded_random_state(seed) if shuffle == "megatron" else None
+    rng = None if feistel else seeded_random_state(seed)
     order_dtype = narrow_int(count - 1)
 
     def epoch_order(epoch: int) -> np.ndarray | Callable[[int, int], np.ndarray]:

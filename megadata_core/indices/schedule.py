@@ -32,8 +32,6 @@ from megadata_core.indices.blending import (
     balanced_blending_stages,
     check_weights,
     dataset_index_dtype,
-    megatron_blending_indices,
-    megatron_normalize,
 )
 
 __all__ = [
@@ -84,22 +82,35 @@ def stage_lengths(starts: np.ndarray, size: int) -> np.ndarray:
     return np.diff(np.append(begin, np.int64(size)))
 
 
-def _stage_order(weights: np.ndarray, length: int, order: str) -> tuple[np.ndarray, np.ndarray]:
-    """One stage's ``(dataset ids, per-stage sample counts)`` over all n datasets: the
-    order a static blend of these weights has (:class:`~megadata_core.BlendedDataset`:
-    Megatron's weights normalized once; its blend of the datasets with weight > 0)."""
-    if order == "balanced":
+def _checked_order(order):
+    """``order``: a blend order (:func:`megadata_core.modes.blend_order`), None for the
+    balanced one."""
+    if order is None:
+        return _BALANCED
+    if not callable(getattr(order, "stage", None)):
+        raise DataError(f"order: {order!r} is not a blend order (megadata_core.modes."
+                        "blend_order(name))")
+    return order
+
+
+class _Balanced:
+    """The default order, as :mod:`megadata_core.modes.balanced_blend` has it (this
+    floor cannot import the modes)."""
+
+    @staticmethod
+    def stage(weights: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
         return balanced_blending_indices(weights, length)
-    normalized = megatron_normalize(weights)
-    live = np.flatnonzero(normalized > 0)
-    if len(live) == len(weights):
-        return megatron_blending_indices(normalized, length, normalize=False)
-    index, sample = megatron_blending_indices(normalized[live], length)
-    return live.astype(dataset_index_dtype(len(weights)))[index], sample
+
+    @staticmethod
+    def stages(rows: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return balanced_blending_stages(rows, lengths)
+
+
+_BALANCED = _Balanced()
 
 
 def schedule_blending_indices(
-    starts: object, weights: object, size: int, order: str = "balanced"
+    starts: object, weights: object, size: int, order=None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The blend of a schedule: ``(dataset_index int16/int32 [size], dataset_sample_index
     int64 [size])``, each dataset's samples counted across all stages.
@@ -108,31 +119,32 @@ def schedule_blending_indices(
         starts: int [K], the sample each stage begins at (0 first, increasing).
         weights: float [K, n], each stage's weights over the n datasets.
         size: samples in the blend (>= 0).
-        order: ``"balanced"`` (every prefix of each stage within one sample of its
-            shares) or ``"megatron"`` (megatron-core's rule within each stage).
+        order: the blend order (:class:`megadata_core.modes.BlendOrder`: its ``stage``
+            and ``stages``), None for the balanced one (every prefix of each stage within
+            one sample of its shares).
 
-    The balanced stages are ordered all at once
-    (:func:`~megadata_core.indices.blending.balanced_blending_stages`: about the time of
-    one static blend of the same size), the megatron ones one after the other; each
+    An order that orders every stage at once does so (the balanced one:
+    :func:`~megadata_core.indices.blending.balanced_blending_stages`), else the stages
+    are ordered one after the other; each
     stage's sample counts then grow by the samples the stages before it read of the same
     dataset.
     """
     begin, rows = check_schedule(starts, weights)
-    if order not in ("balanced", "megatron"):
-        raise DataError(f"order: {order!r} is not 'balanced' or 'megatron'")
+    order = _checked_order(order)
     if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or size < 0:
         raise DataError(f"size: {size!r} must be an integer >= 0")
     datasets = rows.shape[1]
     lengths = stage_lengths(begin, int(size))
     stages = np.flatnonzero(lengths)
-    if order == "balanced":  # every stage at once (EDF stages side by side)
-        index, sample = balanced_blending_stages(rows[stages], lengths[stages])
+    together = order.stages(rows[stages], lengths[stages])
+    if together is not None:
+        index, sample = together
     else:
         index = np.empty(int(size), dtype=dataset_index_dtype(datasets))
         sample = np.empty(int(size), dtype=np.int64)
         for k in stages.tolist():  # one vectorized order per stage
             lo, hi = int(begin[k]), int(begin[k]) + int(lengths[k])
-            index[lo:hi], sample[lo:hi] = _stage_order(rows[k], hi - lo, order)
+            index[lo:hi], sample[lo:hi] = order.stage(rows[k], hi - lo)
     # each dataset's cursor: the samples the stages before read of it
     ends = np.cumsum(lengths[stages]).tolist()
     counts = np.zeros((len(stages), datasets), dtype=np.int64)
@@ -145,16 +157,15 @@ def schedule_blending_indices(
     return index, sample
 
 
-def stage_counts(
-    starts: object, weights: object, size: int, order: str = "balanced"
-) -> np.ndarray:
+def stage_counts(starts: object, weights: object, size: int, order=None) -> np.ndarray:
     """int64 [K, n]: samples each stage reads of each dataset in a blend of ``size``
     (each stage's order built and counted in turn: memory of one stage, not the blend)."""
     begin, rows = check_schedule(starts, weights)
+    order = _checked_order(order)
     counts = np.zeros(rows.shape, dtype=np.int64)
     for k, length in enumerate(stage_lengths(begin, int(size)).tolist()):
         if length:
-            ids, _ = _stage_order(rows[k], length, order)
+            ids, _ = order.stage(rows[k], length)
             counts[k] = np.bincount(ids, minlength=rows.shape[1])
     return counts
 

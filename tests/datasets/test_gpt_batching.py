@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import megadata_core as mdc
-from megadata_core.datasets import gpt_arrays, reading
-from megadata_core.datasets.pieces import locate_pieces
+from megadata_core.datasets import reading
 from megadata_core.indices import sample_index
+from megadata_core.modes import megatron_shuffle
+from megadata_core.modes.concat import locate_pieces
 
 FLAGS = dict(reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True)
 
@@ -119,7 +120,7 @@ def test_cache_hit_skips_building(prefix, tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("rebuilt on a cache hit")
 
-    monkeypatch.setattr(gpt_arrays, "gpt_indices", refuse)
+    monkeypatch.setattr(megatron_shuffle, "gpt_indices", refuse)
     again = ours_dataset(prefix, 1000, "train", **kw)
     np.testing.assert_array_equal(again.shuffle_index, first.shuffle_index)
     for changed in (dict(add_extra_token_to_sequence=False), dict(sequence_length=17)):

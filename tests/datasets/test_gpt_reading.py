@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from megadata_core.datasets import reading
-from megadata_core.datasets.pieces import locate_pieces
+from megadata_core.modes.concat import locate_pieces
 
 SPILL = reading.SPILL
 LENGTHS = [0, 1, 2, 31, 32, 33, SPILL - 1, SPILL, SPILL + 1, 2 * SPILL + 3, 700]

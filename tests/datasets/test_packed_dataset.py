@@ -242,7 +242,7 @@ def test_best_fit_cache_round_trip(tmp_path):
     assert isinstance(loaded._arrays["piece_document"], np.memmap)
     for key, value in read_all(built).items():
         assert np.array_equal(value, read_all(loaded)[key]), key
-    names = gpt_arrays.array_names("megatron", "best_fit")
+    names = mdc.modes.packing("best_fit").array_names(mdc.modes.shuffle("megatron"))
     assert sorted(os.listdir(tmp_path / "cache")) == sorted(
         [name for name in os.listdir(tmp_path / "cache")
          if any(name.endswith(f"-{n}.npy") for n in names) or not name.endswith(".npy")]

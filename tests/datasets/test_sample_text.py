@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import megadata_core as mdc
 from megadata_core.datasets import reading
-from megadata_core.datasets.pieces import one_sample
+from megadata_core.modes.concat import one_sample
 
 
 @settings(max_examples=25, deadline=None)

@@ -188,10 +188,10 @@ def test_stored_alignment_must_match_the_config(tmp_path):
     shape[4] = 2
     arrays["packed_shape"] = shape
     with pytest.raises(mdc.DataError, match="packed_shape: alignment 2 != 4"):
-        dataset._set_packed(arrays)
+        dataset._set_views(arrays)
     arrays["packed_shape"] = shape[:4]
     with pytest.raises(mdc.DataError, match="packed_shape"):
-        dataset._set_packed(arrays)
+        dataset._set_views(arrays)
 
 
 @pytest.mark.parametrize(

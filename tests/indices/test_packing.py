@@ -198,7 +198,7 @@ def test_packed_indices_equal_one_best_fit_pack_per_epoch(shuffle, span):
     corpus = rng.integers(0, 40, 500).astype(np.int32)
     ids = range(37, 500) if span else np.sort(rng.choice(500, 300, replace=False))
     lengths = corpus[np.asarray(ids)]
-    out = packed_indices(corpus, ids, 15, 3000, 5, shuffle=shuffle)
+    out = packed_indices(corpus, ids, 15, 3000, 5, feistel=shuffle == "feistel")
     epochs, head, full, capacity = out["packed_shape"].tolist()
     assert epochs > 2 and capacity == 16
     draws = seeded_random_state(5)
@@ -238,14 +238,16 @@ def test_spilled_packed_indices_equal_in_memory(tmp_path, shuffle, span):
     rng = np.random.default_rng(4)
     corpus = rng.integers(0, 60, 3000).astype(np.int32)
     ids = range(100, 2900) if span else np.sort(rng.choice(3000, 2000, replace=False))
-    expected = packed_indices(corpus, ids, 31, 900, 7, shuffle=shuffle)
+    expected = packed_indices(corpus, ids, 31, 900, 7, feistel=shuffle == "feistel")
     names = {name: f"entry-{name}.npy" for name in expected}
     with mock.patch.object(packing, "FILL_SCRATCH", 400), mock.patch.object(
         packing, "_BLOCK", 256
     ):
         with spill_arrays(str(tmp_path), names, spill_above=0,
                           working_prefix=SCRATCH_PREFIX) as empty:
-            spilled = packed_indices(corpus, ids, 31, 900, 7, shuffle=shuffle, empty=empty)
+            spilled = packed_indices(
+                corpus, ids, 31, 900, 7, feistel=shuffle == "feistel", empty=empty
+            )
             assert isinstance(spilled["piece_document"], np.memmap)
             assert any(".scratch-pack-rows" in name for name in os.listdir(tmp_path))
             for name, array in expected.items():

@@ -23,6 +23,7 @@ from megadata_core.indices.schedule import (
     schedule_counts,
     stage_lengths,
 )
+from megadata_core.modes import blend_order
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -52,7 +53,7 @@ def schedules(draw, max_datasets: int = 6, max_stages: int = 5, max_size: int = 
 @example(schedule=(np.array([0, 5]), np.array([[1.0, 0.0], [0.0, 1.0]]), 3), order="megatron")
 def test_each_dataset_on_one_cursor(schedule, order):
     starts, weights, size = schedule
-    index, sample = schedule_blending_indices(starts, weights, size, order)
+    index, sample = schedule_blending_indices(starts, weights, size, blend_order(order))
     assert index.shape == sample.shape == (size,)
     n = weights.shape[1]
     # every dataset's samples are 0, 1, 2, ... in blend order: no repeat, none skipped
@@ -66,7 +67,7 @@ def test_each_dataset_on_one_cursor(schedule, order):
 @given(schedule=schedules(), order=st.sampled_from(["balanced", "megatron"]))
 def test_every_stage_is_its_static_blend(schedule, order):
     starts, weights, size = schedule
-    index, _ = schedule_blending_indices(starts, weights, size, order)
+    index, _ = schedule_blending_indices(starts, weights, size, blend_order(order))
     lengths = stage_lengths(starts, size)
     for k, length in enumerate(lengths.tolist()):
         lo = int(min(starts[k], size))
@@ -117,9 +118,11 @@ def test_an_edit_leaves_the_samples_before_it(schedule, cut, data, order):
         new_starts = np.arange(len(tail)) * 37
     head = np.pad(weights[keep], ((0, 0), (0, extra))) if cut else np.zeros((0, n + extra))
     new_weights = np.concatenate([head, tail.reshape(len(tail), n + extra)])
-    old_index, old_sample = schedule_blending_indices(starts, weights, size, order)
+    old_index, old_sample = schedule_blending_indices(starts, weights, size, blend_order(order))
     new_size = size + (data.draw(st.integers(0, 500)) if data is not None else 0)
-    new_index, new_sample = schedule_blending_indices(new_starts, new_weights, new_size, order)
+    new_index, new_sample = schedule_blending_indices(
+        new_starts, new_weights, new_size, blend_order(order)
+    )
     assert np.array_equal(old_index[:cut], new_index[:cut])
     assert np.array_equal(old_sample[:cut], new_sample[:cut])
     # after the edit every dataset continues where it was: still one cursor each
@@ -224,14 +227,16 @@ def test_any_number_of_edits(data, n, edits, order):
     size = 0
     for _ in range(edits):
         size += data.draw(st.integers(0, 700))
-        index, sample = schedule_blending_indices(starts, rows, size, order)
+        index, sample = schedule_blending_indices(starts, rows, size, blend_order(order))
         cut = data.draw(st.integers(0, size))
         keep = [k for k, start in enumerate(starts) if start < cut]
         starts = [starts[k] for k in keep] + [cut]
         rows = [rows[k] for k in keep] + [weights_row()]
         if starts[0] != 0:
             starts, rows = [0], rows[-1:]
-        edited_index, edited_sample = schedule_blending_indices(starts, rows, size, order)
+        edited_index, edited_sample = schedule_blending_indices(
+            starts, rows, size, blend_order(order)
+        )
         assert np.array_equal(edited_index[:cut], index[:cut])
         assert np.array_equal(edited_sample[:cut], sample[:cut])
         for j in range(n):

@@ -122,7 +122,7 @@ def _dataset(prefix: str, cache: str):
 
 def _pieces(dataset, indices: np.ndarray) -> list[list[tuple[int, int, int]]]:
     """Per sample, its (sequence, first token, tokens) pieces (the bytes every reader gets)."""
-    from megadata_core.datasets.pieces import locate_pieces
+    from megadata_core.modes.concat import locate_pieces
 
     rows = np.asarray(dataset.shuffle_index[np.asarray(indices)], dtype=np.int64)
     pieces = locate_pieces(

@@ -243,7 +243,8 @@ def _read_rates(dataset) -> dict:
     allocates zeroed page-cache pages, which the kernel drops first under memory
     pressure (with a 20 GB .idx in 23 GiB of RAM they are gone by the next pass), so
     the full figure at large sizes times page allocation, not the index."""
-    from megadata_core.datasets.pieces import locate_packed_pieces, locate_pieces
+    from megadata_core.modes.best_fit import locate_packed_pieces
+    from megadata_core.modes.concat import locate_pieces
 
     rng = np.random.default_rng(0)
     batches = rng.integers(0, len(dataset), size=(BATCHES, BATCH))
