@@ -12,13 +12,13 @@ Layout, little-endian, no padding::
 from __future__ import annotations
 
 import mmap
-import os
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
+from megadata_core.cores import usable_threads
 from megadata_core.errors import DataError
 from megadata_core.format.dtypes import dtype_of
 
@@ -33,7 +33,6 @@ _HEADER = struct.Struct("<9sQBQQ")
 # reference pass (VALIDATION_CHUNK, the original algorithm) run, to name the first error.
 VALIDATION_CHUNK = 1 << 20
 FAST_CHUNK = 1 << 17
-_FAST_MAX_THREADS = 4
 
 
 @dataclass(frozen=True)
@@ -270,13 +269,7 @@ def _sequences_ok(lengths: np.ndarray, pointers: np.ndarray, itemsize: int, lo: 
 
 
 def _fast_threads(entries: int) -> int:
-    if entries < 16 * FAST_CHUNK:
-        return 1
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(_FAST_MAX_THREADS, cpus))
+    return 1 if entries < 16 * FAST_CHUNK else usable_threads()
 
 
 def _arrays_are_valid(

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+
+from megadata_core.cores import usable_threads
 
 #: Bits of a split's share: ``q = ratio / 2**RATIO_BITS``.
 RATIO_BITS = 45
@@ -227,7 +228,7 @@ def tree_order(
         out = np.empty(size, dtype=index_dtype), np.empty(size, dtype=np.int64)
     out_index, out_sample = out
     if threads is None:
-        threads = min(MAX_THREADS, _usable_cores(), -(-size // THREAD_MIN_STEPS))
+        threads = min(usable_threads(MAX_THREADS), -(-size // THREAD_MIN_STEPS))
     step = CHUNK if threads > 1 else CHUNK // 2
     chunks = -(-size // step)
     edges = [min(size, chunks * k // max(threads, 1) * step) for k in range(threads)] + [size]
@@ -250,13 +251,6 @@ def tree_order(
         with ThreadPoolExecutor(len(ranges)) as pool:
             list(pool.map(write, ranges))
     return out_index, out_sample
-
-
-def _usable_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def scalar_tree_order(tree, size: int) -> tuple[list, list]:

@@ -36,10 +36,7 @@ materialized permutation (8 bytes per sample or document) is too large or too sl
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import overload
@@ -47,6 +44,7 @@ from typing import overload
 import numpy as np
 
 from megadata_core.checks import INT32_MAX, check_ids, check_int
+from megadata_core.cores import shared_pool, usable_threads
 from megadata_core.errors import DataError
 
 ROUNDS = 6  # rounds of the network (even: the output lands on the grid again)
@@ -128,33 +126,8 @@ def _cyclic(values: np.ndarray, size: int) -> np.ndarray:
 
 # -- threads ------------------------------------------------------------------------------
 
-_pools: dict[int, ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
-
-
-def _forget_pools() -> None:
-    """In a forked child (e.g. a DataLoader worker): the parent's pool threads are gone."""
-    global _pools_lock
-    _pools.clear()
-    _pools_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pools)
-
-
-def _default_threads() -> int:
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(_MAX_THREADS, cpus))
-
-
 def _check_threads(threads: int | None) -> int:
-    if threads is None:
-        return _default_threads()
-    return check_int("threads", threads, 1)
+    return usable_threads(_MAX_THREADS) if threads is None else check_int("threads", threads, 1)
 
 
 def _run(jobs: list[Callable[[], None]], threads: int) -> None:
@@ -163,10 +136,7 @@ def _run(jobs: list[Callable[[], None]], threads: int) -> None:
         for job in jobs:
             job()
         return
-    with _pools_lock:
-        pool = _pools.get(threads)
-        if pool is None:
-            pool = _pools[threads] = ThreadPoolExecutor(threads, "megadata-feistel")
+    pool = shared_pool("megadata-feistel", threads)
     for future in [pool.submit(job) for job in jobs]:
         future.result()
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
@@ -48,6 +47,7 @@ from megadata_core.checks import (
     check_int_array,
     check_lengths,
 )
+from megadata_core.cores import usable_threads
 from megadata_core.errors import DataError
 from megadata_core.indices.allocate import Allocate, in_memory, plain
 from megadata_core.indices.epochs import samples_in_epochs
@@ -81,10 +81,7 @@ def _run(work: Callable, items: list, pool: ThreadPoolExecutor | None) -> list:
 def _default_threads(num_threads: int | None) -> int:
     if num_threads is not None:
         return check_int("num_threads", num_threads, 1)
-    try:
-        return min(8, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return min(8, os.cpu_count() or 1)
+    return usable_threads(8)
 
 
 def sample_index_dtype(num_positions: int, max_length: int) -> np.dtype:

@@ -10,13 +10,10 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
-import os
-import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from megadata_core.cores import usable_threads
+from megadata_core.cores import shared_pool, usable_threads
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -25,30 +22,6 @@ Result = TypeVar("Result")
 def threads_for_native() -> int:
     """Threads for native block encoding in one process: the usable cores, at most 4."""
     return usable_threads()
-
-
-_pools: dict[tuple[str, int], ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
-
-
-def shared_pool(name: str, size: int) -> ThreadPoolExecutor:
-    """This process' pool of ``size`` threads named ``name``, made on first use and kept:
-    starting a thread waits for it to take the GIL, ~8 ms while other threads hold it
-    (measured), once per block when each block started its own."""
-    with _pools_lock:
-        pool = _pools.get((name, size))
-        if pool is None:
-            pool = _pools[(name, size)] = ThreadPoolExecutor(size, thread_name_prefix=name)
-        return pool
-
-
-def _forget_pools() -> None:  # a forked child has none of the parent's threads
-    global _pools_lock
-    _pools.clear()
-    _pools_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pools)
 
 
 @contextlib.contextmanager
