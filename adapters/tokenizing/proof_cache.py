@@ -6,8 +6,8 @@ key it answers: what was proven (``kind``), the sha256 of the tokenizer file's b
 versions of the libraries whose ids the proof compared, and ``PROOF_VERSION`` (raised
 whenever a proof changes). A file is used only when it is readable JSON holding exactly
 that key and a verdict with the expected fields, all strings; anything else (a damaged,
-foreign or stale file) is ignored, and the proof runs and rewrites it (temp file +
-``os.replace``, the user's umask).
+foreign or stale file) is ignored, and the proof runs and rewrites it (atomically:
+:func:`megadata_core.files.atomic.write_atomically`).
 
 Beside a verdict, a proof may keep what it derived from the file (``store_payload``:
 bytes, e.g. canonical merges and a normalizer's tables) so that a proven tokenizer loads
@@ -25,9 +25,10 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from importlib import metadata
+
+from megadata_core.files.atomic import write_atomically
 
 __all__ = ["PROOF_VERSION", "cache_dir", "key", "load", "load_payload", "proven_once", "store",
            "store_payload"]
@@ -91,42 +92,21 @@ def load(proof_key: dict, fields: Sequence[str]) -> dict | None:
     return verdict
 
 
-def _umask() -> int:
-    """This process' umask, read without changing it where /proc tells it."""
-    with contextlib.suppress(OSError, ValueError):
-        with open("/proc/self/status") as stream:
-            for line in stream:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return umask
-
-
 def store(proof_key: dict, verdict: dict) -> None:
-    """Write ``verdict`` for ``proof_key`` (temp file + ``os.replace``); a cache that
-    cannot be written is skipped silently (the proof simply runs again next time)."""
+    """Write ``verdict`` for ``proof_key`` (atomically); a cache that cannot be written
+    is skipped silently (the proof simply runs again next time)."""
     text = json.dumps({"key": proof_key, "verdict": verdict}, sort_keys=True)
     _write(_path(proof_key), text.encode("utf-8"))
 
 
 def _write(path: str, data: bytes) -> None:
-    """``data`` into ``path`` (temp file + ``os.replace``, the user's umask), or nothing
-    when the cache is off or cannot be written."""
+    """``data`` into ``path`` atomically (the user's umask), or nothing when the cache
+    is off or cannot be written."""
     if not enabled():
         return
     with contextlib.suppress(OSError):
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".proof-")
-        try:
-            os.fchmod(fd, 0o666 & ~_umask())
-            with os.fdopen(fd, "wb") as stream:
-                stream.write(data)
-            os.replace(temp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.remove(temp)
-            raise
+        write_atomically(path, lambda stream: stream.write(data))
 
 
 def _payload_path(proof_key: dict, name: str) -> str:
