@@ -38,6 +38,7 @@ import numpy as np
 import tensorstore as ts
 
 from megadata_core.errors import DataError
+from megadata_core.files.atomic import write_atomically
 from megadata_core.format.sources import split_scheme
 
 #: Environment variable holding the JSON of :func:`configure`'s options.
@@ -491,16 +492,6 @@ def _store_copy(directory: str, stem: str, generation: bytes, data: bytes, url: 
 
 def _write_atomic(directory: str, name: str, data: bytes) -> str:
     final = os.path.join(directory, name)
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.replace(temporary, final)
-    except BaseException:
-        try:
-            os.remove(temporary)
-        except OSError:
-            pass
-        raise
+    write_atomically(final, lambda stream: stream.write(data))
     return final
 

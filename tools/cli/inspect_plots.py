@@ -1,8 +1,8 @@
 """The figures of tools/inspect_data.py (matplotlib, Agg backend, PNG files).
 
 Each function draws arrays that the core computed (``megadata_core.datasets.inspection``)
-and returns a Figure; :func:`save` writes it whole or not at all (temp file, then
-``os.replace``).
+and returns a Figure; :func:`save` writes it whole or not at all
+(:func:`megadata_core.files.atomic.write_atomically`).
 """
 
 from __future__ import annotations
@@ -16,20 +16,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from megadata_core.files.atomic import write_atomically  # noqa: E402
+
 COLORS = plt.get_cmap("tab10").colors
 
 
 def save(figure: Figure, path: str) -> str:
     """Write ``figure`` as a PNG at ``path`` (atomically); returns the path."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    temp = f"{path}.{os.getpid()}.tmp"
     try:
-        figure.savefig(temp, format="png", dpi=90)
-        os.replace(temp, path)
+        write_atomically(path, lambda stream: figure.savefig(stream, format="png", dpi=90))
     finally:
         plt.close(figure)
-        if os.path.exists(temp):
-            os.remove(temp)
     return path
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from megadata_core import DataError
 from megadata_core.batch_size_schedule import BatchSizeSchedule
 from megadata_core.datasets import inspection, provenance, provenance_search
+from megadata_core.files.atomic import write_atomically
 
 
 @dataclass(frozen=True)
@@ -145,10 +146,8 @@ def batch_html(path: str, title: str, dataset, positions, segments, eod, tokeniz
         heading = f"sample {position}: dataset {j} {_prefix(members[j])}: {listed}"
         pages.append((heading, tokens, runs))
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    temp = f"{path}.{os.getpid()}.tmp"
-    with open(temp, "w", encoding="utf-8") as stream:
-        stream.write(inspect_samples.as_html(title, pages, tokenizer))
-    os.replace(temp, path)
+    page = inspect_samples.as_html(title, pages, tokenizer).encode("utf-8")
+    write_atomically(path, lambda stream: stream.write(page))
     return path
 
 

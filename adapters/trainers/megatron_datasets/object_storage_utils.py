@@ -10,11 +10,11 @@ source (megadata_adapters.storage.msc_bins).
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from megadata_core.errors import DataError
+from megadata_core.files.atomic import write_atomically
 from megadata_core.format.sources import open_source
 
 S3_PREFIX = "s3://"
@@ -112,19 +112,11 @@ def _download(url: str, local_path: str) -> None:
     """The whole object at ``url`` to ``local_path`` (temp file, then rename)."""
     directory = os.path.dirname(os.path.abspath(local_path))
     os.makedirs(directory, exist_ok=True)
-    handle, temp = tempfile.mkstemp(prefix=".download.", suffix=".tmp", dir=directory)
+    source = open_source(url)
     try:
-        with os.fdopen(handle, "wb") as out:
-            source = open_source(url)
-            try:
-                out.write(bytes(source.read(0, source.size())))
-            finally:
-                getattr(source, "close", lambda: None)()
-        os.replace(temp, local_path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.remove(temp)
-        raise
+        write_atomically(local_path, lambda out: out.write(bytes(source.read(0, source.size()))))
+    finally:
+        getattr(source, "close", lambda: None)()
 
 
 def cache_index_file(remote_path: str, local_path: str) -> None:
