@@ -5,8 +5,9 @@ The core imports numpy and the standard library only; framework adapters live in
 distribution, ``megadata-core``). Floors (a module imports only from its own floor or
 below; tests/test_layering.py checks it):
 
-0. ground: ``errors``, ``checks``, ``files/`` (identity, atomic replace, locks, temporary
-   names), ``handover/`` (batches between processes)
+0. ground: ``errors``, ``checks``, ``cores`` (threads a process may run, kept pools),
+   ``files/`` (identity, atomic replace, locks, temporary names), ``handover/`` (batches
+   between processes)
 1. ``format/`` (the .bin/.idx pair, byte sources)
 2. ``indices/`` (pure functions over arrays: no file I/O, nothing from format),
    ``batch_size_schedule`` (Megatron's step batch-size schedule, arithmetic on steps),

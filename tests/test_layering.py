@@ -26,6 +26,7 @@ for).
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -214,6 +215,32 @@ def _is_module(dotted: str) -> bool:
 )
 def test_module_imports_only_its_floor_and_below(path, module):
     assert violations(path, module) == []
+
+
+def docstring_floors(doc: str) -> dict[str, int]:
+    """The floor a docstring's numbered list (``0. ground: ``errors``, ...``, continued
+    on indented lines) gives each room of the core it names (``name`` or ``name/``)."""
+    rooms = {_room(module) for _, module in _modules() if module != "megadata_core"}
+    floors: dict[str, int] = {}
+    floor = None
+    for line in doc.splitlines():
+        number = re.match(r"(\d+)\. ", line)
+        floor = int(number[1]) if number else floor if line.startswith(" ") else None
+        if floor is not None:
+            floors.update((name, floor) for name in re.findall(r"``(\w+)/?``", line)
+                          if name in rooms)
+    return floors
+
+
+@pytest.mark.parametrize("path", [CORE / "__init__.py", Path(__file__)], ids=["core", "here"])
+def test_the_docstrings_list_the_floors_enforced(path):
+    assert docstring_floors(ast.get_docstring(ast.parse(path.read_text())) or "") == FLOORS
+
+
+def test_a_floor_list_that_drifts_is_found():
+    doc = "0. ground: ``errors``, ``files/``\n   (``path_to_cache``) ``checks``\n1. ``format/``"
+    assert docstring_floors(doc) == {"errors": 0, "files": 0, "checks": 0, "format": 1}
+    assert docstring_floors("0. ``errors``\n\nThen ``format``.") == {"errors": 0}
 
 
 def test_every_room_has_a_floor():
