@@ -24,7 +24,8 @@ from megadata_core import DataError, IndexedDataset
 from megadata_core.datasets.blend_args import read_data_args
 from megadata_core.preprocess import ByteTokenizer, local_engine, preprocess_jsonl, preprocess_tasks
 
-HELPERS = pathlib.Path(__file__).resolve().parents[1] / "helpers"
+HERE = pathlib.Path(__file__).resolve().parent  # task_helpers; preprocess_helpers in tests/helpers
+HELPERS = os.pathsep.join([str(HERE), str(HERE.parent / "helpers")])
 
 
 def _reference(tmp_path, paths) -> dict:
@@ -80,7 +81,7 @@ def test_driver_killed_mid_run_then_rerun_gives_same_bytes(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     prefix = out / "o"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(HELPERS)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), HELPERS])}
     process = subprocess.Popen(
         [sys.executable, "-c", _KILLED_RUN, paths["jsonl"], str(prefix), str(marker)],
         cwd=REPO, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True,
@@ -116,7 +117,7 @@ def test_a_second_driver_on_one_work_directory_is_refused_until_the_first_dies(t
     marker = tmp_path / "marker"
     expected = _reference(tmp_path, [paths["jsonl"]])
     prefix = tmp_path / "o"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(HELPERS)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), HELPERS])}
     first = subprocess.Popen(
         [sys.executable, "-c", _KILLED_RUN, paths["jsonl"], str(prefix), str(marker)],
         cwd=REPO, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True,
