@@ -67,8 +67,14 @@ def did_you_mean(name: str, candidates: Iterable[str], prefix: str = "--") -> st
 
 
 def fail(message: str) -> None:
-    """Print ``error: message`` (one line) on stderr and exit with status 1."""
-    print(f"error: {' '.join(str(message).split())}", file=sys.stderr)
+    """Print ``error: message`` (one line) on stderr and exit with status 1; a module of
+    the command line imported by its bare name (a config file of 0.1: ``from data_config
+    import base_config``) is named as it is installed now."""
+    message = " ".join(str(message).split())
+    bare = re.search(r"No module named '(\w+)'", message)
+    if bare and (importlib.resources.files("megadata_cli") / f"{bare[1]}.py").is_file():
+        message += f"; it is megadata_cli.{bare[1]} now (from megadata_cli.{bare[1]} import ...)"
+    print(f"error: {message}", file=sys.stderr)
     sys.exit(1)
 
 
