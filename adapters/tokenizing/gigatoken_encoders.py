@@ -98,10 +98,9 @@ MAX_INSTANCES = 4  # gigatoken instances one encoder loads for threads encoding 
 
 def instances_for_threads() -> int:
     """gigatoken instances an encoder loads: one per two usable cores (at most
-    MAX_INSTANCES). On 2 cores one instance serving both block threads beat two, measured
-    end to end (byte-level BPE, 50-255 MB: 2-20% less time, 10-20% less CPU; SentencePiece
-    the same or better): a second instance costs a load (~0.07 s holding the GIL) and a
-    cold cache of its own, while the JSON scan fills the time its calls wait."""
+    MAX_INSTANCES). A second instance costs a load holding the GIL and a cold cache of its
+    own, while the JSON scan fills the time the calls on one wait: on 2 cores one serving
+    both block threads beat two (docs/benchmarks.md)."""
     from megadata_core.cores import usable_threads
 
     return max(1, min(MAX_INSTANCES, (usable_threads() + 1) // 2))

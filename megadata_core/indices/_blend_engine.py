@@ -30,32 +30,19 @@ column each need no burn-in at all.
 The Python loop runs ``burn + segment`` steps (a few thousand) whatever the size: the
 columns grow with the size, not the trip count.
 
-Speed (2 shared cores, numpy 2.4; megatron-core's C++ loop beside it): 50M samples over
-4 datasets take ~1.1-1.6 s in the megatron order and ~1.3-2 s with EDF (the balanced
-order where neither a period nor a split tree applies), against 0.6-1.1 s for the C++;
-~20 ns per sample and 4 datasets, about 30 array operations per step. The plain-Python
-rules run ~0.4 us per step for 4 datasets, ~1 us for 20. Past ``WIDE`` datasets a step
-is one pass over [K, n] rows (each column's counts contiguous, argmax/argmin along
-rows) whatever n, so segments grow with n (fewer burn-in steps), and EDF burns in for
-~2n/3 steps (a rare dataset's wrong guess lasts until its next sample). Lognormal
-weights: the megatron order of 150k samples over 1,000 datasets takes ~0.2-0.25 s
-beside ~0.21 s for the C++; EDF over 20-100 datasets (5M samples) and 1,000 datasets
-(150k) takes ~1.6-2.2x the C++'s time (it was 3-6x with [n, K] columns and a fixed
-burn-in).
+Past ``WIDE`` datasets a step is one pass over [K, n] rows (each column's counts
+contiguous, argmax/argmin along rows) whatever n, so segments grow with n (fewer burn-in
+steps), and EDF burns in for ~2n/3 steps (a rare dataset's wrong guess lasts until its
+next sample). The speed beside megatron-core's C++ loop: docs/benchmarks.md.
 
 The C++ loop costs O(size x n). Past ``SHORTLIST_ABOVE`` datasets the megatron rule
 without caps steps on a per-column shortlist of the datasets that can win within the
 next block of ~1.6 sqrt(n) steps (:class:`~megadata_core.indices._blend_rules.
-MegatronShortlist`, exact by a bound), ~O(size x sqrt(n)): weights proportional to the
-tokens of 10,000 similar corpora, 3.76M samples take ~5-7 s against ~38 s for the C++;
-1,000 corpora, 376k samples, ~0.3-0.4 s against ~0.35-0.8 s.
+MegatronShortlist`, exact by a bound), ~O(size x sqrt(n)).
 
-Stages side by side pay the Python steps once for all runs instead of once per run:
-20 stages of 7,500 samples over 1,000 lognormal weights (each stage's weights the base
-times lognormal(0, 0.5) noise) take ~0.35-0.5 s with :func:`run_stages` (one column per
-stage, no burn-in), ~1.2-1.8 s stage by stage, ~0.37-0.6 s as one static blend of the
-150,000 samples; over 50 datasets (5 stages of 1M) the [K, n] passes, not the steps,
-dominate: ~1-1.5 s either way, as one static blend of 5M.
+Stages side by side (:func:`run_stages`, one column per stage, no burn-in) pay the
+Python steps once for all runs instead of once per run; over many datasets the [K, n]
+passes, not the steps, dominate.
 """
 
 from __future__ import annotations

@@ -46,14 +46,9 @@ keeps small datasets away from deep, lopsided splits.
 
 The Megatron orders and EDF are sequential by definition; they are computed exactly,
 vectorized, by :mod:`megadata_core.indices._blend_engine` (many segments of the order
-run side by side, each checked to start where the previous one ends; see there for the
-speed). Speed for 50M samples over 4 datasets (2 shared cores): a periodic order is a
-copy, ~0.1 s (0.12-0.2x megatron-core's C++ loop); the split tree writes each sample
-once from closed-form positions, ~0.25 s on 2 threads (0.26-0.45x), ~0.38 s on one
-(0.6-0.65x); EDF step by step takes ~2 s (2-3.5x). Stages: 20 x 7,500 samples over
-1,000 lognormal weights take ~0.35-0.5 s together against ~1.2-1.8 s one by one
-(~0.37-0.6 s for one static blend of 150,000); 20 x 2.5M over 4 datasets (split trees)
-~0.5 s, as one static blend of 50M.
+run side by side, each checked to start where the previous one ends). A periodic order
+is a copy of one period; the split tree writes each sample once from closed-form
+positions. Their speed beside megatron-core's C++ loop: docs/benchmarks.md.
 """
 
 from __future__ import annotations
