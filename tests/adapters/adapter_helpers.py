@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import signal
 
+import corpora
 import numpy as np
 
 import megadata_core as mdc
@@ -35,12 +36,7 @@ def deadline(seconds: int):
 def write_corpus(prefix: str, seed: int, documents: int = 120) -> str:
     """A uint16 corpus of ``documents`` one-sequence documents ending in EOD id 3."""
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, 40, documents)
-    tokens = rng.integers(0, 50, int(lengths.sum())).astype(np.uint16)
-    tokens[np.cumsum(lengths) - 1] = 3
-    with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
-        writer.add_documents(tokens, lengths)
-    return prefix
+    return corpora.write_corpus(prefix, rng.integers(1, 40, documents), rng, eod=3)
 
 
 def gpt_dataset(prefix: str, cache: str, random_seed: int, sequence_length: int):

@@ -14,6 +14,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from corpora import write_corpus
 from jax.sharding import NamedSharding, PartitionSpec
 
 import megadata_core as mdc
@@ -29,10 +30,7 @@ def test_eight_simulated_devices():
 def gpt_batch(tmp_path_factory):
     prefix = str(tmp_path_factory.mktemp("jax_corpus") / "corpus")
     rng = np.random.default_rng(7)
-    lengths = rng.integers(5, 40, size=60)
-    tokens = rng.integers(1, 1000, size=int(lengths.sum())).astype(np.uint16)
-    with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
-        writer.add_documents(tokens, lengths)
+    write_corpus(prefix, rng.integers(5, 40, size=60), rng, low=1, vocab=1000)
     config = mdc.GPTDataConfig(random_seed=1, sequence_length=32, eod_id=0)
     dataset = mdc.GPTDataset(mdc.IndexedDataset(prefix), np.arange(60), None, config)
     return dataset.__getitems__(np.arange(16))

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from adapter_helpers import write_corpus
 
 import megadata_core as mdc
 from megadata_core.samplers import PretrainingSampler, RandomSampler
@@ -34,16 +35,6 @@ def _context(num_workers: int) -> dict:
     return {"multiprocessing_context": "forkserver"} if num_workers else {}
 
 
-def _corpus(prefix: str, seed: int, documents: int = 120) -> str:
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, 40, documents)
-    tokens = rng.integers(0, 50, int(lengths.sum())).astype(np.uint16)
-    tokens[np.cumsum(lengths) - 1] = 3  # every document ends in EOD
-    with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
-        writer.add_documents(tokens, lengths)
-    return prefix
-
-
 def _config(blend, cache, **kw):
     return mdc.GPTDataConfig(random_seed=7, sequence_length=SEQ, blend=blend, split="100,0,0",
                              path_to_cache=cache, eod_id=3, **kw)
@@ -52,7 +43,7 @@ def _config(blend, cache, **kw):
 @pytest.fixture(scope="module")
 def corpora(tmp_path_factory):
     root = tmp_path_factory.mktemp("torch_data")
-    return root, [_corpus(str(root / f"corpus{i}"), seed=i) for i in range(2)]
+    return root, [write_corpus(str(root / f"corpus{i}"), seed=i) for i in range(2)]
 
 
 @pytest.fixture(scope="module")
@@ -544,7 +535,7 @@ def test_micro_batch_sampler_given_as_a_sampler_says_how_to_pass_it(train):
 
 
 def test_stateful_loader_state_refuses_other_data(tmp_path):
-    from adapter_helpers import gpt_dataset, write_corpus
+    from adapter_helpers import gpt_dataset
 
     from megadata_core.datasets.fingerprint import fingerprint
 

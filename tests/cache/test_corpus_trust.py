@@ -12,6 +12,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from corpora import write_corpus
 
 import megadata_core as mdc
 from megadata_core.cache import corpus_trust
@@ -45,13 +46,7 @@ def validations(monkeypatch):
 def _corpus(tmp_path, name: str = "corpus") -> str:
     prefix = str(tmp_path / name)
     rng = np.random.default_rng(0)
-    lengths = rng.integers(1, 40, DOCUMENTS)
-    tokens = rng.integers(1, 50_000, int(lengths.sum())).astype(np.uint16)
-    ends = np.cumsum(lengths)
-    with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
-        for end, length in zip(ends.tolist(), lengths.tolist()):  # one document each
-            writer.add_document(tokens[end - length : end], [length])
-    return prefix
+    return write_corpus(prefix, rng.integers(1, 40, DOCUMENTS), rng, low=1, vocab=50_000)
 
 
 def _config(cache: str, **overrides) -> mdc.GPTDataConfig:

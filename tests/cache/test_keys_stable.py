@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 import pytest
+from corpora import write_corpus
 
 import megadata_core as mdc
 
@@ -56,10 +57,8 @@ def corpora(tmp_path_factory):
     directory = tmp_path_factory.mktemp("corpora")
     for number, documents in enumerate([300, 5000, 9000]):
         rng = np.random.default_rng(number)
-        lengths = rng.integers(1, 40, documents)
-        tokens = rng.integers(4, 500, int(lengths.sum())).astype(np.uint16)
-        with mdc.IndexedDatasetWriter(str(directory / f"c{number}"), np.uint16) as writer:
-            writer.add_document(tokens, lengths.tolist())
+        write_corpus(str(directory / f"c{number}"), rng.integers(1, 40, documents), rng, low=4,
+                     vocab=500, one_document=True)
     return directory
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 
+import corpora
 import numpy as np
-
-import megadata_core as mdc
 
 BUCKET = "megadata-corpora"
 EOD = 3
@@ -16,12 +15,8 @@ CORPORA = ("web", "code")
 def write_corpus(prefix: str, seed: int, documents: int = 300) -> str:
     """A uint16 corpus of one-sequence documents (1..600 tokens) ending in EOD."""
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, 600, documents)
-    tokens = rng.integers(10, 60000, int(lengths.sum())).astype(np.uint16)
-    tokens[np.cumsum(lengths) - 1] = EOD
-    with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
-        writer.add_documents(tokens, lengths)
-    return prefix
+    return corpora.write_corpus(prefix, rng.integers(1, 600, documents), rng, low=10,
+                                vocab=60000, eod=EOD)
 
 
 def corpus_objects(local_corpora: dict[str, str]) -> dict[str, str]:

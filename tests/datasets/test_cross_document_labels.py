@@ -14,6 +14,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from corpora import write_corpus
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,9 +29,8 @@ SETTINGS = settings(
 def _corpus(prefix: str, lengths: np.ndarray) -> mdc.IndexedDataset:
     document = np.repeat(np.arange(len(lengths)), lengths)
     offset = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    with mdc.IndexedDatasetWriter(prefix, np.int32) as writer:
-        writer.add_documents((document * STRIDE + offset + 1).astype(np.int32), lengths)
-    return mdc.IndexedDataset(prefix)
+    tokens = document * STRIDE + offset + 1
+    return mdc.IndexedDataset(write_corpus(prefix, lengths, tokens=tokens, dtype=np.int32))
 
 
 def _batch(indexed, **options) -> dict[str, np.ndarray]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from corpora import write_corpus
 
 import megadata_core as mdc
 
@@ -10,10 +11,7 @@ import megadata_core as mdc
 def _dataset(tmp_path, **kw):
     prefix = str(tmp_path / "corpus")
     rng = np.random.default_rng(3)
-    lengths = rng.integers(3, 30, 50)
-    tokens = rng.integers(1, 500, int(lengths.sum())).astype(np.uint16)
-    with mdc.IndexedDatasetWriter(prefix, np.uint16) as writer:
-        writer.add_documents(tokens, lengths)
+    write_corpus(prefix, rng.integers(3, 30, 50), rng, low=1, vocab=500)
     config = mdc.GPTDataConfig(random_seed=5, sequence_length=16, eod_id=0, **kw)
     return mdc.GPTDataset(mdc.IndexedDataset(prefix), np.arange(50), None, config)
 

@@ -14,6 +14,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from corpora import write_corpus
 
 import megadata_core as mdc
 from megadata_core.format.open_files import OpenFiles
@@ -62,10 +63,8 @@ def corpora(tmp_path_factory) -> str:
     directory = tmp_path_factory.mktemp("members")
     rng = np.random.default_rng(11)
     for number in range(MEMBERS):
-        lengths = rng.integers(2, 40, 12)
-        tokens = rng.integers(1, 1000, int(lengths.sum())).astype(np.uint16)
-        with mdc.IndexedDatasetWriter(str(directory / f"c{number:04d}"), np.uint16) as out:
-            out.add_document(tokens, lengths.tolist())
+        write_corpus(str(directory / f"c{number:04d}"), rng.integers(2, 40, 12), rng, low=1,
+                     vocab=1000, one_document=True)
     return str(directory)
 
 

@@ -16,6 +16,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from corpora import write_corpus
 
 import megadata_core as mdc
 from megadata_core.format.open_files import OpenFiles
@@ -76,10 +77,8 @@ def corpora(tmp_path_factory) -> str:
     directory = tmp_path_factory.mktemp("large_idx")
     rng = np.random.default_rng(21)
     for number in range(MEMBERS):
-        lengths = rng.integers(1, 9, DOCUMENTS)
-        tokens = rng.integers(1, 1000, int(lengths.sum())).astype(np.uint16)
-        with mdc.IndexedDatasetWriter(str(directory / f"c{number:03d}"), np.uint16) as out:
-            out.add_documents(tokens, lengths)  # one sequence per document
+        write_corpus(str(directory / f"c{number:03d}"), rng.integers(1, 9, DOCUMENTS), rng,
+                     low=1, vocab=1000)
     assert os.path.getsize(directory / "c000.idx") > 1 << 16
     return str(directory)
 
@@ -106,9 +105,8 @@ def _mapped(path: str) -> bool:
 
 
 def _corpus(prefix: str, documents: int = 50) -> mdc.IndexedDataset:
-    with mdc.IndexedDatasetWriter(prefix, np.uint16) as out:
-        out.add_documents(np.arange(1, 3 * documents + 1, dtype=np.uint16), [3] * documents)
-    return mdc.IndexedDataset(prefix)
+    tokens = np.arange(1, 3 * documents + 1)
+    return mdc.IndexedDataset(write_corpus(prefix, [3] * documents, tokens=tokens))
 
 
 def test_a_released_idx_is_unmapped_and_a_changed_one_is_refused(tmp_path):

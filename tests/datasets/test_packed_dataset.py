@@ -13,6 +13,7 @@ import tempfile
 
 import numpy as np
 import pytest
+from corpora import write_corpus
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -23,17 +24,12 @@ from megadata_core.datasets.context_parallel import context_parallel_slice
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def write_corpus(directory: str, lengths: list[int]) -> mdc.IndexedDataset:
+def position_corpus(directory: str, lengths: list[int]) -> mdc.IndexedDataset:
     """int32 corpus whose token values are 1 + the token's global position (so every
     token names its document and place)."""
+    tokens = np.arange(1, sum(lengths) + 1)
     prefix = os.path.join(directory, "corpus")
-    with mdc.IndexedDatasetWriter(prefix, np.int32) as writer:
-        start = 1
-        for length in lengths:
-            writer.add_item(np.arange(start, start + length, dtype=np.int32))
-            writer.end_document()
-            start += length
-    return mdc.IndexedDataset(prefix)
+    return mdc.IndexedDataset(write_corpus(prefix, lengths, tokens=tokens, dtype=np.int32))
 
 
 def read_all(dataset) -> dict[str, np.ndarray]:
@@ -60,7 +56,7 @@ SETTINGS = settings(
 @example([1, 1], 1, True, 1, 0, "megatron")
 def test_best_fit_properties(lengths, length, extra, epochs, seed, shuffle):
     with tempfile.TemporaryDirectory() as directory:
-        indexed = write_corpus(directory, lengths)
+        indexed = position_corpus(directory, lengths)
         config = mdc.GPTDataConfig(
             random_seed=seed, sequence_length=length, packing="best_fit",
             document_masking=True, add_extra_token_to_sequence=extra, shuffle=shuffle,
@@ -166,7 +162,7 @@ def sample_parts(dataset, row: int, extra: int) -> list[int]:
 @example([0, 1], 1, False, False, 1)
 def test_concat_matches_megatron_main_definition(lengths, length, extra, drop, seed):
     with tempfile.TemporaryDirectory() as directory:
-        indexed = write_corpus(directory, lengths)
+        indexed = position_corpus(directory, lengths)
         config = mdc.GPTDataConfig(
             random_seed=seed, sequence_length=length, document_masking=True,
             add_extra_token_to_sequence=extra, drop_last_partial_validation_sequence=drop,
@@ -217,7 +213,7 @@ def test_concat_matches_megatron_main_definition(lengths, length, extra, drop, s
 
 
 def test_concat_arrays_and_keys_unchanged(tmp_path):
-    indexed = write_corpus(str(tmp_path), [30, 5, 17, 40])
+    indexed = position_corpus(str(tmp_path), [30, 5, 17, 40])
     plain = mdc.GPTDataConfig(random_seed=3, sequence_length=8)
     masked = mdc.GPTDataConfig(random_seed=3, sequence_length=8, document_masking=True,
                                create_attention_mask=False)
@@ -234,7 +230,7 @@ def test_concat_arrays_and_keys_unchanged(tmp_path):
 
 
 def test_best_fit_cache_round_trip(tmp_path):
-    indexed = write_corpus(str(tmp_path), [30, 5, 17, 40, 3, 3, 9])
+    indexed = position_corpus(str(tmp_path), [30, 5, 17, 40, 3, 3, 9])
     config = mdc.GPTDataConfig(random_seed=5, sequence_length=12, packing="best_fit",
                                document_masking=True, path_to_cache=str(tmp_path / "cache"))
     built = mdc.GPTDataset(indexed, np.arange(7), 30, config)
@@ -269,7 +265,7 @@ def test_best_fit_build_spills_into_the_cache(tmp_path, monkeypatch, shuffle):
     real_layout = packed_samples.pack_layout
     monkeypatch.setattr(gpt_arrays, "spill_arrays", spill_everything)
     monkeypatch.setattr(packed_samples, "pack_layout", recording)
-    indexed = write_corpus(str(tmp_path), [30, 5, 17, 40, 3, 3, 9, 22, 8])
+    indexed = position_corpus(str(tmp_path), [30, 5, 17, 40, 3, 3, 9, 22, 8])
     fields = dict(random_seed=5, sequence_length=12, packing="best_fit", shuffle=shuffle)
     in_memory = mdc.GPTDataset(indexed, np.arange(9), 40, mdc.GPTDataConfig(**fields))
     layouts.clear()
@@ -285,7 +281,7 @@ def test_best_fit_build_spills_into_the_cache(tmp_path, monkeypatch, shuffle):
 def test_blend_and_splits_with_best_fit(tmp_path):
     for name, lengths in (("a", [30, 5, 17, 40, 3, 3, 9, 12] * 4), ("b", [7, 60, 2, 11] * 6)):
         os.makedirs(tmp_path / name)
-        write_corpus(str(tmp_path / name), lengths)
+        position_corpus(str(tmp_path / name), lengths)
     prefixes = [str(tmp_path / "a" / "corpus"), str(tmp_path / "b" / "corpus")]
     config = mdc.GPTDataConfig(
         random_seed=2, sequence_length=16, blend=(prefixes, [0.3, 0.7]), split="80,20,0",
@@ -301,7 +297,7 @@ def test_blend_and_splits_with_best_fit(tmp_path):
 
 
 def test_context_parallel_slice_of_masked_batch(tmp_path):
-    indexed = write_corpus(str(tmp_path), [30, 5, 17, 40])
+    indexed = position_corpus(str(tmp_path), [30, 5, 17, 40])
     config = mdc.GPTDataConfig(random_seed=3, sequence_length=8, packing="best_fit",
                                document_masking=True)
     batch = mdc.GPTDataset(indexed, np.arange(4), None, config).__getitems__([0, 1])
@@ -333,7 +329,7 @@ print(len(dataset), digest.hexdigest())
 @pytest.mark.parametrize("shuffle", ["megatron", "feistel"])
 def test_deterministic_across_processes(tmp_path, shuffle):
     rng = np.random.default_rng(1)
-    indexed = write_corpus(str(tmp_path), rng.integers(0, 50, 120).tolist())
+    indexed = position_corpus(str(tmp_path), rng.integers(0, 50, 120).tolist())
     outputs = [
         subprocess.run(
             [sys.executable, "-c", CHILD, indexed.path_prefix, shuffle],

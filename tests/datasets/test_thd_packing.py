@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from corpora import write_corpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,10 +21,7 @@ def _corpus(prefix: str, lengths) -> str:
     lengths = np.asarray(lengths, dtype=np.int64)
     document = np.repeat(np.arange(len(lengths)), lengths)
     offset = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    tokens = (document * STRIDE + offset + 1).astype(np.int32)
-    with mdc.IndexedDatasetWriter(prefix, np.int32) as writer:
-        writer.add_documents(tokens, lengths)
-    return prefix
+    return write_corpus(prefix, lengths, tokens=document * STRIDE + offset + 1, dtype=np.int32)
 
 
 def _dataset(prefix: str, sequence_length: int, alignment: int | None, seed: int = 3,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 
+import corpora
 import numpy as np
 
 import megadata_core as mdc
@@ -21,27 +23,9 @@ class OracleTokenizer:
         self.unique_identifiers = {"class": "OracleTokenizer", "eod": eod, "pad": pad}
 
 
-def write_corpus(
-    prefix: str,
-    lengths,
-    rng: np.random.Generator,
-    *,
-    dtype=np.uint16,
-    vocab: int = 50,
-    eod: int = 3,
-    eod_rate: float = 0.05,
-) -> str:
-    """A corpus of one sequence per document with the given lengths; tokens uniform in
-    ``[0, vocab)`` with extra EODs sprinkled in (and every non-empty document ending in
-    one, as preprocessing does)."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    tokens = rng.integers(0, vocab, int(lengths.sum())).astype(dtype)
-    tokens[rng.random(tokens.size) < eod_rate] = eod
-    ends = np.cumsum(lengths)[lengths > 0] - 1
-    tokens[ends] = eod
-    with mdc.IndexedDatasetWriter(prefix, dtype) as writer:
-        writer.add_document(tokens, lengths.tolist())
-    return prefix
+#: The oracle tests' corpus (:func:`corpora.write_corpus`): tokens in ``[0, vocab)``, EOD 3
+#: sprinkled (5%) and ending each sequence, every sequence in one document.
+write_corpus = functools.partial(corpora.write_corpus, eod=3, eod_rate=0.05, one_document=True)
 
 
 def ours_dataset(prefix, num_samples, split, *, eod, pad=None, indices=None, mmap=True, **kw):

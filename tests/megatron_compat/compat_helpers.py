@@ -11,8 +11,7 @@ import warnings
 
 import numpy as np
 import torch
-
-import megadata_core as mdc
+from corpora import write_corpus
 
 EOD = 3
 VOCAB = 50
@@ -41,17 +40,6 @@ def theirs(module: str):
 def ours(module: str):
     """megadata_adapters.trainers.megatron_datasets.<module>."""
     return importlib.import_module(f"megadata_adapters.trainers.megatron_datasets.{module}")
-
-
-def write_corpus(prefix: str, lengths, rng: np.random.Generator, dtype=np.uint16) -> str:
-    """One sequence per document; tokens in [0, VOCAB), EODs sprinkled and ending each."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    tokens = rng.integers(0, VOCAB, int(lengths.sum())).astype(dtype)
-    tokens[rng.random(tokens.size) < 0.05] = EOD
-    tokens[np.cumsum(lengths)[lengths > 0] - 1] = EOD
-    with mdc.IndexedDatasetWriter(prefix, dtype) as writer:
-        writer.add_document(tokens, lengths.tolist())
-    return prefix
 
 
 def build(side, cls_name: str, sizes, **config):
@@ -122,5 +110,6 @@ def make_corpora(directory, count: int, documents=(20, 60), seed: int = 0) -> li
     for i in range(count):
         n = int(rng.integers(*documents))
         prefix = os.path.join(str(directory), f"corpus_{i}")
-        prefixes.append(write_corpus(prefix, rng.integers(1, 40, n), rng))
+        prefixes.append(write_corpus(prefix, rng.integers(1, 40, n), rng, vocab=VOCAB, eod=EOD,
+                                     eod_rate=0.05, one_document=True))
     return prefixes

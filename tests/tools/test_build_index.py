@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from corpora import write_corpus
 
 import megadata_core as mdc
 
@@ -22,11 +23,8 @@ from megadata_cli.data_config import to_gpt_config  # noqa: E402
 def corpora(tmp_path):
     rng = np.random.default_rng(0)
     for name in "ab":
-        with mdc.IndexedDatasetWriter(str(tmp_path / name), np.uint16) as writer:
-            lengths = rng.integers(5, 200, 300)
-            tokens = rng.integers(1, 1000, int(lengths.sum()))
-            tokens[np.cumsum(lengths) - 1] = 0
-            writer.add_documents(tokens, lengths)
+        write_corpus(str(tmp_path / name), rng.integers(5, 200, 300), rng, low=1, vocab=1000,
+                     eod=0)
     config = tmp_path / "config.py"
     config.write_text(
         "import sys\n"

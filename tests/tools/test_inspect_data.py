@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from corpora import write_corpus
 from tool_configs import write_tool_config
 
 import megadata_core as mdc
@@ -44,11 +45,7 @@ def data(tmp_path_factory):
         prefixes[name] = summary.output_prefixes["text"]
     rng = np.random.default_rng(0)
     for name in ("a", "b"):
-        with mdc.IndexedDatasetWriter(str(root / name), np.uint16) as writer:
-            lengths = rng.integers(3, 40, 200)
-            tokens = rng.integers(1, 1000, int(lengths.sum()))
-            tokens[np.cumsum(lengths) - 1] = 0
-            writer.add_documents(tokens, lengths)
+        write_corpus(str(root / name), rng.integers(3, 40, 200), rng, low=1, vocab=1000, eod=0)
     demo = write_tool_config(root / "demo.py", f"""
 c.data_path = '0.7 {prefixes["code"]} 0.3 {prefixes["docs"]}'
 c.split = '80,20,0'

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from corpora import write_corpus
 from provenance_walk import samples_holding, walk
 from tool_configs import write_tool_config
 
@@ -34,11 +35,8 @@ def data(tmp_path_factory):
     rng = np.random.default_rng(1)
     prefixes = []
     for name in ("a", "b", "c"):
-        lengths = rng.integers(1, 2 * SEQ, 150)
-        tokens = rng.integers(1, 1000, int(lengths.sum()))
-        with mdc.IndexedDatasetWriter(str(root / name), np.uint16) as writer:
-            writer.add_documents(tokens, lengths)
-        prefixes.append(str(root / name))
+        prefixes.append(write_corpus(str(root / name), rng.integers(1, 2 * SEQ, 150), rng,
+                                     low=1, vocab=1000))
     return root, prefixes
 
 
