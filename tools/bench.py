@@ -9,8 +9,9 @@ Suites (the first positional argument; ``--only`` picks items within one):
 
     format   writer documents/s, finalize of 10M sequences, many-part merge RSS,
              preprocessing documents/s
-    gpt      train-index build for 10M documents (time, peak RSS), batched reads
-             against megatron-core's __getitem__ loop and a raw copy, cache-hit load
+    gpt      train-index build for 10M documents (time, peak RSS), sample_index against
+             Megatron's C++ build_sample_idx, batched reads against megatron-core's
+             __getitem__ loop and a raw copy, cache-hit load
     builder  build_datasets of many-prefix blends, cold and warm (cache bundle)
     blend    blend indices: Megatron's order and the balanced one, several weightings
     loaders  Grain, torch and JAX adapter paths against the core's raw batched read

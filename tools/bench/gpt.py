@@ -16,6 +16,9 @@ Items:
   of that interpreter (and VmHWM minus VmRSS after imports). Ours runs in Megatron's
   shuffle mode (its arrays are compared with Megatron's by value digests) and in Feistel
   mode.
+* ``sample_index``: ``megadata_core.indices.sample_index`` (all threads, and one) beside
+  Megatron's compiled ``helpers.build_sample_idx`` on the same arrays: 10M documents
+  (geometric lengths, mean 500), two shuffled epochs, S = 4096; the rows compared equal.
 * ``read`` (P3): batches of 32 random samples of 4096 + 1 tokens (tokens, labels,
   loss_mask, position_ids) from a ~50M-token uint16 corpus in the page cache: ours
   ``__getitems__`` against Megatron's ``__getitem__`` loop, and against a raw Python loop
@@ -48,7 +51,7 @@ import warnings
 import numpy as np
 
 from bench.cache_states import time_states
-from bench.harness import child_result
+from bench.harness import child_result, measure
 from bench.peers import proc_status, quiet_import
 
 SEQUENCE = 4096
@@ -419,6 +422,39 @@ def item_build(bench, build: Build, have_megatron: bool) -> None:
     )
 
 
+# -- sample_index beside Megatron's C++ build_sample_idx ------------------------------------
+
+
+def item_sample_index(bench) -> None:
+    """``megadata_core.indices.sample_index`` (all threads, and one) beside Megatron's
+    compiled ``helpers.build_sample_idx`` on the same arrays; medians of the repeats."""
+    from megadata_core.indices import sample_index  # not at the top: the build children
+
+    modules = quiet_import("megatron.core.datasets.helpers")
+    rng = np.random.default_rng(bench.seed + 30)
+    count, epochs = bench.scaled(10_000_000, minimum=10_000), 2
+    sizes = np.clip(rng.geometric(1 / MEAN_LENGTH, count), 1, 2**20).astype(np.int32)
+    doc_idx = np.concatenate([rng.permutation(count), rng.permutation(count)]).astype(np.int32)
+    args = (sizes, doc_idx, SEQUENCE, epochs, int(sizes.sum(dtype=np.int64)), True, True)
+    progress(f"sample_index: {count:,} documents x {epochs} epochs, S = {SEQUENCE}")
+
+    def runs(function) -> tuple[float | None, np.ndarray]:
+        timed = [measure(function) for _ in range(bench.repeats)]
+        return median([seconds for seconds, _ in timed]), timed[-1][1]
+
+    ours_s, ours = runs(lambda: sample_index(*args))
+    one_s, _ = runs(lambda: sample_index(*args, num_threads=1))
+    theirs_s, theirs = None, None
+    if modules is not None:
+        theirs_s, theirs = runs(lambda: modules[0].build_sample_idx(*args))
+    what = f"sample_index, {count:,} documents x {epochs} epochs ({len(ours) - 1:,} samples)"
+    bench.row(f"{what}, all threads", "s", "lower", ours_s, theirs_s, bench.repeats)
+    bench.row(f"{what}, 1 thread", "s", "lower", one_s, theirs_s, bench.repeats)
+    bench.check("sample_index: rows equal megatron's build_sample_idx",
+                None if theirs is None else bool(np.array_equal(ours, theirs)),
+                "" if theirs is not None else "(megatron-core not installed)")
+
+
 # -- P3: reading batches ----------------------------------------------------------------------
 
 
@@ -669,6 +705,8 @@ def suite_gpt(bench) -> None:
     build = Build(bench) if bench.wants("build") or bench.wants("cache") else None
     if bench.wants("build"):
         item_build(bench, build, have_megatron)
+    if bench.wants("sample_index"):
+        item_sample_index(bench)
     if bench.wants("read"):
         item_read(bench, megatron)
     if bench.wants("cache"):
