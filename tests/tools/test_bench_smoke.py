@@ -108,6 +108,7 @@ def test_bench_gpt_smoke(tmp_path):
         "ours (megatron shuffle): peak RSS (MiB)",
         "ours (megatron shuffle): peak RSS above imports (MiB)",
         "ours (feistel shuffle): time (s)",
+        "epochs (", "all threads (s)", "1 thread (s)",  # sample_index beside build_sample_idx
         "read 32 x 4097 tokens, hot page cache (samples/s)",
         "read: ours / raw piece copy (throughput)",
         "cache-hit load of the build index, ours (megatron shuffle) (ms)",
