@@ -44,7 +44,7 @@ from typing import Any
 import grain
 import numpy as np
 
-from megadata_adapters.trainers.maxtext.keys import check_key_names, rename_keys
+from megadata_adapters.trainers.maxtext.keys import check_key_names, rename_keys, renames
 from megadata_core.checks import check_int
 from megadata_core.datasets.fingerprint import continues_schedule, fingerprint, resume_fields
 from megadata_core.errors import DataError
@@ -507,7 +507,7 @@ class _BatchedIterDataset(grain.IterDataset):
                     num_workers=self.worker_count, per_worker_buffer_size=self.worker_buffer_size
                 )
             ).map(_Unpack(self.writable))
-        if self.key_names != "megatron":  # after the hand-over: workers ship core keys
+        if renames(self.key_names):  # after the hand-over: workers ship core keys
             pipeline = pipeline.map(_Rename(self.key_names))
         return pipeline
 

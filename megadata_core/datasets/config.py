@@ -16,6 +16,7 @@ import copy
 import math
 import os
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -170,6 +171,8 @@ class GPTDataConfig:
     packing_alignment: int | None = None
     source_ids: bool = False
     max_open_files: int = DEFAULT_MAX_OPEN_FILES
+    #: (packing, shuffle, blend order) mode objects, set once by ``__post_init__``.
+    _modes: ClassVar[tuple[Packing, Shuffle, BlendOrder]]
 
     @property
     def masks_cross_document_labels(self) -> bool:

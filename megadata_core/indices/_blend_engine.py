@@ -89,10 +89,11 @@ _SCALAR = {"megatron": rules.scalar_megatron, "edf": rules.scalar_edf}
 def _kernel(rule: str, weights: np.ndarray, caps: np.ndarray | None):
     """The rule's kernel: the megatron rule without caps over more than SHORTLIST_ABOVE
     datasets steps on a shortlist per column (exact, ~2 sqrt(n) per step)."""
-    if rule == "megatron" and caps is None and len(weights) > SHORTLIST_ABOVE:
+    kernel = _KERNELS[rule]
+    if kernel is rules.Megatron and caps is None and len(weights) > SHORTLIST_ABOVE:
         block = max(ROWS, int(SHORTLIST_BLOCK * math.sqrt(len(weights))))
         return rules.MegatronShortlist(weights, block)
-    return _KERNELS[rule](weights, caps)
+    return kernel(weights, caps)
 
 
 def dataset_dtype(count: int) -> np.dtype:

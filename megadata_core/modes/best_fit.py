@@ -65,7 +65,7 @@ class BestFit(Packing):
         return PIECE_ARRAYS + (("shuffle_index",) if shuffle.draws else ())
 
     def empty_arrays(self, shuffle: Shuffle) -> dict[str, np.ndarray]:
-        arrays = {
+        arrays: dict[str, np.ndarray] = {
             "piece_document": np.empty(0, np.int32),
             "bin_offsets": np.zeros(1, np.int64),
             "full_offset": np.empty(0, np.int64),

@@ -35,7 +35,7 @@ class Concat(Packing):
         return shuffle.concat_arrays()
 
     def empty_arrays(self, shuffle: Shuffle) -> dict[str, np.ndarray]:
-        arrays = {
+        arrays: dict[str, np.ndarray] = {
             "document_index": np.empty(0, np.int32),
             "sample_index": np.zeros((1, 2), np.int32),
             "shuffle_index": np.empty(0, np.uint32),

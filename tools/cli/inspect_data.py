@@ -44,7 +44,7 @@ from absl import app, flags
 
 from megadata_cli import data_flags, progress_bars, tool_main
 from megadata_cli.split_tables import SPLITS, build_splits, built_tables, plan_splits, print_tables
-from megadata_core import DataError, IndexedDataset
+from megadata_core import DataError, IndexedDataset, modes
 from megadata_core.datasets import inspection
 
 COMMANDS = ("corpus", "config", "samples", "order", "batch", "where")
@@ -243,7 +243,7 @@ def config_command() -> None:
         counts = {}
         print(f"\n{split}: samples of each dataset in every prefix of the blend order, "
               "against weight x prefix length:")
-        for order in (dataset.blend_order, *(o for o in ("balanced", "megatron")
+        for order in (dataset.blend_order, *(o for o in modes.names("blend_order")
                                               if o != dataset.blend_order)):
             index = _other_order(dataset, order)
             counts[order] = inspection.prefix_counts(index, len(names), steps)

@@ -101,7 +101,7 @@ def _planned_schedule(recipe, rows: list[Row], config) -> Table:
     of it, built in as many passes as that takes (each one epoch, or the fewest epochs
     that hold a sample)."""
     _, starts, weights = schedule_arrays(config.blend_schedule)
-    reads = stage_counts(starts, weights, recipe.size, config.blend_order).sum(axis=0)
+    reads = stage_counts(starts, weights, recipe.size, config.blend_order_mode).sum(axis=0)
     for row, count in zip(rows, reads.tolist()):
         if row.built == 0 and count:
             raise DataError(f"blend_schedule: the {recipe.jobs[0].split} split reads "
@@ -206,11 +206,11 @@ def print_tables(tables: list[Table], sizes, config) -> None:
             "passes of one epoch each (or of the fewest epochs that hold a sample), every "
             "pass shuffled with its own seed, as many as the reads need.",
         ) + notes[1:]
-    if config.packing == "best_fit":
+    if config.packing_mode.packed:
         notes = notes[:1] + (
             "built: a dataset holds whole epochs of B samples, B = the bins of "
             f"{length + extra} tokens that best-fit-decreasing packs the documents into "
-            "(packing=best_fit): the least E with E * B >= requested, E * B samples; a "
+            f"(packing={config.packing}): the least E with E * B >= requested, E * B samples; a "
             "blend reads only the samples it needs. tokens: E times the documents' tokens.",
         )
     print()

@@ -47,7 +47,10 @@ import megadata_core as mdc
 from megadata_adapters.trainers.data_json import read_data_json
 from megadata_core.errors import DataError
 
-__all__ = ["KEY_NAMES", "RENAMED", "check_key_names", "data_config", "rename_keys", "to_maxtext"]
+__all__ = [
+    "KEY_NAMES", "RENAMED", "check_key_names", "data_config", "rename_keys", "renames",
+    "to_maxtext",
+]
 
 #: The MaxText module whose ``get_mmap_npy_dataset`` is replaced (the pipeline's).
 TARGET = "maxtext.input_pipeline.grain_data_processing"
@@ -102,9 +105,15 @@ def to_maxtext(batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return out
 
 
+def renames(key_names: str) -> bool:
+    """Whether batches under ``key_names`` are renamed (``"maxtext"``), or keep the core's
+    keys (``"megatron"``)."""
+    return key_names == "maxtext"
+
+
 def rename_keys(batch: Mapping[str, Any], key_names: str) -> Mapping[str, Any]:
     """``batch`` as it is for ``"megatron"``, :func:`to_maxtext` of it for ``"maxtext"``."""
-    return to_maxtext(batch) if key_names == "maxtext" else batch
+    return to_maxtext(batch) if renames(key_names) else batch
 
 
 #: Keys of the data config file beyond GPTDataConfig's fields.
