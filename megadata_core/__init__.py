@@ -10,7 +10,7 @@ below; tests/test_layering.py checks it):
    between processes)
 1. ``format/`` (the .bin/.idx pair, byte sources)
 2. ``indices/`` (pure functions over arrays: no file I/O, nothing from format),
-   ``batch_size_schedule`` (Megatron's step batch-size schedule, arithmetic on steps),
+   ``batch_ramp`` (Megatron's step batch-size ramp-up, arithmetic on steps),
    ``cache/`` (everything under ``path_to_cache``, on format), ``preprocess/`` (text to
    corpora, on format)
 3. ``modes/`` (the choices a config names: packing, shuffle, blend order, each an object)

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from megadata_core.batch_size_schedule import BatchSizeSchedule
+from megadata_core.batch_ramp import BatchSizeSchedule
 from megadata_core.checks import check_int
 from megadata_core.errors import DataError
 

@@ -8,15 +8,15 @@ Floors of ``megadata_core`` (a room imports numpy, the standard library and the 
    (identity, atomic replace, locks, temporary names), ``handover`` (batches between
    processes)
 1. ``format`` (the .bin/.idx pair, byte sources)
-2. ``indices`` (pure functions over arrays), ``batch_size_schedule`` (Megatron's step
-   batch-size schedule: arithmetic on steps), ``cache`` (everything under
+2. ``indices`` (pure functions over arrays), ``batch_ramp`` (Megatron's step
+   batch-size ramp-up: arithmetic on steps), ``cache`` (everything under
    ``path_to_cache``), ``preprocess`` (text to corpora); rooms of one floor do not
    import each other
 3. ``modes`` (the choices a config names: packing, shuffle, blend order, each an object)
 4. ``datasets``, ``samplers``
 5. ``build`` (a config and sizes to train/valid/test)
 
-Two more rules: ``indices`` and ``batch_size_schedule`` do no file I/O (no ``open``,
+Two more rules: ``indices`` and ``batch_ramp`` do no file I/O (no ``open``,
 ``os.replace``, ``fcntl``, ``mmap``, memory maps or ``.npy`` files: arrays in, arrays
 out), and no module of the core, the adapters or the tools imports a ``_private`` name
 from another module (a private submodule of its own package is fine: that is what it is
@@ -45,7 +45,7 @@ BENCH = ROOT / "tools" / "bench"
 FLOORS = {
     "errors": 0, "checks": 0, "cores": 0, "files": 0, "handover": 0,
     "format": 1,
-    "indices": 2, "batch_size_schedule": 2, "cache": 2, "preprocess": 2,
+    "indices": 2, "batch_ramp": 2, "cache": 2, "preprocess": 2,
     "modes": 3,
     "datasets": 4, "samplers": 4,
     "build": 5,
@@ -60,12 +60,12 @@ MAY_IMPORT = {
     "handover": set(),
     "format": GROUND,
     "indices": {"checks", "cores"},
-    "batch_size_schedule": {"checks"},
+    "batch_ramp": {"checks"},
     "cache": GROUND | {"format"},
     "preprocess": GROUND | {"format"},
     "modes": GROUND | {"format", "indices", "cache"},
     "datasets": GROUND | {"format", "indices", "cache", "modes"},
-    "samplers": GROUND | {"batch_size_schedule"},
+    "samplers": GROUND | {"batch_ramp"},
     "build": GROUND | {"format", "indices", "cache", "modes", "datasets"},
 }
 #: What ``indices`` may not touch: modules of file I/O, and calls that read or write files.
@@ -251,7 +251,7 @@ def test_every_room_has_a_floor():
 
 
 #: The pure rooms: arrays and numbers in, arrays and numbers out.
-PURE = ("megadata_core.indices", "megadata_core.batch_size_schedule")
+PURE = ("megadata_core.indices", "megadata_core.batch_ramp")
 INDICES = [item for item in _modules() if item[1].startswith(PURE)]
 
 

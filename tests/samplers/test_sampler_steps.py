@@ -8,8 +8,8 @@ import json
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from ramp_reference import batch_size_at, first_difference, schedule_entries
 from sampler_reference import steps as micro_batches
-from schedule_reference import batch_size_at, first_difference, schedule_entries
 
 import megadata_core as mdc
 from megadata_core.samplers import BatchSizeSchedule, PretrainingSampler, RandomSampler

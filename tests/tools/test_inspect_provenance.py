@@ -18,7 +18,7 @@ from provenance_walk import samples_holding, walk
 from tool_configs import write_tool_config
 
 import megadata_core as mdc
-from megadata_core.batch_size_schedule import BatchSizeSchedule
+from megadata_core.batch_ramp import BatchSizeSchedule
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}

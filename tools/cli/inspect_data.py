@@ -383,7 +383,7 @@ def _step_plan(config):
 
     schedule = None
     if FLAGS.step_batch_size_schedule is not None:
-        from megadata_core.batch_size_schedule import BatchSizeSchedule
+        from megadata_core.batch_ramp import BatchSizeSchedule
 
         schedule = BatchSizeSchedule.parse(FLAGS.step_batch_size_schedule,
                                            config.sequence_length)

@@ -1,4 +1,4 @@
-"""Floor 2 (beside indices): Megatron's step batch-size schedule as arithmetic on steps.
+"""Floor 2 (beside indices): Megatron's step batch-size ramp-up as arithmetic on steps.
 
 megatron-core 0.18+ takes ``--step-batch-size-schedule "0:768 250B:1536 500B:3072"``
 (``StepBatchsizeNumMicroBatchesCalculator``): the global batch size at ``consumed``

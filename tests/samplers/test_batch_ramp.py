@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from schedule_reference import (
+from ramp_reference import (
     batch_size_at,
     first_difference,
     schedule_entries,
