@@ -1,16 +1,16 @@
 """Floor 2: pure functions over numpy arrays that order documents and samples.
 
-May import ``errors`` and ``checks``, nothing else from the core: the indices see
+May import ``errors``, ``checks`` and ``cores``, nothing else from the core: the indices see
 arrays, never files (no ``open``, memory map, lock or rename: tests/test_layering.py
 checks it). Where a large result lives is the caller's choice, through the allocation
-protocol of :mod:`.allocate` (the cache passes one that spills to files,
+protocol of :mod:`.arrays` (the cache passes one that spills to files,
 :mod:`megadata_core.cache.spill`).
 
 Megatron-exact (megatron-core 0.16.1, bit-identical values): :func:`tokens_per_epoch`,
 :func:`num_epochs`, :func:`separate_final_epoch`, :func:`document_index`,
 :func:`sample_index`, :func:`shuffle_index`, and :func:`gpt_indices` for the three at
 once. Lazy, O(1)-memory alternative: the Feistel bijection (:class:`FeistelShuffle`; a GPT
-dataset's Feistel-mode arrays and orders in :mod:`.sample_order`).
+dataset's Feistel-mode arrays and orders in :mod:`.gpt`).
 Blending: :func:`megatron_blending_indices`, :func:`megatron_exhaustive_blending_indices`
 (Megatron-exact) and :func:`balanced_blending_indices` (every dataset within one sample
 of its share in every prefix), several of them at once (:func:`balanced_blending_stages`)
@@ -26,13 +26,6 @@ from megadata_core.indices.blending import (
     megatron_blending_indices,
     megatron_exhaustive_blending_indices,
 )
-from megadata_core.indices.document_order import document_index
-from megadata_core.indices.epochs import (
-    num_epochs,
-    samples_in_epochs,
-    separate_final_epoch,
-    tokens_per_epoch,
-)
 from megadata_core.indices.feistel import (
     FeistelShuffle,
     epoch_key,
@@ -41,9 +34,15 @@ from megadata_core.indices.feistel import (
     feistel_invert,
     feistel_permute,
 )
-from megadata_core.indices.gpt import gpt_indices
-from megadata_core.indices.sample_boundaries import sample_index
-from megadata_core.indices.sample_shuffle import shuffle_index
+from megadata_core.indices.gpt import (
+    document_index,
+    gpt_indices,
+    num_epochs,
+    separate_final_epoch,
+    shuffle_index,
+    tokens_per_epoch,
+)
+from megadata_core.indices.sample_boundaries import sample_index, samples_in_epochs
 from megadata_core.indices.schedule import epoch_seed, schedule_blending_indices
 from megadata_core.indices.splits import (
     document_ranges,

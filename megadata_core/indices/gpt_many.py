@@ -19,10 +19,14 @@ import numpy as np
 
 from megadata_core.checks import INT32_MAX, check_int, id_range
 from megadata_core.errors import DataError
-from megadata_core.indices.epochs import num_epochs, samples_in_epochs, separate_final_epoch
-from megadata_core.indices.gpt import seeded_random_state
-from megadata_core.indices.sample_boundaries import sample_index_dtype
-from megadata_core.indices.sample_shuffle import UINT32_LIMIT, shuffle_index
+from megadata_core.indices.gpt import (
+    UINT32_LIMIT,
+    num_epochs,
+    seeded_random_state,
+    separate_final_epoch,
+    shuffle_index,
+)
+from megadata_core.indices.sample_boundaries import sample_index_dtype, samples_in_epochs
 
 
 def gpt_indices_many(

@@ -22,7 +22,7 @@ ids, the config and the seed):
   whole run), else all E * B together;
 * ``shuffle="feistel"``: epoch e's document order is the Feistel order of epoch e
   (:func:`megadata_core.indices.feistel_document_order`), and the sample order is the
-  lazy two-range Feistel order of :mod:`megadata_core.indices.sample_order` (only
+  lazy two-range Feistel order of :mod:`megadata_core.indices.gpt` (only
   ``feistel_split`` = [first sample of the final range, epochs] is stored).
 
 Stored arrays (4 bytes a piece where ids fit int32, about what concat stores a document):
@@ -52,7 +52,7 @@ import numpy as np
 
 from megadata_core.checks import check_ids, check_int, id_range, narrow_int
 from megadata_core.errors import DataError
-from megadata_core.indices.allocate import (
+from megadata_core.indices.arrays import (
     SCRATCH_PREFIX,
     Allocate,
     fill_arange,
@@ -60,11 +60,13 @@ from megadata_core.indices.allocate import (
     plain,
     shuffle_space,
 )
-from megadata_core.indices.epochs import SEPARATE_FINAL_EPOCH_THRESHOLD
 from megadata_core.indices.feistel import DOCUMENTS_STREAM, epoch_key, feistel_range
-from megadata_core.indices.gpt import seeded_random_state
+from megadata_core.indices.gpt import (
+    SEPARATE_FINAL_EPOCH_THRESHOLD,
+    seeded_random_state,
+    shuffle_index,
+)
 from megadata_core.indices.packing import fill_documents, full_offsets, pack_layout
-from megadata_core.indices.sample_shuffle import shuffle_index
 
 #: The arrays a best_fit GPT dataset stores (and ``shuffle_index`` unless Feistel).
 PIECE_ARRAYS = ("piece_document", "bin_offsets", "full_offset", "packed_shape")
@@ -153,7 +155,7 @@ def packed_indices(
         feistel: the orders are Feistel bijections (computed on demand, no
             ``shuffle_index``), else Megatron's RandomState draws.
         empty: where the results and the large working arrays are made (memory, or files
-            of the cache entry: :mod:`megadata_core.indices.allocate`).
+            of the cache entry: :mod:`megadata_core.indices.arrays`).
         alignment: None, or a; documents placed by their padded length (see
             :func:`packing_units`); bins hold S tokens, S a multiple of a.
 

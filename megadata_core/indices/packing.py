@@ -54,7 +54,7 @@ import numpy as np
 from megadata_core.checks import INT32_MAX, check_int, check_lengths, narrow_int
 from megadata_core.cores import usable_threads
 from megadata_core.errors import DataError
-from megadata_core.indices.allocate import SCRATCH_PREFIX, Allocate, in_memory, is_spilled
+from megadata_core.indices.arrays import SCRATCH_PREFIX, Allocate, in_memory, is_spilled
 
 
 @dataclass(frozen=True)

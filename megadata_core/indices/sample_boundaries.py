@@ -19,7 +19,7 @@ in that document, exactly as megatron-core's C++ ``build_sample_idx`` writes it:
 Difference from Megatron, on purpose: with ``drop_last_partial_sequence=False`` Megatron
 counts samples as ``ceil(float32(E*T - extra) / S)``, which past ~2**24 tokens loses the
 partial sample or adds an empty one. Here the count is the exact integer ceiling
-(:func:`megadata_core.indices.epochs.samples_in_epochs`); every row both compute is equal.
+(:func:`samples_in_epochs`); every row both compute is equal.
 
 Vectorized and block-wise: the document index is read ``block_size`` entries at a
 time (an array, or a source that computes its blocks, e.g. the Feistel order); a group
@@ -27,7 +27,7 @@ of blocks (one per thread) is gathered (``np.take`` of the lengths) and summed, 
 each block takes an int64 cumulative sum of its lengths and ``np.searchsorted`` of the
 sample targets that fall in it, and writes those rows. Memory is a group's gathered
 lengths and sums (O(threads x block_size)), whatever the corpus size; the output comes
-from an allocator (:mod:`megadata_core.indices.allocate`), so it can be a memory-mapped
+from an allocator (:mod:`megadata_core.indices.arrays`), so it can be a memory-mapped
 file. The result never depends on the number of threads or the block size.
 """
 
@@ -49,9 +49,7 @@ from megadata_core.checks import (
 )
 from megadata_core.cores import usable_threads
 from megadata_core.errors import DataError
-from megadata_core.indices.allocate import Allocate, in_memory, plain
-from megadata_core.indices.epochs import samples_in_epochs
-from megadata_core.indices.gathers import take_into
+from megadata_core.indices.arrays import Allocate, in_memory, plain, take_into
 
 #: Document-index entries per block: a group (one block per thread, at most 8) holds
 #: ~20 bytes per entry (ids, gathered lengths, int64 sums), ~350 MB at 8 threads.
@@ -82,6 +80,28 @@ def _default_threads(num_threads: int | None) -> int:
     if num_threads is not None:
         return check_int("num_threads", num_threads, 1)
     return usable_threads(8)
+
+
+def samples_in_epochs(
+    num_epochs: int,
+    tokens_per_epoch: int,
+    sequence_length: int,
+    add_extra_token: bool | int = True,
+    drop_last_partial_sequence: bool = True,
+) -> int:
+    """Samples that ``num_epochs`` epochs yield: ``(E*T - extra) // S``.
+
+    With ``drop_last_partial_sequence=False`` a trailing partial sample counts too
+    (exact ceiling). Megatron's C++ computes that ceiling in float32 and is off by one
+    past ~2**24 tokens; this function is exact.
+    """
+    epochs = check_int("num_epochs", num_epochs, 0)
+    tokens = check_int("tokens_per_epoch", tokens_per_epoch, 1)
+    length = check_int("sequence_length", sequence_length, 1)
+    usable = max(0, epochs * tokens - (1 if add_extra_token else 0))
+    if drop_last_partial_sequence:
+        return usable // length
+    return -(-usable // length)
 
 
 def sample_index_dtype(num_positions: int, max_length: int) -> np.dtype:
@@ -216,7 +236,7 @@ def sample_index(
             the result.
         block_size: document-index entries per block (bounds the working memory);
             never changes the result.
-        empty: where the result is made (:mod:`megadata_core.indices.allocate`).
+        empty: where the result is made (:mod:`megadata_core.indices.arrays`).
 
     Returns:
         [num_samples + 1, 2] int32, or int64 when ``max(n, max length) >= 2**31``

@@ -27,7 +27,7 @@ import numpy as np
 
 from megadata_core.checks import first_outside, out_of_range
 from megadata_core.errors import DataError
-from megadata_core.indices.allocate import Allocate
+from megadata_core.indices.arrays import Allocate
 
 _multiples: dict[int, np.ndarray] = {}  # step -> read-only int64 0, step, 2 * step, ...
 

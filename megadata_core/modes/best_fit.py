@@ -14,7 +14,7 @@ import numpy as np
 from megadata_core.cache.versions import PACKING_ALGORITHM_VERSION
 from megadata_core.checks import unsigned
 from megadata_core.errors import DataError
-from megadata_core.indices.gathers import scan_equal
+from megadata_core.indices.arrays import scan_equal
 from megadata_core.indices.packed_samples import (
     PIECE_ARRAYS,
     packed_epochs,

@@ -1,7 +1,7 @@
 """``shuffle="feistel"``: keyed Feistel bijections instead of RandomState permutations.
 
 The sample order (and, read through, the document order) is computed on demand in O(1)
-memory (:mod:`megadata_core.indices.sample_order`): a concat dataset stores only its
+memory (:mod:`megadata_core.indices.gpt`): a concat dataset stores only its
 sample index and ``feistel_split``, a best_fit one its pieces. Not Megatron-compatible.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from megadata_core.indices.arrays import scan_equal
 from megadata_core.indices.feistel import ALGORITHM, ROUNDS, feistel_invert
-from megadata_core.indices.gathers import scan_equal
-from megadata_core.indices.sample_order import (
+from megadata_core.indices.gpt import (
     FEISTEL_ARRAYS,
     FeistelOrder,
     feistel_gpt_indices,

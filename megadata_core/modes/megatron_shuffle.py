@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from megadata_core.indices import gpt_indices
-from megadata_core.indices.gathers import scan_equal, scan_member
+from megadata_core.indices.arrays import scan_equal, scan_member
 from megadata_core.indices.gpt import GPT_ARRAYS
 from megadata_core.modes import Shuffle, register
 

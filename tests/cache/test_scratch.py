@@ -59,7 +59,7 @@ def test_a_spilled_document_index_is_shuffled_where_memory_allows(
 def test_a_spilled_shuffle_index_is_shuffled_where_memory_allows(
     tmp_path, where, first, total, megatron_gpt, monkeypatch
 ):
-    monkeypatch.setattr("megadata_core.indices.allocate._ARANGE_BLOCK", 1000)  # small blocks
+    monkeypatch.setattr("megadata_core.indices.arrays._ARANGE_BLOCK", 1000)  # small blocks
     expected = megatron_gpt._build_shuffle_index(first, total, np.random.RandomState(3))
     with spill_arrays(str(tmp_path), FILES, spill_above=0) as empty:
         rng = np.random.RandomState(3)

@@ -9,7 +9,7 @@ import contextlib
 import numpy as np
 
 from megadata_core.indices import document_index, shuffle_index
-from megadata_core.indices.allocate import in_memory, is_spilled, shuffle_space
+from megadata_core.indices.arrays import in_memory, is_spilled, shuffle_space
 
 
 class Recording:

@@ -19,9 +19,8 @@ from megadata_core.cache import npy_files as cache_files
 from megadata_core.cache.spill import spill_arrays
 from megadata_core.indices import document_index, gpt_indices
 from megadata_core.indices.feistel import FeistelDocumentIndex, feistel_document_index
-from megadata_core.indices.gpt import GPT_ARRAYS
+from megadata_core.indices.gpt import GPT_ARRAYS, feistel_gpt_indices
 from megadata_core.indices.sample_boundaries import sample_index
-from megadata_core.indices.sample_order import feistel_gpt_indices
 
 SETTINGS = settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

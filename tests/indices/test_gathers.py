@@ -9,8 +9,8 @@ import numpy as np
 
 from megadata_core.format import idx_layout
 from megadata_core.indices import tokens_per_epoch
+from megadata_core.indices.arrays import take_into
 from megadata_core.indices.feistel import FeistelDocumentIndex
-from megadata_core.indices.gathers import take_into
 from megadata_core.indices.sample_boundaries import sample_index
 
 COUNT = 4_000_000  # 16 MB of int32 lengths: a whole copy stands out from the buffers

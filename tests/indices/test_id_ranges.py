@@ -8,13 +8,13 @@ import pytest
 
 import megadata_core as mdc
 from megadata_core.indices import document_index, gpt_indices, tokens_per_epoch
-from megadata_core.indices import epochs as epochs_module
+from megadata_core.indices import gpt as gpt_module
 
 
 @pytest.mark.parametrize("epochs", [1, 3])
 @pytest.mark.parametrize("separate", [False, True])
 def test_document_index_of_a_range_equals_the_array(epochs, separate, monkeypatch):
-    monkeypatch.setattr("megadata_core.indices.allocate._ARANGE_BLOCK", 7)  # ragged blocks
+    monkeypatch.setattr("megadata_core.indices.arrays._ARANGE_BLOCK", 7)  # ragged blocks
     ids = range(40, 140)
     ours = document_index(ids, epochs, np.random.RandomState(3), separate)
     array = document_index(np.arange(40, 140), epochs, np.random.RandomState(3), separate)
@@ -26,7 +26,7 @@ def test_tokens_per_epoch_of_a_range_and_of_gathered_blocks(monkeypatch):
     lengths = np.random.default_rng(0).integers(0, 100, 1000).astype(np.int32)
     expected = int(lengths[100:900].sum())
     assert tokens_per_epoch(lengths, range(100, 900)) == expected
-    monkeypatch.setattr(epochs_module, "_GATHER_BLOCK", 7)
+    monkeypatch.setattr(gpt_module, "_GATHER_BLOCK", 7)
     assert tokens_per_epoch(lengths, np.arange(100, 900)) == expected
     ids = np.random.default_rng(1).integers(0, 1000, 333)
     assert tokens_per_epoch(lengths, ids) == int(lengths[ids].sum())

@@ -13,12 +13,11 @@ from hypothesis import strategies as st
 from megadata_core import DataError
 from megadata_core.cache.spill import spill_arrays
 from megadata_core.indices import packing
-from megadata_core.indices.allocate import SCRATCH_PREFIX
+from megadata_core.indices.arrays import SCRATCH_PREFIX
 from megadata_core.indices.feistel import feistel_document_order
-from megadata_core.indices.gpt import seeded_random_state
+from megadata_core.indices.gpt import seeded_random_state, shuffle_index
 from megadata_core.indices.packed_samples import packed_indices
 from megadata_core.indices.packing import best_fit_pack
-from megadata_core.indices.sample_shuffle import shuffle_index
 
 
 def reference_bfd(lengths: list[int], capacity: int, order: list[int]) -> list[list[tuple]]:

@@ -11,7 +11,7 @@ import megadata_core as mdc
 from megadata_core.indices import document_index, shuffle_index
 
 # The package exports the function under the module's name; fetch the module itself.
-shuffle_module = importlib.import_module("megadata_core.indices.sample_shuffle")
+shuffle_module = importlib.import_module("megadata_core.indices.gpt")
 
 
 @pytest.mark.parametrize("seed", [0, 7, 1234])

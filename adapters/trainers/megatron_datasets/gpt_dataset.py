@@ -66,7 +66,7 @@ from megadata_adapters.trainers.megatron_datasets.utils import Split
 from megadata_core.datasets import mock as core_mock
 from megadata_core.indices import num_epochs, samples_in_epochs, tokens_per_epoch
 from megadata_core.indices.feistel import FeistelDocumentIndex
-from megadata_core.indices.sample_order import FeistelOrder
+from megadata_core.indices.gpt import FeistelOrder
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ def core_config(config: BlendedMegatronDatasetConfig, **changes) -> mdc.GPTDataC
 def deferred_length(dataset) -> int:
     """Samples of a GPT dataset whose index arrays are not made yet, from its corpus
     lengths: what megatron-core's deferred ``__len__`` computes (its build_sample_idx
-    count), in exact integer steps (:mod:`megadata_core.indices.epochs`)."""
+    count), in exact integer steps (:mod:`megadata_core.indices.gpt`)."""
     config = dataset.config
     lengths = numpy.asarray(_low_level_corpus(dataset.dataset).sequence_lengths)
     tokens = tokens_per_epoch(lengths, numpy.asarray(dataset.indices))
