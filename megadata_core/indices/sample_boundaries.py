@@ -53,7 +53,7 @@ from megadata_core.indices.arrays import Allocate, in_memory, plain, take_into
 
 #: Document-index entries per block: a group (one block per thread, at most 8) holds
 #: ~20 bytes per entry (ids, gathered lengths, int64 sums), ~350 MB at 8 threads.
-BLOCK_SIZE = 1 << 21
+_BLOCK_SIZE = 1 << 21
 #: A corpus of at most this many documents has its lengths copied to uint16 for the
 #: gathers (half the bytes: faster random reads); larger ones are gathered in place
 #: (the copy would be anonymous memory in proportion to the corpus).
@@ -216,7 +216,7 @@ def sample_index(
     add_extra_token: bool | int = True,
     *,
     num_threads: int | None = None,
-    block_size: int = BLOCK_SIZE,
+    block_size: int = _BLOCK_SIZE,
     empty: Allocate = in_memory,
 ) -> np.ndarray:
     """The 2-D sample index, equal in values to megatron-core's ``helpers.build_sample_idx``
