@@ -46,7 +46,7 @@ import numpy as np
 
 from megadata_adapters.trainers.maxtext.keys import check_key_names, rename_keys, renames
 from megadata_core.checks import check_int
-from megadata_core.datasets.fingerprint import continues_schedule, fingerprint, resume_fields
+from megadata_core.datasets.scheduled_blend import continues_schedule, fingerprint, resume_fields
 from megadata_core.errors import DataError
 from megadata_core.handover import orphans, pack, segments
 from megadata_core.handover.buffers import BufferPool

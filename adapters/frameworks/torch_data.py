@@ -89,7 +89,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate_fn_map
 
 from megadata_core.checks import check_int
-from megadata_core.datasets.fingerprint import continues_schedule, resume_fields
+from megadata_core.datasets.scheduled_blend import continues_schedule, resume_fields
 from megadata_core.errors import DataError
 from megadata_core.handover import orphans, pack
 from megadata_core.handover.buffers import BufferPool
@@ -478,7 +478,7 @@ class StatefulLoader:
     and ``state_dict``/``load_state_dict`` works (both megadata samplers do).
 
     The state also carries ``fingerprint``: the data's fingerprint
-    (:func:`megadata_core.datasets.fingerprint.fingerprint`, as the Grain pipeline's
+    (:func:`megadata_core.datasets.scheduled_blend.fingerprint`, as the Grain pipeline's
     state does), and ``load_state_dict`` refuses a state made for other data or config
     (same length, another seed, say) with a ``DataError``. A state without one (saved
     before states carried it) is refused too; to restore it anyway, knowing the data is

@@ -8,22 +8,69 @@ tokenizer object; here they are plain fields (``eod_id``, ``pad_id``). Megatron'
 
 Blends and the split string are checked here (shapes, weights > 0, the split parses);
 the builder (:mod:`megadata_core.build.builder`) turns them into datasets.
+
+Megatron-LM's data command-line forms as a ``blend`` / ``blend_per_split`` / ``split``.
+
+Megatron-LM's ``get_blend_and_blend_per_split`` and ``get_blend_from_list``:
+
+* ``--data-path 0.3 /a/prefix 0.7 /b/prefix`` (weight, prefix pairs) or
+  ``--data-path /a/prefix /b/prefix`` (no weights: blended by their sizes), with
+  ``--split "969,30,1"`` (Megatron-LM's legacy default when omitted);
+* ``--data-args-path FILE``: the file's content is the data-path string;
+* ``--train-data-path / --valid-data-path / --test-data-path``: one blend per split;
+* ``--per-split-data-args-path FILE``: JSON ``{"train": ..., "valid": ..., "test": ...}``,
+  each a data-path string or list (or null).
+
+:func:`blend_from_args` returns the three GPTDataConfig fields::
+
+    config = mdc.GPTDataConfig(random_seed=1234, sequence_length=4096,
+                               **blend_from_args(data_path="0.3 /a 0.7 /b", split="98,2"))
+
+Differences from Megatron (stricter, never different values): a list element holding
+spaces (a quoted ``"0.3 /a 0.7 /b"``) is split into items (Megatron would read it as one
+prefix); a list mixing weighted and unweighted items raises (Megatron means to assert,
+but its check consumes a ``map`` iterator and passes, reading every item as a prefix);
+``--data-path`` with per-split paths, or ``--split`` with per-split paths, raises.
+
+``GPTDataConfig.blend_schedule``: stages of blends, as code writes them and as text.
+
+In code, a list of ``(start, blend)`` pairs, stages in order, the first at 0::
+
+    blend_schedule=[(0, (["/data/web", "/data/code"], [0.8, 0.2])),
+                    ("50B", "0.5 /data/web 0.2 /data/code 0.3 /data/math")]
+
+``start`` is an int (samples) or a string (tokens, with Megatron's ``K``/``M``/``B``/``T``
+suffixes, converted to samples as ``--step-batch-size-schedule`` thresholds are:
+``int(float(number) * multiplier) // sequence_length``); ``blend`` is a ``(prefixes,
+weights)`` pair or Megatron's ``--data-path`` string, with weights (a stage states its
+mixture). A prefix may join at a later stage or leave one (weight 0, or not listed).
+
+As text (the tools' ``--blend_schedule``, or a file of it), stages are separated by ``;``
+or new lines, each ``START: WEIGHT PREFIX WEIGHT PREFIX ...``; ``#`` starts a comment;
+a START is Megatron's threshold, in tokens::
+
+    0:   0.8 /data/web 0.2 /data/code
+    50B: 0.5 /data/web 0.2 /data/code 0.3 /data/math   # anneal on math
+
+The normalized field is a tuple of ``(start in samples, (prefixes, weights))``;
+:func:`schedule_arrays` lays it out for the indices (one id per prefix, in the order the
+prefixes first appear, so a prefix keeps its id when later stages are edited).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from megadata_core import modes
-from megadata_core.checks import check_int
-from megadata_core.datasets import blend_args
-from megadata_core.datasets.blend_schedule import check_blend_schedule
+from megadata_core.checks import check_int, megatron_count
 from megadata_core.errors import DataError
 from megadata_core.format.open_files import DEFAULT_MAX_OPEN_FILES, check_limit
 from megadata_core.indices import splits
@@ -54,7 +101,7 @@ def _bool(field: str, value: object) -> bool:
 
 def _blend(field: str, value: object) -> tuple | None:
     """``(prefixes, weights or None)`` as tuples (hashable), shape-checked."""
-    return None if value is None else blend_args.checked_blend(value, field)
+    return None if value is None else checked_blend(value, field)
 
 
 def _seed(value: object) -> int:
@@ -88,7 +135,7 @@ class GPTDataConfig:
             string with Megatron's K/M/B/T suffixes, ``"50B"``), ``blend`` a weighted
             ``(prefixes, weights)`` or ``--data-path`` string; or the text form
             ``"0: 0.8 /a 0.2 /b; 50B: 0.5 /a 0.5 /c"``
-            (:mod:`megadata_core.datasets.blend_schedule`). Each dataset is read on one
+            (:mod:`megadata_core.datasets.config`). Each dataset is read on one
             cursor across all stages (no sample twice); applies to every split (the
             stages' starts in that split's samples), as ``blend`` does. Not with
             ``blend`` or ``blend_per_split``; needs ``split``.
@@ -119,7 +166,7 @@ class GPTDataConfig:
             when longer than a sample; :mod:`megadata_core.indices.packed_samples`).
         document_masking: samples also carry ``segment_ids``, ``cu_seqlens`` and
             ``max_seqlen``, and position ids restart per document
-            (:mod:`megadata_core.datasets.document_masks`; megatron-core 0.19's
+            (:mod:`megadata_core.datasets.masks`; megatron-core 0.19's
             ``inter_document_masking``, value for value). Not with
             ``reset_position_ids`` / ``reset_attention_mask``, which find documents by
             EOD tokens instead.
@@ -140,7 +187,7 @@ class GPTDataConfig:
         source_ids: samples also carry ``dataset_ids`` (index into the blend's
             prefixes) and ``document_ids`` (document in its corpus), int32 [S], the
             source of every token, -1 on padding
-            (:mod:`megadata_core.datasets.source_ids`). Changes only what a sample
+            (:mod:`megadata_core.datasets.masks`). Changes only what a sample
             carries: not part of any cache key or fingerprint.
     """
 
@@ -321,3 +368,292 @@ class GPTDataConfig:
         ``split``."""
         fractions = self.split_fractions
         return None if fractions is None else splits.split_matrix(fractions)
+
+
+#: Megatron-LM's split when ``--data-path`` is given without ``--split``.
+LEGACY_DEFAULT_SPLIT = "969, 30, 1"
+_PER_SPLIT_FIELDS = ("train_data_path", "valid_data_path", "test_data_path")
+
+Blend = tuple[list[str], "list[float] | None"]
+
+
+def _items(value: str | Sequence[str], field: str) -> list[str]:
+    if isinstance(value, (str, bytes, os.PathLike)):
+        value = [value]
+    items: list[str] = []
+    for element in value:
+        if isinstance(element, bytes):
+            element = element.decode()
+        element = os.fspath(element) if isinstance(element, os.PathLike) else element
+        if not isinstance(element, str):
+            raise DataError(f"{field}: {element!r} is not a string")
+        items.extend(element.split())
+    if not items:
+        raise DataError(f"{field}: no dataset prefixes")
+    return items
+
+
+def _weight(item: str) -> float | None:
+    try:
+        return float(item)
+    except ValueError:
+        return None
+
+
+def blend_from_list(value: str | Sequence[str] | None, field: str = "data_path") -> Blend | None:
+    """Megatron's ``get_blend_from_list``: ``[w1, p1, w2, p2, ...]`` or ``[p1, p2, ...]``.
+
+    An even number of items is read as weight, prefix pairs when every weight item parses
+    as a float; otherwise the items are prefixes, and none may parse as a number (Megatron
+    would open ``"0.5"`` of ``"0.5 /a /b"`` as a prefix and fail much later).
+
+    Args:
+        value: a data-path string (split on whitespace) or a list of items.
+        field: the name in error messages.
+
+    Returns:
+        ``(prefixes, weights or None)`` (weights as given, not normalized), or None.
+    """
+    if value is None:
+        return None
+    items = _items(value, field)
+    if len(items) % 2 == 0:
+        weights = [_weight(item) for item in items[0::2]]
+        missing = [item for item, weight in zip(items[0::2], weights) if weight is None]
+        if not missing:  # (every weight a float)
+            return items[1::2], [weight for weight in weights if weight is not None]
+        if len(missing) < len(weights):
+            raise DataError(
+                f"{field}: {missing[0]!r} is not a weight, but other items are: give a weight "
+                f"before every prefix or none at all ({' '.join(items)!r})"
+            )
+    numbers = [item for item in items if _weight(item) is not None]
+    if numbers:  # "0.5 /a /b", "/a 0.5 /b": a weight without its pair, not a prefix
+        raise DataError(
+            f"{field}: {numbers[0]!r} looks like a weight, but the items do not pair up as "
+            f"weight, prefix ({' '.join(items)!r}): give a weight before every prefix or none "
+            f"at all (write a prefix named like a number as ./{numbers[0]})"
+        )
+    return items, None
+
+
+def checked_blend(value: object, field: str) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
+    """A blend as ``(prefixes, weights or None)`` tuples (hashable), shape-checked: a pair
+    or Megatron's ``--data-path`` string (``"0.3 /a 0.7 /b"`` or ``"/a /b"``).
+
+    Raises:
+        DataError: naming ``field``: not a pair, no prefixes, weights that are not
+            numbers, not one per prefix, or negative / all zero.
+    """
+    pair: Any = blend_from_list(value, field) if isinstance(value, str) else value
+    try:  # any object: what it holds is checked below
+        prefixes, weights = pair
+    except (TypeError, ValueError):
+        raise DataError(f"{field}: {pair!r} is not a (prefixes, weights) pair") from None
+    if isinstance(prefixes, (str, bytes)) or not prefixes:
+        raise DataError(f"{field}: prefixes {prefixes!r} must be a non-empty list of paths")
+    prefixes = tuple(os.fspath(prefix) for prefix in prefixes)
+    if weights is None:
+        return prefixes, None
+    try:
+        weights = tuple(float(weight) for weight in weights)
+    except (TypeError, ValueError):
+        raise DataError(f"{field}: weights {weights!r} must be numbers") from None
+    if len(weights) != len(prefixes):
+        raise DataError(
+            f"{field}: {len(prefixes)} prefixes but {len(weights)} weights ({weights!r})"
+        )
+    splits.check_weights(weights, f"{field} weights")
+    return prefixes, weights
+
+
+def read_data_args(path: str | os.PathLike, field: str = "data_args_path") -> list[str]:
+    """The whitespace-separated items of a data-args file (Megatron's --data-args-path)."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return stream.read().split()
+    except OSError as error:
+        raise DataError(f"{field}: cannot read {os.fspath(path)!r} ({error.strerror})") from None
+
+
+def _per_split_file(path: str | os.PathLike) -> list[Blend | None]:
+    field = "per_split_data_args_path"
+    try:
+        with open(path, encoding="utf-8") as stream:
+            content = json.load(stream)
+    except OSError as error:
+        raise DataError(f"{field}: cannot read {os.fspath(path)!r} ({error.strerror})") from None
+    except json.JSONDecodeError as error:
+        raise DataError(f"{field}: {os.fspath(path)!r} is not JSON ({error})") from None
+    if not isinstance(content, dict):
+        raise DataError(f"{field}: {os.fspath(path)!r} must hold an object with train/valid/test")
+    return [
+        blend_from_list(content.get(name), f"{field}[{name}]")
+        for name in ("train", "valid", "test")
+    ]
+
+
+def blend_from_args(
+    *,
+    data_path: str | Sequence[str] | None = None,
+    data_args_path: str | os.PathLike | None = None,
+    split: str | None = None,
+    train_data_path: str | Sequence[str] | None = None,
+    valid_data_path: str | Sequence[str] | None = None,
+    test_data_path: str | Sequence[str] | None = None,
+    per_split_data_args_path: str | os.PathLike | None = None,
+) -> dict:
+    """Megatron-LM's data arguments as GPTDataConfig fields ``blend``,
+    ``blend_per_split`` and ``split`` (a dict; unused fields are None).
+
+    With ``data_path`` / ``data_args_path`` the split defaults to Megatron-LM's legacy
+    ``"969, 30, 1"``; per-split paths take no split. No data arguments at all gives all
+    None (Megatron's mock data).
+    """
+    per_split = (train_data_path, valid_data_path, test_data_path)
+    use_per_split = any(path is not None for path in per_split) or (
+        per_split_data_args_path is not None
+    )
+    if data_path is not None and data_args_path is not None:
+        raise DataError("data_args_path: give data_path or data_args_path, not both")
+    if data_path is not None or data_args_path is not None:
+        if use_per_split:
+            raise DataError(
+                "data_path: a single blend (data_path / data_args_path) and per-split paths "
+                "(train/valid/test_data_path, per_split_data_args_path) are incompatible"
+            )
+        if data_args_path is not None:
+            blend = blend_from_list(read_data_args(data_args_path), "data_args_path")
+        else:
+            blend = blend_from_list(data_path, "data_path")
+        return {
+            "blend": blend,
+            "blend_per_split": None,
+            "split": LEGACY_DEFAULT_SPLIT if split is None else split,
+        }
+    if not use_per_split:
+        return {"blend": None, "blend_per_split": None, "split": split}
+    if split is not None:
+        raise DataError(f"split: {split!r} is incompatible with per-split data paths")
+    if per_split_data_args_path is not None:
+        if any(path is not None for path in per_split):
+            raise DataError(
+                "per_split_data_args_path: incompatible with train/valid/test_data_path"
+            )
+        blends = _per_split_file(per_split_data_args_path)
+    else:
+        blends = [
+            blend_from_list(path, field) for path, field in zip(per_split, _PER_SPLIT_FIELDS)
+        ]
+    return {"blend": None, "blend_per_split": blends, "split": None}
+
+
+Stage = tuple[int, tuple[tuple[str, ...], tuple[float, ...]]]
+
+
+def token_count(text: str, field: str) -> int:
+    """A count with Megatron's optional ``K``/``M``/``B``/``T`` suffix, parsed as its
+    ``--step-batch-size-schedule`` parses one (:func:`~megadata_core.checks.megatron_count`),
+    >= 0."""
+    try:
+        number = megatron_count(text)
+    except ValueError:
+        if text.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+            raise DataError(f"{field}: {text!r} must be a finite number >= 0") from None
+        raise DataError(
+            f"{field}: {text!r} is not a number (with an optional K, M, B or T suffix)"
+        ) from None
+    except OverflowError:
+        raise DataError(f"{field}: {text!r} must be a finite number >= 0") from None
+    if number < 0:
+        raise DataError(f"{field}: {text!r} must be a finite number >= 0")
+    return number
+
+
+def _start(value: object, sequence_length: int, field: str) -> int:
+    """A stage's start in samples: an int as is, a string as tokens."""
+    if isinstance(value, str):
+        return token_count(value, field) // sequence_length
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise DataError(f"{field}: {value!r} is not an int (samples) or a string (tokens)")
+    if value < 0:
+        raise DataError(f"{field}: {value} must be >= 0")
+    return int(value)
+
+
+def _stage_blend(value: object, field: str) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    prefixes, weights = checked_blend(value, field)
+    if weights is None:
+        raise DataError(
+            f"{field}: no weights; every stage of a schedule states its mixture "
+            "(e.g. '0.7 /a 0.3 /b')"
+        )
+    seen: set[str] = set()
+    for prefix in prefixes:
+        if prefix in seen:
+            raise DataError(f"{field}: prefix {prefix!r} is listed twice")
+        seen.add(prefix)
+    return prefixes, weights
+
+
+def parse_schedule_text(text: str, field: str = "blend_schedule") -> list[tuple[str, str]]:
+    """``[(start, blend string), ...]`` of the text form (see the module docstring)."""
+    stages = []
+    for line in text.replace(";", "\n").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        start, colon, blend = line.partition(":")
+        if not colon or not start.strip() or not blend.strip():
+            raise DataError(
+                f"{field}: stage {line!r} is not 'START: WEIGHT PREFIX ...' "
+                "(e.g. '50B: 0.5 /data/web 0.5 /data/math')"
+            )
+        stages.append((start.strip(), blend.strip()))
+    if not stages:
+        raise DataError(f"{field}: no stages in {text!r}")
+    return stages
+
+
+def check_blend_schedule(value: object, sequence_length: int, field: str = "blend_schedule"
+                         ) -> tuple[Stage, ...]:
+    """The normalized schedule: ``((start in samples, (prefixes, weights)), ...)``.
+
+    Raises:
+        DataError: naming the stage: a start that is not 0 first or not after the one
+            before (in samples), a blend without weights, weights all 0 or negative.
+    """
+    if isinstance(value, str):
+        value = parse_schedule_text(value, field)
+    if isinstance(value, (bytes, os.PathLike)) or not isinstance(value, Sequence) or not value:
+        raise DataError(f"{field}: {value!r} is not a non-empty list of (start, blend) stages")
+    stages: list[Stage] = []
+    for k, stage in enumerate(value):
+        try:
+            start, blend = stage
+        except (TypeError, ValueError):
+            raise DataError(f"{field}[{k}]: {stage!r} is not a (start, blend) pair") from None
+        samples = _start(start, sequence_length, f"{field}[{k}] start")
+        if k == 0 and samples != 0:
+            raise DataError(f"{field}[0] start: {start!r} is sample {samples}; the first "
+                            "stage starts at 0")
+        if k and samples <= stages[-1][0]:
+            raise DataError(
+                f"{field}[{k}] start: {start!r} is sample {samples}, not after stage "
+                f"{k - 1}'s {stages[-1][0]}; starts must increase (tokens are counted in "
+                f"samples of {sequence_length})"
+            )
+        stages.append((samples, _stage_blend(blend, f"{field}[{k}] blend")))
+    return tuple(stages)
+
+
+def schedule_arrays(schedule: Sequence[Stage]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """``(prefixes, starts int64 [K], weights float64 [K, n])``: every prefix once, in the
+    order of first appearance; a prefix a stage does not list has weight 0 there."""
+    prefixes = list(dict.fromkeys(p for _, (names, _) in schedule for p in names))
+    column = {prefix: number for number, prefix in enumerate(prefixes)}
+    starts = np.array([start for start, _ in schedule], dtype=np.int64)
+    weights = np.zeros((len(schedule), len(prefixes)), dtype=np.float64)
+    for k, (_, (names, values)) in enumerate(schedule):
+        weights[k, [column[p] for p in names]] = values
+    return prefixes, starts, weights

@@ -7,7 +7,7 @@ Megatron's concat arrays for ``shuffle="megatron"``, the valid split honouring
 ``drop_last_partial_validation_sequence``). With
 ``config.path_to_cache`` they go through the on-disk cache
 (:mod:`megadata_core.cache.entries`), keyed by :func:`describe`: cached arrays are
-memory-mapped and name their file (see :mod:`megadata_core.datasets.origins`).
+memory-mapped and name their file (see :mod:`megadata_core.datasets.reading`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from megadata_core.cache.spill import spill_arrays
 from megadata_core.datasets.config import GPTDataConfig
 from megadata_core.errors import DataError
 from megadata_core.indices import tokens_per_epoch
-from megadata_core.indices.allocate import SCRATCH_PREFIX, Allocate, in_memory
+from megadata_core.indices.arrays import SCRATCH_PREFIX, Allocate, in_memory
 from megadata_core.indices.feistel import ALGORITHM as FEISTEL_ALGORITHM
 from megadata_core.indices.feistel import ROUNDS as FEISTEL_ROUNDS
 

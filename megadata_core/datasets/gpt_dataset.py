@@ -9,7 +9,7 @@ on-disk cache when ``config.path_to_cache`` is set, or built as Megatron's
 ``__getitems__`` from them.
 
 ``shuffle="feistel"`` replaces both RandomState permutations by keyed Feistel bijections
-(:mod:`megadata_core.indices.sample_order`): the document order is still materialized
+(:mod:`megadata_core.indices.gpt`): the document order is still materialized
 while building (the sample index needs it), the sample order is computed on the fly;
 not Megatron-compatible.
 """
@@ -24,20 +24,19 @@ from typing import NamedTuple
 import numpy as np
 
 from megadata_core.cache.keys import document_ids
-from megadata_core.datasets import gpt_arrays, masks, origins, reading, source_ids
+from megadata_core.datasets import gpt_arrays, masks, reading
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
-from megadata_core.datasets.document_masks import (
+from megadata_core.datasets.gpt_members import GPTSiblings, MappedIndices
+from megadata_core.datasets.masks import (
     crossing_labels,
     document_masks,
     segment_attention_mask,
 )
-from megadata_core.datasets.gpt_maps import MappedIndices
-from megadata_core.datasets.gpt_siblings import GPTSiblings
-from megadata_core.datasets.positions import sample_position, sample_positions
+from megadata_core.datasets.reading import sample_position, sample_positions
 from megadata_core.errors import DataError
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.indices.feistel import FeistelDocumentIndex
-from megadata_core.indices.sample_order import FeistelOrder
+from megadata_core.indices.gpt import FeistelOrder
 from megadata_core.modes import Pieces
 
 TOKEN_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
@@ -270,7 +269,7 @@ class GPTDataset(GPTSiblings, MappedIndices):
         try:  # index values out of range: DataErrors naming the array and its source
             return self.config.packing_mode.locate(self, rows)
         except DataError as error:
-            raise origins.with_origin(error, self._arrays, self._entry) from None
+            raise reading.with_origin(error, self._arrays, self._entry) from None
 
     def _text(self, positions: np.ndarray) -> tuple[np.ndarray, bool, Pieces]:
         """[B, S + extra] tokens of the samples at ``positions`` (corpus dtype, or
@@ -297,7 +296,7 @@ class GPTDataset(GPTSiblings, MappedIndices):
             )
             return text, padded, pieces
         except DataError as error:
-            raise origins.with_origin(error, self._arrays, self._entry) from None
+            raise reading.with_origin(error, self._arrays, self._entry) from None
 
     def sample_text(self, index: int) -> SampleText:
         """Sample ``index``'s raw text and where it came from: Megatron's
@@ -327,7 +326,7 @@ class GPTDataset(GPTSiblings, MappedIndices):
                         self, flat, int(self.shuffle_index[position])
                     )
                 except DataError as error:
-                    raise origins.with_origin(error, self._arrays, self._entry) from None
+                    raise reading.with_origin(error, self._arrays, self._entry) from None
         if found is None:
             text, padded, pieces = self._text(np.array([position]))
             return SampleText(text[0], pieces.document.astype(np.int64), pieces.length, padded)
@@ -367,7 +366,7 @@ class GPTDataset(GPTSiblings, MappedIndices):
     def read_with_pieces(self, indices) -> tuple[dict[str, np.ndarray], Pieces]:
         """:meth:`__getitems__` without the ``source_ids`` keys, and the batch's pieces:
         a blend makes those keys once for its whole batch from its members' pieces
-        (:func:`~megadata_core.datasets.source_ids.batch_sources`)."""
+        (:func:`~megadata_core.datasets.masks.batch_sources`)."""
         text, padded, pieces = self._text(self._positions(indices))
         return self._samples(text, padded, pieces, self.config.packing_mode.packed,
                              False), pieces
@@ -482,10 +481,10 @@ class GPTDataset(GPTSiblings, MappedIndices):
                 if key in documents:
                     sample[key] = documents[key]
         if config.source_ids and sources:
-            owned = source_ids.token_documents(
+            owned = masks.token_documents(
                 _known(pieces), batch, length + self._extra, length
             )
-            sample["dataset_ids"] = source_ids.dataset_zeros(owned, padded)
+            sample["dataset_ids"] = masks.dataset_zeros(owned, padded)
             sample["document_ids"] = owned
         return sample
 

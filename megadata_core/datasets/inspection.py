@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from megadata_core.datasets.source_ids import unslotted
+from megadata_core.datasets.masks import unslotted
 from megadata_core.errors import DataError
 
 #: The percentiles ``length_percentiles`` reports by default.

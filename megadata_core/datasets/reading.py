@@ -22,12 +22,25 @@ are copied by :func:`gather_tokens` into a [B, width] array:
   ``read_ranges`` call, so a remote source can issue them together;
 * a .bin whose pointers are not multiples of the token size (no writer makes one) is
   read one piece at a time.
+
+Checking the sample positions a batch asks for.
+
+Where a dataset's index arrays came from, for errors met while reading a batch.
+
+A value out of range met while reading (the range checks of :mod:`megadata_core.checks`)
+is a DataError naming the array and its source: its cache file, the entry that held it
+(a build bundle), or memory. The cache checks every byte on load, so such errors mean
+indices that were wrong when written (or handed in through ``arrays=``), not damage on
+disk.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
+from megadata_core.checks import position_in
 from megadata_core.errors import DataError
 from megadata_core.modes import Pieces, counting
 
@@ -329,3 +342,54 @@ def gather_tokens(
             return text, padded
     copy_ranges(source, source_start, text.reshape(-1), placed, length)
     return text, padded
+
+
+def sample_positions(indices: object, size: int, split: str) -> np.ndarray:
+    """``indices`` (ints, a list or an int array) as int64 [B] positions in ``[0, size)``.
+
+    Negative positions count from the end, as for sequences; anything else out of range
+    is an IndexError naming the split.
+    """
+    positions = np.asarray(indices)
+    if positions.ndim != 1:
+        positions = positions.reshape(-1)
+    if positions.size and positions.dtype.kind not in "iu":
+        raise IndexError(f"sample indices must be integers, got {positions.dtype}")
+    positions = positions.astype(np.int64, copy=False)
+    if positions.size:
+        low, high = int(positions.min()), int(positions.max())
+        if low < 0:
+            positions = np.where(positions < 0, positions + size, positions)
+            low, high = int(positions.min()), int(positions.max())
+        if low < 0 or high >= size:
+            raise IndexError(f"sample index out of range [0, {size}) ({split})")
+    return positions
+
+
+def sample_position(index: object, size: int, split: str) -> int:
+    """One sample position (an int) in ``[0, size)``, by the rules of
+    :func:`sample_positions` (negative counts from the end), in scalar steps."""
+    if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+        raise TypeError(f"sample index must be an int, got {type(index).__name__}")
+    return position_in(int(index), size, f"sample index ({split})")
+
+
+IN_MEMORY = "indices built in memory"
+
+
+def origin(arrays: Mapping[str, object], name: str, entry: str | None) -> str:
+    """Where index array ``name`` came from: its memory-mapped cache file, else
+    ``entry`` (e.g. the build bundle that held it), else memory."""
+    filename = getattr(arrays.get(name), "filename", None)
+    if filename:
+        return f"cache file {filename}"
+    return entry or IN_MEMORY
+
+
+def with_origin(error: DataError, arrays: Mapping[str, object], entry: str | None) -> DataError:
+    """``error`` with the source of the index array its message starts with (unchanged
+    when it names no index array)."""
+    name = str(error).split(":", 1)[0]
+    if name not in arrays:
+        return error
+    return DataError(f"{error} (in {origin(arrays, name, entry)})")

@@ -11,12 +11,35 @@ Resume across an edit. A loader's state made on one schedule may be restored ont
 edited one when both give the same samples before the state's position:
 :meth:`resume_record` is what a state carries (each stage's start and a digest of its
 members and weights), :meth:`continues` tells whether this schedule continues it.
+
+``EpochChain``: one dataset's passes, read end to end on one cursor.
+
+A blend schedule reads each member on a cursor that only moves forward, across every
+stage and every edit; a member read past its samples goes on with its next epoch. A
+static blend builds one GPTDataset of E epochs (Megatron shuffles them together, so
+asking for more samples reorders the ones before); the chain holds one GPTDataset per
+epoch instead, epoch e drawn from its own seed
+(:func:`~megadata_core.indices.schedule.epoch_seed`), so that reading further appends
+epochs and never changes one already read. Within an epoch no sample repeats, and its
+samples hold every token of the member's documents once (as a one-epoch GPTDataset).
+
+Sample k of the chain is sample ``k - offsets[e]`` of epoch e, the e with
+``offsets[e] <= k < offsets[e + 1]``.
+
+A short fingerprint of a dataset's identity, for resume states to carry.
+
+A loader's resume state (consumed samples) means something only for the data and config
+it was made for; restored onto another dataset of the same length it would continue
+silently with other samples. The Grain and torch adapters put :func:`fingerprint` into
+their states and refuse a state whose fingerprint differs.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -27,11 +50,12 @@ from megadata_core.datasets.blended_dataset import (
     BLEND_ARRAYS,
     DATASET_ID_DTYPE,
     BlendedDataset,
+    member_lengths,
+    read_members,
     split_of,
 )
-from megadata_core.datasets.epoch_chain import EpochChain
-from megadata_core.datasets.member_reads import read_members
-from megadata_core.datasets.source_ids import BLEND_SKIPS, with_member_ids
+from megadata_core.datasets.masks import BLEND_SKIPS, with_member_ids
+from megadata_core.datasets.reading import sample_position, sample_positions
 from megadata_core.errors import DataError
 from megadata_core.handover.buffers import BufferPool
 from megadata_core.indices.blending import blend_counts, megatron_normalize
@@ -282,3 +306,140 @@ class ScheduledBlendedDataset(BlendedDataset):
             f"order={self.blend_order!r}, stages={self.starts.tolist()}, "
             f"datasets=[{members}])"
         )
+
+
+class EpochChain:
+    """The passes over one member, read in order.
+
+    Args:
+        passes: the member's passes (e.g. one-epoch :class:`GPTDataset`\\ s of one corpus
+            and split, each with its own seed), in order; a :class:`LazyMembers` makes
+            each at its first read.
+
+    Attributes:
+        offsets: int64 [P + 1], the chain's first sample of every pass (and its length).
+        split: the passes' split.
+    """
+
+    def __init__(self, passes: Sequence) -> None:
+        if not len(passes):
+            raise DataError("passes: a chain needs at least one pass")
+        self.passes = passes
+        lengths = member_lengths(passes)
+        self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        first = passes[0]
+        self.split = getattr(first, "split", "train")
+        self._buffers = BufferPool()
+
+    @property
+    def first(self):
+        """Pass 0 (its config, corpus and identity are the member's)."""
+        return self.passes[0]
+
+    @property
+    def indices(self):
+        """The member's documents (every pass reads the same ones)."""
+        return self.first.indices
+
+    @property
+    def epochs(self) -> int:
+        """Epochs over the member's documents, all passes together."""
+        return sum(int(getattr(one, "epochs", 1)) for one in self.passes)
+
+    @property
+    def indexed(self):
+        """The member's corpus."""
+        return self.first.indexed
+
+    @property
+    def config(self):
+        return self.first.config
+
+    def description(self) -> dict | None:
+        """The member's identity: pass 0's description (the later passes follow from it
+        and their number)."""
+        describe = getattr(self.first, "description", None)
+        return None if describe is None else describe()
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def _locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        passes = np.searchsorted(self.offsets, positions, side="right") - 1
+        return passes, positions - self.offsets[passes]
+
+    def __getitem__(self, index: int) -> dict:
+        position = sample_position(index, len(self), self.split)
+        passes, samples = self._locate(np.array([position], dtype=np.int64))
+        return self.passes[int(passes[0])][int(samples[0])]
+
+    def __getitems__(self, indices) -> dict[str, np.ndarray]:
+        """The samples at ``indices`` (B positions), stacked; one read per pass."""
+        passes, samples = self._locate(sample_positions(indices, len(self), self.split))
+        return read_members(self.passes, passes, samples, self._buffers)
+
+    def sample_text(self, index: int):
+        """The member's :meth:`GPTDataset.sample_text` of chain sample ``index``."""
+        position = sample_position(index, len(self), self.split)
+        passes, samples = self._locate(np.array([position], dtype=np.int64))
+        return self.passes[int(passes[0])].sample_text(int(samples[0]))
+
+    def __repr__(self) -> str:
+        return (
+            f"EpochChain(passes={len(self.passes)}, samples={len(self)}, "
+            f"first={self.first!r})"
+        )
+
+
+def fingerprint(dataset: Any) -> str | None:
+    """First 12 hex digits of the sha256 of the dataset's ``description()`` (every input
+    of its index arrays: data identity, seed, sequence length, split, ...); None when the
+    dataset has no description (or returns None)."""
+    describe = getattr(dataset, "description", None)
+    description = describe() if callable(describe) else None
+    if description is None:
+        return None
+    text = json.dumps(description, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def resume_fields(dataset: Any) -> dict[str, Any]:
+    """What a loader state carries of its data: ``fingerprint``, and for a blend schedule
+    (a dataset with ``resume_record``) its stages as ``blend_schedule``, so that a
+    restore onto an edited schedule can be checked (:func:`continues_schedule`)."""
+    fields: dict[str, Any] = {"fingerprint": fingerprint(dataset)}
+    record = getattr(dataset, "resume_record", None)
+    if callable(record):
+        fields["blend_schedule"] = record()
+    return fields
+
+
+def continues_schedule(state: Any, dataset: Any, consumed: int, *, sequential: bool) -> bool:
+    """True when ``state`` (whose fingerprint differs from the dataset's) was made on a
+    blend schedule that this dataset's schedule edits after ``consumed`` samples: the
+    samples before are the same, so the reader may go on. False when either side has no
+    schedule (the caller refuses the state as other data).
+
+    Raises:
+        DataError: both are schedules and they differ before ``consumed``, or the reader
+            is not ``sequential`` (a shuffled pass over the blend reads samples from
+            everywhere: no edit leaves what it read unchanged).
+    """
+    continues = getattr(dataset, "continues", None)
+    if not callable(continues) or not isinstance(state, Mapping) or "blend_schedule" not in state:
+        return False
+    if not sequential:
+        raise DataError(
+            "blend_schedule: the state was made on another schedule, and this reader "
+            "shuffles the blend (a shuffled pass reads from the whole blend, so an edit "
+            "changes samples already read); resume an edited schedule with a sequential "
+            "sampler (PretrainingSampler, Grain's consumed-samples iterator)"
+        )
+    why = continues(state["blend_schedule"], consumed)
+    if why is not None:
+        raise DataError(
+            f"blend_schedule: the state's schedule and this one differ before the "
+            f"{consumed} samples already read ({why}); an edit may change only the stages "
+            f"from sample {consumed} on"
+        )
+    return True

@@ -537,7 +537,7 @@ def test_micro_batch_sampler_given_as_a_sampler_says_how_to_pass_it(train):
 def test_stateful_loader_state_refuses_other_data(tmp_path):
     from adapter_helpers import gpt_dataset
 
-    from megadata_core.datasets.fingerprint import fingerprint
+    from megadata_core.datasets.scheduled_blend import fingerprint
 
     prefix = write_corpus(str(tmp_path / "corpus"), seed=3)
     mine = gpt_dataset(prefix, str(tmp_path / "cache"), random_seed=1, sequence_length=SEQ)

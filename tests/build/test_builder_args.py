@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 import megadata_core as mdc
-from megadata_core.datasets.blend_args import (
+from megadata_core.datasets.config import (
     LEGACY_DEFAULT_SPLIT,
     blend_from_args,
     blend_from_list,

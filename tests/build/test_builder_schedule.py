@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import megadata_core as mdc
-from megadata_core.datasets.fingerprint import continues_schedule, fingerprint, resume_fields
+from megadata_core.datasets.scheduled_blend import continues_schedule, fingerprint, resume_fields
 from megadata_core.indices.schedule import epoch_seed
 
 SEQ = 16

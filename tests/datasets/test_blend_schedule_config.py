@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import megadata_core as mdc
-from megadata_core.datasets.blend_schedule import (
+from megadata_core.datasets.config import (
     parse_schedule_text,
     schedule_arrays,
     token_count,

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from provenance_walk import member_corpus, samples_holding, token_sources, walk
 
 import megadata_core as mdc
-from megadata_core.batch_size_schedule import BatchSizeSchedule
-from megadata_core.datasets import provenance, provenance_search
+from megadata_core.batch_ramp import BatchSizeSchedule
+from megadata_core.datasets import provenance
 from megadata_core.datasets.context_parallel import context_parallel_slice
-from megadata_core.datasets.fingerprint import fingerprint
+from megadata_core.datasets.scheduled_blend import fingerprint
 
 SEQ = 32
 MODES = [(s, p) for s in ("megatron", "feistel") for p in ("concat", "best_fit")]
@@ -104,7 +104,7 @@ def test_where_finds_every_sample_that_holds_the_document(corpora, shuffle, pack
     for j in range(members):
         corpus = member_corpus(dataset, j)
         for document in range(0, len(corpus), 3):  # train and valid documents, empty ones
-            got = provenance_search.where_document(dataset, j, document, block=64)
+            got = provenance.where_document(dataset, j, document, block=64)
             expected = holding.get((j, document), [])
             assert got.tolist() == expected, (j, document)
     assert any(len(v) > 1 for v in holding.values())  # documents read in several epochs
@@ -113,8 +113,8 @@ def test_where_finds_every_sample_that_holds_the_document(corpora, shuffle, pack
 def test_where_scans_in_blocks_with_the_same_answer(corpora):
     dataset = _train(corpora, "megatron", "concat", "blend")
     for document in (0, 5, 33):
-        whole = provenance_search.where_document(dataset, 1, document)
-        assert np.array_equal(provenance_search.where_document(dataset, 1, document, block=7),
+        whole = provenance.where_document(dataset, 1, document)
+        assert np.array_equal(provenance.where_document(dataset, 1, document, block=7),
                               whole)
 
 
@@ -143,7 +143,7 @@ def test_source_ids_equal_the_walk_for_every_token(corpora, shuffle, packing, ki
 def test_source_ids_of_members_that_hand_over_no_pieces(corpora):
     """A blend of epoch chains (members without read_with_pieces): each member makes its
     own keys and the blend gathers them, with its member ids."""
-    from megadata_core.datasets.epoch_chain import EpochChain
+    from megadata_core.datasets.scheduled_blend import EpochChain
 
     config = _config(corpora, "megatron", "best_fit", "single", source_ids=True)
     members = []
@@ -255,7 +255,7 @@ def test_batch_and_where_agree_on_any_corpus(tmp_path_factory, lengths, seed, sh
     segments = provenance.batch_segments(dataset, np.arange(len(dataset)))
     for document in range(len(lengths)):
         expected = np.unique(segments.sample[segments.document == document])
-        assert np.array_equal(provenance_search.where_document(dataset, 0, document),
+        assert np.array_equal(provenance.where_document(dataset, 0, document),
                               expected)
     walked = [walk(dataset, p)[2] for p in range(len(dataset))]
     assert segments.length.tolist() == [n for one in walked for _, _, n in one]
@@ -263,9 +263,9 @@ def test_batch_and_where_agree_on_any_corpus(tmp_path_factory, lengths, seed, sh
 
 @pytest.mark.parametrize("call,message", [
     (lambda d: provenance.batch_segments(d, [len(d)]), "indices: sample index out of range"),
-    (lambda d: provenance_search.where_document(d, 3, 0), "member: 3 is outside"),
-    (lambda d: provenance_search.where_document(d, 0, 10**6), "document: 1000000 is outside"),
-    (lambda d: provenance_search.where_document(d, 0, -1), "document"),
+    (lambda d: provenance.where_document(d, 3, 0), "member: 3 is outside"),
+    (lambda d: provenance.where_document(d, 0, 10**6), "document: 1000000 is outside"),
+    (lambda d: provenance.where_document(d, 0, -1), "document"),
     (lambda d: provenance.step_samples(-1, global_batch_size=4), "step"),
     (lambda d: provenance.step_samples(0, global_batch_size=6, micro_batch_size=4),
      "not divisible"),
@@ -284,4 +284,4 @@ def test_a_split_of_one_dataset_has_only_member_zero(corpora):
     dataset = _train(corpora, "megatron", "concat", "single")
     assert not hasattr(dataset, "datasets")
     with pytest.raises(mdc.DataError, match="member: 1"):
-        provenance_search.where_document(dataset, 1, 0)
+        provenance.where_document(dataset, 1, 0)

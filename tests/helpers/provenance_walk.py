@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from megadata_core.datasets.epoch_chain import EpochChain
+from megadata_core.datasets.scheduled_blend import EpochChain
 
 
 def _row(gpt, local: int) -> int:

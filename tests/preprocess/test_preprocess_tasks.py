@@ -21,7 +21,7 @@ from task_helpers import StallOnceTokenizer, texts, write_inputs
 
 from megadata_adapters.engines.parquet_records import ParquetReader
 from megadata_core import DataError, IndexedDataset
-from megadata_core.datasets.blend_args import read_data_args
+from megadata_core.datasets.config import read_data_args
 from megadata_core.preprocess import ByteTokenizer, local_engine, preprocess_jsonl, preprocess_tasks
 
 HERE = pathlib.Path(__file__).resolve().parent  # task_helpers; preprocess_helpers in tests/helpers

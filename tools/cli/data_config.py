@@ -15,7 +15,7 @@ from typing import Any
 import ml_collections
 
 from megadata_core import DataError, GPTDataConfig
-from megadata_core.datasets.blend_args import LEGACY_DEFAULT_SPLIT, blend_from_args
+from megadata_core.datasets.config import LEGACY_DEFAULT_SPLIT, blend_from_args
 
 #: Megatron-LM's data arguments (``--data-path`` etc.) as ConfigDict fields.
 BLEND_FIELDS = (

@@ -2,7 +2,7 @@
 step N read, and which samples (and steps) read document D.
 
 Both work from the index arrays (:mod:`megadata_core.datasets.provenance` and
-:mod:`megadata_core.datasets.provenance_search`); ``batch`` reads only the few tokens of
+:mod:`megadata_core.datasets.provenance`); ``batch`` reads only the few tokens of
 its previews (and, with ``--html``, the step's samples). Steps are those of Megatron's
 sequential sampler (``--dataloader-type single``, :class:`PretrainingSampler`): step N
 reads the global samples that follow the ones consumed by steps 0 .. N-1, each step the
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from megadata_core import DataError
-from megadata_core.batch_size_schedule import BatchSizeSchedule
-from megadata_core.datasets import inspection, provenance, provenance_search
+from megadata_core.batch_ramp import BatchSizeSchedule
+from megadata_core.datasets import inspection, provenance
 from megadata_core.files.atomic import write_atomically
 
 
@@ -173,7 +173,7 @@ def where_report(dataset, split: str, prefix: str, document: int,
     (int64 [K], sorted) that hold its tokens."""
     lines, hits = [], []
     for j in members_named(dataset, prefix):
-        positions = provenance_search.where_document(dataset, j, document)
+        positions = provenance.where_document(dataset, j, document)
         hits.append(positions)
         lines.append(f"document {document} of {prefix} (dataset {j} of the {split} split): "
                      f"in {len(positions):,} sample(s)")

@@ -15,7 +15,7 @@ import megadata_core as mdc
 from megadata_cli import progress_bars
 from megadata_core import DataError, IndexedDataset
 from megadata_core.build import member_size, plan_build
-from megadata_core.datasets.blend_schedule import schedule_arrays
+from megadata_core.datasets.config import schedule_arrays
 from megadata_core.indices import tokens_per_epoch
 from megadata_core.indices.schedule import stage_counts
 
