@@ -22,19 +22,29 @@ or (multiple validation sets) a list of GPTDatasets, with Megatron's lengths and
 * ``mock=True`` with neither blend: Megatron's mock data
   (:class:`megadata_core.datasets.mock.MockGPTLowLevelDataset`), split ``"1,1,1"``.
 
-The way down, one module each: the plan (:mod:`.plan`: recipes and jobs from the config
-and sizes alone), the corpora (:mod:`.corpora`: every prefix opened and validated once),
-the members (:mod:`.members`: small indices built in memory, no file each; the others
-built, or loaded from ``config.path_to_cache``, in a thread pool), the splits
-(:mod:`.assemble`). A build with a blend and a cache directory goes through one cache
-entry for the whole build (:mod:`.bundle`): a restart on the same data loads it, reads
-each small .idx with one read, validates nothing already validated and builds nothing.
-Differences from Megatron: errors are
-DataErrors naming the field (Megatron asserts, or loops forever on a split without
-tokens); a None size is accepted for a split that is not built (Megatron's weighted
-``blend`` rejects a None size for any split, even an empty one) or whose weights are
-unused (single prefix, multiple validation sets); ``multiple_validation_sets`` is
-honoured only with ``blend_per_split``, as in Megatron.
+The way down: the plan (:mod:`.plan`: recipes and jobs from the config and sizes
+alone), the corpora and the members (:mod:`.members`: every prefix opened and validated
+once; small indices built in memory, no file each; the others built, or loaded from
+``config.path_to_cache``, in a thread pool), the splits (:func:`~.members.assemble`). A
+build with a blend and a cache directory goes through one cache entry for the whole
+build (:mod:`.bundle`): a restart on the same data loads it, reads each small .idx with
+one read, validates nothing already validated and builds nothing.
+
+A ``blend_schedule`` (``_build_schedule``) chains every prefix's passes, one schedule
+per split. The first epoch of every prefix is built (one pass, its own order whatever the
+schedule reads); the schedule's index arrays
+(:func:`~megadata_core.datasets.scheduled_blend.schedule_index`, cached) say how many
+samples it reads of each prefix; a prefix read past its epoch gets the passes it needs,
+each shuffled with its own seed (:class:`~.plan.Job` ``epoch``), built like the first
+ones (small ones in memory, the others through the cache, in one pool); each prefix's
+passes become an :class:`EpochChain`, and the chains the split's
+:class:`ScheduledBlendedDataset`.
+
+Differences from Megatron: errors are DataErrors naming the field (Megatron asserts, or
+loops forever on a split without tokens); a None size is accepted for a split that is
+not built (Megatron's weighted ``blend`` rejects a None size for any split, even an
+empty one) or whose weights are unused (single prefix, multiple validation sets);
+``multiple_validation_sets`` is honoured only with ``blend_per_split``, as in Megatron.
 """
 
 from __future__ import annotations
@@ -44,21 +54,23 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from megadata_core.build.assemble import assemble
 from megadata_core.build.bundle import BundledBuild
-from megadata_core.build.corpora import Corpora, run_all
-from megadata_core.build.members import Members
-from megadata_core.build.plan import check_sizes, distinct_jobs, plan_build
-from megadata_core.build.schedule import build_schedule
-from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
+from megadata_core.build.members import Corpora, Members, assemble, run_all
+from megadata_core.build.plan import Recipe, check_sizes, distinct_jobs, plan_build
+from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig, schedule_arrays
 from megadata_core.datasets.gpt_dataset import GPTDataset
 from megadata_core.datasets.mock import MockGPTLowLevelDataset
+from megadata_core.datasets.scheduled_blend import (
+    EpochChain,
+    ScheduledBlendedDataset,
+    schedule_index,
+)
 from megadata_core.errors import DataError
 from megadata_core.indices import splits
 
 #: Indices smaller than this (document-index entries or samples) are built in memory.
 IN_MEMORY_BELOW = 4096
-MOCK_SPLIT = "1,1,1"  # Megatron forces this split for mock data
+_MOCK_SPLIT = "1,1,1"  # Megatron forces this split for mock data
 
 
 def build_datasets(
@@ -133,7 +145,7 @@ def build_datasets(
     )
     members = Members(config, corpora, token_dtype, max_workers, in_memory_below, progress)
     if config.blend_schedule is not None:
-        return build_schedule(config, recipes, corpora, members)
+        return _build_schedule(config, recipes, corpora, members)
     if config.path_to_cache is not None and any(
         recipe is not None and recipe.kind == "blend" for recipe in recipes
     ):
@@ -157,27 +169,97 @@ def _build_mock(
     if config.eod_id is None:
         raise DataError("eod_id: mock data needs it (every mock document ends with it)")
     if config.split is not None and splits.parse_split(config.split) != splits.parse_split(
-        MOCK_SPLIT
+        _MOCK_SPLIT
     ):
         warnings.warn(
             f"split: {config.split!r} is ignored for mock data; Megatron splits it "
-            f"{MOCK_SPLIT!r}",
+            f"{_MOCK_SPLIT!r}",
             stacklevel=3,
         )
     corpus = MockGPTLowLevelDataset(vocab_size, config.eod_id)
-    matrix = splits.split_matrix(splits.parse_split(MOCK_SPLIT))
+    matrix = splits.split_matrix(splits.parse_split(_MOCK_SPLIT))
     ranges = splits.document_ranges(matrix, len(corpus))
 
     def one(split: int) -> GPTDataset:
         documents = ranges[split]
-        if documents is None:  # (not reached: MOCK_SPLIT gives every split documents)
-            raise DataError(f"split: {MOCK_SPLIT!r} leaves {SPLIT_NAMES[split]} empty")
+        if documents is None:  # (not reached: _MOCK_SPLIT gives every split documents)
+            raise DataError(f"split: {_MOCK_SPLIT!r} leaves {SPLIT_NAMES[split]} empty")
         return GPTDataset(
             corpus, documents, sizes[split], config, SPLIT_NAMES[split],
             token_dtype=token_dtype,
         )
 
     return run_all(one, list(range(len(SPLIT_NAMES))), max_workers)
+
+
+def _epochs(counts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """int64 [n]: the passes each prefix needs for ``counts`` samples (at least one)."""
+    return np.maximum(1, -(-counts // np.maximum(lengths, 1)))
+
+
+def _size(recipe: Recipe) -> int:
+    """A schedule recipe's samples (``plan._plan_schedule``
+    gives every one a size)."""
+    if recipe.size is None:
+        raise DataError(f"sizes[{recipe.jobs[0].split}]: None, but blend_schedule needs it")
+    return recipe.size
+
+
+def _build_schedule(
+    config, recipes: list[Recipe | None], corpora: Corpora, members: Members
+) -> list:
+    """``[train, valid, test]`` of a config with a ``blend_schedule``: each None or a
+    :class:`ScheduledBlendedDataset`.
+
+    A prefix's pass is one epoch of its split, or, when one epoch holds no whole sample
+    (a split of fewer tokens than a sample), the fewest epochs that hold one (Megatron's
+    GPTDataset asked for 1 sample): its passes then never come up empty.
+    """
+    _, starts, weights = schedule_arrays(config.blend_schedule)
+    corpora.open(validate=True)
+    built: dict = {}
+
+    def build(jobs: list) -> None:
+        jobs = [job for job in dict.fromkeys(jobs) if job not in built]
+        made, _ = members.build(jobs, members.in_memory(jobs))
+        built.update(made)
+
+    def lengths(units: list) -> np.ndarray:
+        return np.array([len(built[unit]) for unit in units], dtype=np.int64)
+
+    build([job for recipe in recipes if recipe for job in recipe.jobs])
+    indices, units = {}, {}  # per split: the schedule's arrays, each prefix's pass
+    for number, recipe in enumerate(recipes):
+        if recipe is not None:
+            arrays = indices[number] = schedule_index(
+                config, recipe.jobs[0].split, starts, weights, _size(recipe)
+            )
+            reads = np.asarray(arrays["dataset_counts"]).tolist()
+            units[number] = [
+                job._replace(num_samples=1) if count and not len(built[job]) else job
+                for job, count in zip(recipe.jobs, reads)
+            ]
+    build([unit for split_units in units.values() for unit in split_units])
+    epochs = {
+        number: _epochs(np.asarray(indices[number]["dataset_counts"], dtype=np.int64),
+                        lengths(split_units)).tolist()
+        for number, split_units in units.items()
+    }
+    build([
+        unit._replace(epoch=epoch)
+        for number, split_units in units.items()
+        for unit, count in zip(split_units, epochs[number]) for epoch in range(1, count)
+    ])
+    return [
+        None if recipe is None else ScheduledBlendedDataset(
+            [
+                EpochChain([built[unit._replace(epoch=epoch)] for epoch in range(count)])
+                for unit, count in zip(units[number], epochs[number])
+            ],
+            starts, weights, _size(recipe), config, arrays=indices[number],
+        )
+        for number, recipe in enumerate(recipes)
+    ]
 
 
 __all__ = ["IN_MEMORY_BELOW", "build_datasets"]

@@ -27,9 +27,7 @@ import warnings
 
 import numpy as np
 
-from megadata_core.build.assemble import assemble, blend_samples
-from megadata_core.build.corpora import Corpora
-from megadata_core.build.members import Members
+from megadata_core.build.members import Corpora, Members, assemble, blend_samples
 from megadata_core.build.plan import Job, Recipe
 from megadata_core.cache import blend_record
 from megadata_core.cache.descriptions import (
@@ -41,9 +39,8 @@ from megadata_core.cache.entries import cached_result
 from megadata_core.cache.hashing import array_digest, description_key
 from megadata_core.cache.keys import corpus_identity
 from megadata_core.cache.packed import PackedArrays, pack_arrays
-from megadata_core.datasets.blended_dataset import BLEND_ARRAYS, BlendedDataset
+from megadata_core.datasets.blended_dataset import BLEND_ARRAYS, BlendedDataset, LazyMembers
 from megadata_core.datasets.gpt_arrays import FEISTEL, config_array_names
-from megadata_core.datasets.lazy_members import LazyMembers
 from megadata_core.errors import DataError
 from megadata_core.indices import splits
 
@@ -210,7 +207,7 @@ class BundledBuild:
     def _from_bundle(self, rows: list[int], blends: list[int], arrays: PackedArrays) -> list:
         """The splits from a bundle's unpacked arrays. With corpora described by a record,
         a split's members are made at first read
-        (:meth:`~megadata_core.datasets.gpt_siblings.GPTSiblings.lazy_siblings`)."""
+        (:meth:`~megadata_core.datasets.gpt_members.GPTSiblings.lazy_siblings`)."""
         jobs, names, corpora = self.jobs, self.names, self.corpora.opened
         recorded = isinstance(corpora, blend_record.RecordedCorpora)
         counts: np.ndarray | list[int]

@@ -1,7 +1,15 @@
-"""The GPT datasets of a build: every distinct job's member, built once.
+"""The GPT datasets of a build: its corpora, every distinct job's member built once, the splits.
 
-A job whose index is small (fewer than ``in_memory_below`` entries, see
-:func:`megadata_core.build.sizing.index_entries`) is built in memory, in this thread:
+The corpora: one :class:`IndexedDataset` per prefix, opened once, validated once, named
+in errors, shared by every split and member that reads it, all under one bound of open
+files (``config.max_open_files``). With a cache directory a corpus's .idx is validated
+once per file identity and vouched for by the cache's record after that
+(:mod:`megadata_core.cache.corpus_trust`). A warm start from a blend record replaces the
+opened corpora by record-described ones, each opened at its first read
+(:class:`megadata_core.cache.blend_record.RecordedCorpora`).
+
+The members: a job whose index is small (fewer than ``in_memory_below`` entries, see
+:func:`megadata_core.build.plan.index_entries`) is built in memory, in this thread:
 rebuilding such an index takes less time than loading it from the cache (measured
 crossover ~5,000 entries: ~0.3 ms either way, against ~2.5 ms to write a new entry), and
 holds no open files; Megatron-shuffled concat ones are built all at once
@@ -11,28 +19,138 @@ the GIL), each member made as soon as its arrays are mapped (its maps count agai
 corpora's open files from then on). Members whose arrays are in memory (built here, or
 a build bundle's) are made per split as siblings of one fully checked dataset
 (:meth:`GPTDataset.siblings`), by one method whatever the arrays' source.
+
+The splits (:func:`assemble`): one from its recipe and its built members, a GPTDataset, a
+list, or a blend.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
-from megadata_core.build.corpora import Corpora, run_all
-from megadata_core.build.plan import Job
-from megadata_core.build.sizing import in_memory_jobs, member_documents
+from megadata_core.build.plan import Job, Recipe, in_memory_jobs, member_documents
+from megadata_core.cache.corpus_trust import ensure_validated
 from megadata_core.cache.keys import document_ids
+from megadata_core.datasets.blended_dataset import BlendedDataset, LazyMembers
 from megadata_core.datasets.gpt_arrays import drops_last, gpt_arrays
 from megadata_core.datasets.gpt_dataset import GPTDataset
 from megadata_core.errors import DataError
+from megadata_core.format import IndexedDataset
+from megadata_core.format.open_files import OpenFiles
 from megadata_core.indices import splits
 from megadata_core.indices.gpt import GPT_ARRAYS
 from megadata_core.indices.gpt_many import gpt_indices_many
 from megadata_core.indices.schedule import epoch_seed
 
 Arrays = dict[str, np.ndarray]
+_PROBE_OPENS = 8  # corpora opened (and timed) before choosing threads or not
+
+
+def run_all(function: Callable, items: list, max_workers: int | None) -> list:
+    """``[function(item) for item in items]``, in a thread pool unless one worker."""
+    if max_workers == 1 or len(items) <= 1:
+        return [function(item) for item in items]
+    with ThreadPoolExecutor(max_workers=max_workers) as pool:
+        return list(pool.map(function, items))
+
+
+def _open_all(open_one: Callable, prefixes: list[str], max_workers: int | None) -> list:
+    """``[open_one(prefix) ...]``. With ``max_workers=None`` the first few are opened in
+    this thread, timed: when they spent most of their time waiting (a network file
+    system), the rest are opened in a thread pool, else here too (on a local disk,
+    threads only contend for the GIL: measured 10-20% slower)."""
+    if max_workers is not None:
+        return run_all(open_one, prefixes, max_workers)
+    probe = prefixes[:_PROBE_OPENS]
+    wall, cpu = time.perf_counter(), time.thread_time()
+    opened = [open_one(prefix) for prefix in probe]
+    wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+    waiting = wall - cpu > cpu
+    return opened + run_all(open_one, prefixes[len(probe):], None if waiting else 1)
+
+
+class Corpora(Mapping):
+    """prefix -> corpus, for the prefixes of a build.
+
+    Args:
+        fields: prefix -> the config field that names it (``blend``,
+            ``blend_per_split[valid]``, ...), in the build's order.
+        path_to_cache: the cache directory (its records vouch for validated corpora).
+        mmap: whether .bin files are memory-mapped (``mmap_bin_files``).
+        max_open_files: the bound on descriptors and maps of every corpus of the build.
+        max_workers: threads that open corpora (see :func:`_open_all`).
+    """
+
+    def __init__(
+        self,
+        fields: dict[str, str],
+        *,
+        path_to_cache: str | None,
+        mmap: bool,
+        max_open_files: int,
+        max_workers: int | None,
+    ) -> None:
+        self.fields, self.max_workers = fields, max_workers
+        self.path_to_cache, self.mmap = path_to_cache, mmap
+        self.prefixes = list(fields)
+        # prefix -> its IndexedDataset (or a record-described corpus): untyped corpora
+        self.opened: Mapping[str, Any] = {}
+        # One bound for every corpus of the build: their .bin maps / descriptors.
+        self.open_files = OpenFiles(max_open_files)
+
+    def open(self, *, validate: bool) -> None:
+        """Open every prefix (``validate``: check its .idx arrays now, or vouch for them
+        from the cache's record; else later, see :meth:`validate`)."""
+        one = self._validated if validate else self._deferred
+        self.opened = dict(zip(self.prefixes, _open_all(one, self.prefixes, self.max_workers)))
+
+    def use_recorded(self, recorded: Mapping[str, Any]) -> None:
+        """Serve record-described corpora instead (nothing opened until read)."""
+        self.opened = recorded
+
+    def validate(self, prefix: str) -> None:
+        """Validate an opened corpus (unless done or vouched for)."""
+        try:
+            ensure_validated(self.opened[prefix], self.path_to_cache)
+        except DataError as error:
+            raise self.error(prefix, error) from error
+
+    def error(self, prefix: str, error: Exception) -> DataError:
+        """``error`` as a DataError naming the config field and the prefix."""
+        return DataError(
+            f"{self.fields[prefix]}: dataset prefix {prefix!r} cannot be opened: {error}"
+        )
+
+    def _deferred(self, prefix: str):
+        try:
+            corpus = IndexedDataset.open_deferred(prefix, mmap=self.mmap)
+        except DataError as error:
+            raise self.error(prefix, error) from error
+        corpus.share_open_files(self.open_files)
+        return corpus
+
+    def _validated(self, prefix: str):
+        corpus = self._deferred(prefix)
+        try:
+            ensure_validated(corpus, self.path_to_cache)
+        except DataError as error:
+            raise self.error(prefix, error) from error
+        return corpus
+
+    def __getitem__(self, prefix: str):
+        return self.opened[prefix]
+
+    def __iter__(self):
+        return iter(self.prefixes)
+
+    def __len__(self) -> int:
+        return len(self.prefixes)
 
 
 class Members:
@@ -196,3 +314,51 @@ class Members:
             f"{self.corpora.fields[job.prefix]}: dataset prefix {job.prefix!r} ({job.split} "
             f"split, documents [{documents.start}, {documents.stop})): {error}"
         )
+
+
+def blend_inputs(recipe: Recipe, members) -> tuple[Sequence[float], int | None]:
+    """A blend recipe's weights and size (weights None: the members' lengths, and the size
+    capped by their sum, as Megatron's int weights)."""
+    if recipe.weights is not None:
+        return recipe.weights, recipe.size
+    lengths: list[int] = (
+        members.lengths.tolist() if isinstance(members, LazyMembers)
+        else [len(dataset) for dataset in members]
+    )
+    size = recipe.size
+    if size is not None:
+        size = min(size, sum(lengths))
+    return lengths, size
+
+
+def blend_samples(recipe: Recipe, built: dict[Job, GPTDataset]) -> int:
+    """Samples of a blend recipe (an exhaustive blend holds the sum of the weights)."""
+    weights, size = blend_inputs(recipe, [built[job] for job in recipe.jobs])
+    # (no size: weights None, so the members' int lengths; a weighted blend has a size)
+    return int(sum(weights)) if size is None else size
+
+
+def assemble(
+    recipe: Recipe | None,
+    built: dict[Job, GPTDataset],
+    config,
+    *,
+    arrays: dict | None = None,
+    use_cache: bool = True,
+    members: LazyMembers | None = None,
+    origin: str | None = None,
+) -> GPTDataset | BlendedDataset | list[GPTDataset] | LazyMembers | None:
+    """One split from its recipe and the built datasets (a blend's index ``arrays``
+    given, from ``origin``, or built in memory without ``use_cache``; a blend's
+    ``members`` given, made at first read)."""
+    if recipe is None:
+        return None
+    datasets = members if members is not None else [built[job] for job in recipe.jobs]
+    if recipe.kind == "single":
+        return datasets[0]
+    if recipe.kind == "list":
+        return datasets
+    weights, size = blend_inputs(recipe, datasets)
+    return BlendedDataset(
+        datasets, weights, size, config, arrays=arrays, use_cache=use_cache, origin=origin
+    )

@@ -1,13 +1,20 @@
 """The plan of ``build_datasets``: which GPTDatasets to build and how each split is made
 of them, from the config and the sizes alone (no file is read here).
 
-:func:`plan_build` (with :func:`plan_blend` for ``config.blend`` + ``config.split`` and
-:func:`plan_blend_per_split`) returns one :class:`Recipe` (or None) per split, as
+:func:`plan_build` (with ``_plan_blend`` for ``config.blend`` + ``config.split`` and
+``_plan_blend_per_split``) returns one :class:`Recipe` (or None) per split, as
 megatron-core 0.16.1's ``BlendedMegatronDatasetBuilder._build_blended_dataset_splits``
 decides: a single prefix
 without weights is the GPTDataset itself; a weighted blend asks dataset j for
 ``ceil(ceil(size * w_j) * (1 + surplus))`` samples and holds ``sum_j ceil(size * w_j)``;
 an unweighted blend builds one epoch of every dataset.
+
+How large each member is, from its corpus's lengths alone (nothing built:
+:func:`member_size`, :func:`index_entries`): the builder asks it to choose where a
+member's index is built (memory or the cache); a tool that prints a build's plan
+(``build_index --dry_run``) asks it for every member's documents, tokens, epochs and
+samples. Both follow the rules the index build follows (the packing mode's ``size``),
+with its errors.
 """
 
 from __future__ import annotations
@@ -18,15 +25,15 @@ from typing import NamedTuple, TypeVar
 
 import numpy as np
 
-from megadata_core.datasets.blend_schedule import schedule_arrays
-from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
+from megadata_core.datasets import gpt_arrays
+from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig, schedule_arrays
 from megadata_core.errors import DataError
-from megadata_core.indices import splits
+from megadata_core.indices import num_epochs, splits
 
-VALID = SPLIT_NAMES.index("valid")
-WHOLE = (0.0, 1.0)  # a whole corpus (blend_per_split)
+_VALID = SPLIT_NAMES.index("valid")
+_WHOLE = (0.0, 1.0)  # a whole corpus (blend_per_split)
 Sizes = tuple[int | None, int | None, int | None]  # samples per split: train, valid, test
-Matrix = Sequence[tuple[float, float] | None]  # (begin, end) fractions per split
+_Matrix = Sequence[tuple[float, float] | None]  # (begin, end) fractions per split
 _T = TypeVar("_T")
 
 
@@ -100,7 +107,7 @@ def _weighted_blend(
     field: str,
     prefixes: Sequence[str],
     weights: list[float],
-    matrix: Matrix,
+    matrix: _Matrix,
     sizes: Sequence[int | None],
     surplus: float,
 ) -> list[Recipe | None]:
@@ -121,7 +128,7 @@ def _weighted_blend(
     return recipes
 
 
-def plan_blend(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
+def _plan_blend(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
     """Recipes of the three splits of ``config.blend`` with ``config.split``."""
     prefixes, weights = _needed(config.blend, "blend")
     matrix = _needed(config.split_matrix, "split")
@@ -145,7 +152,7 @@ def plan_blend(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
     )
 
 
-def plan_blend_per_split(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
+def _plan_blend_per_split(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
     """Recipes of ``config.blend_per_split``: each split over whole corpora."""
     recipes: list[Recipe | None] = []
     per_split = _needed(config.blend_per_split, "blend_per_split")
@@ -156,20 +163,20 @@ def plan_blend_per_split(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | N
             continue
         prefixes, weights = blend
         if len(prefixes) == 1:
-            recipes.append(Recipe("single", [Job(prefixes[0], name, WHOLE, size)], field))
-        elif config.multiple_validation_sets and s == VALID:
+            recipes.append(Recipe("single", [Job(prefixes[0], name, _WHOLE, size)], field))
+        elif config.multiple_validation_sets and s == _VALID:
             if config.full_validation and size is not None:
                 raise DataError(
                     f"sizes[valid]: {size}, but full_validation with multiple_validation_sets "
                     "builds one full epoch of every validation set: give None"
                 )
-            recipes.append(Recipe("list", [Job(p, name, WHOLE, size) for p in prefixes], field))
+            recipes.append(Recipe("list", [Job(p, name, _WHOLE, size) for p in prefixes], field))
         elif weights is None:
-            jobs = [Job(p, name, WHOLE, None) for p in prefixes]
+            jobs = [Job(p, name, _WHOLE, None) for p in prefixes]
             recipes.append(Recipe("blend", jobs, field, None, size))
         else:
             weights = splits.normalize_weights(weights, f"{field} weights")
-            spoof_matrix = [WHOLE if k == s else None for k in range(len(SPLIT_NAMES))]
+            spoof_matrix = [_WHOLE if k == s else None for k in range(len(SPLIT_NAMES))]
             spoof_sizes = [size if k == s else 0 for k in range(len(SPLIT_NAMES))]
             recipes.append(
                 _weighted_blend(
@@ -180,7 +187,7 @@ def plan_blend_per_split(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | N
     return recipes
 
 
-def plan_schedule(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
+def _plan_schedule(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
     """Recipes of ``config.blend_schedule`` with ``config.split``: every split a schedule
     over the same prefixes (the stages' starts in that split's samples)."""
     prefixes = schedule_arrays(_needed(config.blend_schedule, "blend_schedule"))[0]
@@ -204,10 +211,10 @@ def plan_build(config: GPTDataConfig, sizes: Sizes) -> list[Recipe | None]:
     ``blend_per_split`` or ``blend_schedule``). Megatron's own config classes, which
     the drop-in plans with too, have no ``blend_schedule``."""
     if getattr(config, "blend_schedule", None) is not None:
-        return plan_schedule(config, sizes)
+        return _plan_schedule(config, sizes)
     if config.blend is not None:
-        return plan_blend(config, sizes)
-    return plan_blend_per_split(config, sizes)
+        return _plan_blend(config, sizes)
+    return _plan_blend_per_split(config, sizes)
 
 
 def distinct_jobs(recipes: list[Recipe | None]) -> tuple[list[Job], dict[str, str]]:
@@ -220,3 +227,69 @@ def distinct_jobs(recipes: list[Recipe | None]) -> tuple[list[Job], dict[str, st
             for job in recipe.jobs:
                 fields.setdefault(job.prefix, recipe.field)
     return jobs, fields
+
+
+@dataclass(frozen=True)
+class MemberSize:
+    """A member's ``documents``, ``tokens`` per epoch, ``epochs`` and ``samples`` (what
+    its GPTDataset will hold: whole epochs, so at least the samples asked for)."""
+
+    documents: int
+    tokens: int
+    epochs: int
+    samples: int
+
+
+def member_documents(job: Job, count: int) -> range:
+    """The documents of a job's split of a corpus of ``count`` documents."""
+    return splits.document_range(job.bookend, count)
+
+
+def _tokens(lengths: np.ndarray, documents: range) -> int:
+    return int(lengths[documents.start : documents.stop].sum(dtype=np.int64))
+
+
+def index_entries(indexed, job: Job, config, at_least: int | None = None) -> int:
+    """The size of a job's index, ``max(document-index entries, samples)`` (documents x
+    epochs; epochs x tokens / S). With ``at_least``, a split of that many documents or
+    more answers its document count without summing its lengths (a warm start of a
+    large corpus reads no array whole; an empty split then fails as it would in memory,
+    in the index build)."""
+    documents = member_documents(job, len(indexed))
+    if at_least is not None and len(documents) >= at_least:
+        return len(documents)
+    tokens = _tokens(np.asarray(indexed.sequence_lengths), documents)
+    if tokens == 0:
+        return 0  # the GPTDataset raises, naming the split
+    extra = int(config.add_extra_token_to_sequence)
+    epochs = num_epochs(tokens, config.sequence_length, job.num_samples, extra)
+    return max(len(documents) * epochs, epochs * tokens // config.sequence_length)
+
+
+def in_memory_jobs(corpora, jobs: list[Job], config, below: int) -> set[Job]:
+    """The jobs whose index has fewer than ``below`` entries (:func:`index_entries`;
+    ``corpora``: prefix -> corpus)."""
+    return {job for job in jobs if index_entries(corpora[job.prefix], job, config, below) < below}
+
+
+def member_size(lengths: np.ndarray, job: Job, config) -> MemberSize:
+    """What a job's GPTDataset will hold, from the corpus's ``lengths`` (int [N]).
+
+    Raises:
+        DataError: a split without documents that is asked for samples, or whose
+            documents hold no tokens (the index build's errors).
+    """
+    lengths = np.asarray(lengths)
+    documents = member_documents(job, len(lengths))
+    tokens = _tokens(lengths, documents)
+    if len(documents) == 0 and job.num_samples == 0:
+        return MemberSize(0, 0, 0, 0)
+    if len(documents) == 0:
+        raise gpt_arrays.no_documents(job.split)
+    if tokens == 0:
+        raise gpt_arrays.no_tokens(job.split, len(documents))
+    epochs, samples = config.packing_mode.size(
+        lengths[documents.start : documents.stop], tokens, config, job.num_samples,
+        gpt_arrays.drops_last(config, job.split),
+    )
+    return MemberSize(len(documents), tokens, epochs, samples)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import megadata_core as mdc
 from megadata_core.build import Job, member_size
-from megadata_core.build.sizing import index_entries, member_documents
+from megadata_core.build.plan import index_entries, member_documents
 
 
 @settings(max_examples=30, deadline=None)

@@ -45,7 +45,7 @@ from megadata_adapters.trainers.megatron_datasets.megatron_dataset import Megatr
 from megadata_adapters.trainers.megatron_datasets.object_storage_utils import is_object_storage_path
 from megadata_adapters.trainers.megatron_datasets.utils import Split, log_single_rank
 from megadata_core.build import check_sizes, plan_build
-from megadata_core.build.assemble import blend_inputs
+from megadata_core.build.members import blend_inputs
 from megadata_core.build.plan import distinct_jobs
 from megadata_core.indices.splits import document_range
 
