@@ -24,7 +24,7 @@ from megadata_core.errors import DataError
 
 __all__ = ["BatchSizeSchedule"]
 
-FIELD = "step_batch_size_schedule"
+_FIELD = "step_batch_size_schedule"
 
 
 def _number(entry: str, what: str, text: str) -> int:
@@ -33,7 +33,7 @@ def _number(entry: str, what: str, text: str) -> int:
         return megatron_count(text)
     except (ValueError, OverflowError):
         raise DataError(
-            f"{FIELD}: entry {entry!r}: {what} {text!r} is not a finite number (a value "
+            f"{_FIELD}: entry {entry!r}: {what} {text!r} is not a finite number (a value "
             "with an optional K, M, B or T suffix)"
         ) from None
 
@@ -43,22 +43,22 @@ def _checked(entries: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
     checks them: at least one entry, the first threshold 0, thresholds strictly increasing,
     batch sizes > 0."""
     if not entries:
-        raise DataError(f"{FIELD}: no entries (expected 'THRESHOLD:BATCH_SIZE ...')")
+        raise DataError(f"{_FIELD}: no entries (expected 'THRESHOLD:BATCH_SIZE ...')")
     entries = sorted(entries, key=lambda item: item[0])
     if entries[0][0] != 0:
         raise DataError(
-            f"{FIELD}: entry {entries[0][2]!r}: the smallest threshold is {entries[0][0]} "
+            f"{_FIELD}: entry {entries[0][2]!r}: the smallest threshold is {entries[0][0]} "
             "samples; the first threshold must be 0"
         )
     for (low, _, first), (high, _, second) in zip(entries, entries[1:]):
         if high <= low:
             raise DataError(
-                f"{FIELD}: entries {first!r} and {second!r} have the same threshold, "
+                f"{_FIELD}: entries {first!r} and {second!r} have the same threshold, "
                 f"{low} samples; thresholds must be strictly increasing"
             )
     for _, size, entry in entries:
         if size <= 0:
-            raise DataError(f"{FIELD}: entry {entry!r}: batch size {size} must be > 0")
+            raise DataError(f"{_FIELD}: entry {entry!r}: batch size {size} must be > 0")
     return entries
 
 
@@ -86,13 +86,13 @@ class BatchSizeSchedule:
         thresholds, sizes = tuple(self.thresholds), tuple(self.batch_sizes)
         if len(thresholds) != len(sizes):
             raise DataError(
-                f"{FIELD}: {len(thresholds)} thresholds but {len(sizes)} batch sizes"
+                f"{_FIELD}: {len(thresholds)} thresholds but {len(sizes)} batch sizes"
             )
-        thresholds = tuple(check_int(f"{FIELD} threshold", t) for t in thresholds)
-        sizes = tuple(check_int(f"{FIELD} batch size", b) for b in sizes)
+        thresholds = tuple(check_int(f"{_FIELD} threshold", t) for t in thresholds)
+        sizes = tuple(check_int(f"{_FIELD} batch size", b) for b in sizes)
         entries = [(t, b, f"{t}:{b}") for t, b in zip(thresholds, sizes)]
         if [item[0] for item in _checked(entries)] != list(thresholds):
-            raise DataError(f"{FIELD}: thresholds {thresholds} are not in increasing order")
+            raise DataError(f"{_FIELD}: thresholds {thresholds} are not in increasing order")
         object.__setattr__(self, "thresholds", thresholds)
         object.__setattr__(self, "batch_sizes", sizes)
 
@@ -107,7 +107,7 @@ class BatchSizeSchedule:
         are samples.
         """
         if not isinstance(schedule, str):
-            raise DataError(f"{FIELD}: expected a string, got {schedule!r}")
+            raise DataError(f"{_FIELD}: expected a string, got {schedule!r}")
         if sequence_length is not None:
             sequence_length = check_int("sequence_length", sequence_length, minimum=1)
         entries = []
@@ -115,7 +115,7 @@ class BatchSizeSchedule:
             threshold_text, colon, size_text = entry.partition(":")
             if not colon:
                 raise DataError(
-                    f"{FIELD}: entry {entry!r} has no ':' (expected THRESHOLD:BATCH_SIZE)"
+                    f"{_FIELD}: entry {entry!r} has no ':' (expected THRESHOLD:BATCH_SIZE)"
                 )
             threshold = _number(entry, "threshold", threshold_text)
             if sequence_length is not None:
@@ -170,7 +170,7 @@ class BatchSizeSchedule:
         size = self.global_batch_size(consumed_samples)
         if size % (mbs * dp):
             raise DataError(
-                f"{FIELD}: global batch size {size} at consumed_samples {consumed_samples} "
+                f"{_FIELD}: global batch size {size} at consumed_samples {consumed_samples} "
                 f"is not divisible by micro_batch_size {mbs} x data_parallel_size {dp} = "
                 f"{mbs * dp}"
             )
@@ -218,7 +218,7 @@ class BatchSizeSchedule:
         starts (a step of both, with another size), or None when their steps are all
         the same."""
         if not isinstance(other, BatchSizeSchedule):
-            raise DataError(f"{FIELD}: expected a BatchSizeSchedule, got {other!r}")
+            raise DataError(f"{_FIELD}: expected a BatchSizeSchedule, got {other!r}")
         mine, theirs = self.runs, other.runs
         pairs = list(zip(zip(mine[0], mine[2]), zip(theirs[0], theirs[2])))
         for (start, size), (other_start, other_size) in pairs:  # one trip per run

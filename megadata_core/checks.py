@@ -124,7 +124,7 @@ def first_outside(values: np.ndarray, high: int | np.ndarray) -> int | None:
 
 
 #: Megatron's count suffixes (``--step-batch-size-schedule`` thresholds: "250B").
-COUNT_SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
+_COUNT_SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 
 
 def megatron_count(text: str) -> int:
@@ -132,7 +132,7 @@ def megatron_count(text: str) -> int:
     then ``int(float(rest) * multiplier)``. ValueError / OverflowError for what is not a
     finite number (the callers name the field)."""
     value = text.strip().upper()
-    multiplier = COUNT_SUFFIXES.get(value[-1:], 1)
+    multiplier = _COUNT_SUFFIXES.get(value[-1:], 1)
     if multiplier != 1:
         value = value[:-1]
     return int(float(value) * multiplier)

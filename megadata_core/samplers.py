@@ -57,7 +57,7 @@ from megadata_core.errors import DataError
 
 __all__ = ["BatchSizeSchedule", "PretrainingSampler", "RandomSampler", "epoch_rng"]
 
-SCHEDULE_KEY = "batch_size_schedule"
+_SCHEDULE_KEY = "batch_size_schedule"
 
 
 def _check_dp(micro_batch_size: object, rank: object, size: object) -> tuple[int, int, int]:
@@ -88,7 +88,7 @@ def _check_schedule(schedule: object) -> BatchSizeSchedule | None:
     """``batch_size_schedule``: a :class:`BatchSizeSchedule` or None."""
     if schedule is not None and not isinstance(schedule, BatchSizeSchedule):
         raise DataError(
-            f"{SCHEDULE_KEY}: expected a BatchSizeSchedule (BatchSizeSchedule.parse(text, "
+            f"{_SCHEDULE_KEY}: expected a BatchSizeSchedule (BatchSizeSchedule.parse(text, "
             f"sequence_length)) or None, got {schedule!r}"
         )
     return schedule
@@ -109,11 +109,11 @@ def _state_schedule(
 ) -> None:
     """The state's schedule against this sampler's: both absent, or with the same steps
     before ``consumed`` (a boundary of the state's schedule)."""
-    text = state.get(SCHEDULE_KEY)
+    text = state.get(_SCHEDULE_KEY)
     if schedule is None or text is None:
         if schedule is not None or text is not None:
             raise DataError(
-                f"state: {SCHEDULE_KEY} is {text!r} in the state but "
+                f"state: {_SCHEDULE_KEY} is {text!r} in the state but "
                 f"{None if schedule is None else str(schedule)!r} in this sampler"
             )
         return
@@ -122,12 +122,12 @@ def _state_schedule(
     try:
         saved = BatchSizeSchedule.parse(text)
     except DataError as error:
-        raise DataError(f"state: {SCHEDULE_KEY} {text!r} is not a schedule: {error}") from None
+        raise DataError(f"state: {_SCHEDULE_KEY} {text!r} is not a schedule: {error}") from None
     saved.step_at(consumed)
     first = schedule.first_difference(saved)
     if first is not None and first < consumed:
         raise DataError(
-            f"state: {SCHEDULE_KEY} {text!r} in the state and {str(schedule)!r} in this "
+            f"state: {_SCHEDULE_KEY} {text!r} in the state and {str(schedule)!r} in this "
             f"sampler differ before the state's consumed_samples {consumed}: the step at "
             f"{first} consumed samples reads {saved.global_batch_size(first)} samples in "
             f"the state's schedule and {schedule.global_batch_size(first)} in this one "
@@ -315,7 +315,7 @@ class PretrainingSampler:
 def _need_schedule(schedule: BatchSizeSchedule | None) -> BatchSizeSchedule:
     if schedule is None:
         raise DataError(
-            f"{SCHEDULE_KEY}: steps() needs a sampler built with batch_size_schedule= "
+            f"{_SCHEDULE_KEY}: steps() needs a sampler built with batch_size_schedule= "
             "(its global batch sizes say how many micro-batches make a step)"
         )
     return schedule
@@ -323,7 +323,7 @@ def _need_schedule(schedule: BatchSizeSchedule | None) -> BatchSizeSchedule:
 
 def _with_schedule(state: dict[str, Any], schedule: BatchSizeSchedule | None) -> dict[str, Any]:
     if schedule is not None:
-        state[SCHEDULE_KEY] = str(schedule)
+        state[_SCHEDULE_KEY] = str(schedule)
     return state
 
 

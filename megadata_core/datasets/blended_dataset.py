@@ -38,15 +38,15 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from megadata_core.cache import npy_files
-from megadata_core.cache.descriptions import blend_description
 from megadata_core.cache.entries import load_or_build
+from megadata_core.cache.keys import blend_description
 from megadata_core.checks import first_outside, out_of_range, unsigned
 from megadata_core.datasets import reading
 from megadata_core.datasets.config import SPLIT_NAMES
 from megadata_core.datasets.masks import BLEND_SKIPS, with_member_ids
 from megadata_core.datasets.reading import sample_positions
 from megadata_core.errors import DataError, OversampledError
-from megadata_core.handover.buffers import BufferPool
+from megadata_core.handover.pack import BufferPool
 from megadata_core.indices.blending import blend_counts, check_weights, megatron_normalize
 from megadata_core.modes import blend_order_of
 
@@ -381,7 +381,7 @@ def member_lengths(datasets) -> np.ndarray:
     return np.array([len(dataset) for dataset in datasets], dtype=np.int64).reshape(-1)
 
 
-def read_member(dataset, samples: np.ndarray) -> dict:
+def _read_member(dataset, samples: np.ndarray) -> dict:
     """``samples`` of one member, stacked: its ``__getitems__``, or sample by sample."""
     getitems = getattr(dataset, "__getitems__", None)
     if getitems is not None:
@@ -428,7 +428,7 @@ def read_members(
             pieces.append((where, found, width, config.sequence_length))
             parts.append((where, batch))
         else:
-            parts.append((where, read_member(dataset, samples[where])))
+            parts.append((where, _read_member(dataset, samples[where])))
     if not parts:
         return {}
     keys = list(parts[0][1])

@@ -72,7 +72,7 @@ import numpy as np
 from megadata_core import modes
 from megadata_core.checks import check_int, megatron_count
 from megadata_core.errors import DataError
-from megadata_core.format.open_files import DEFAULT_MAX_OPEN_FILES, check_limit
+from megadata_core.format.reader import DEFAULT_MAX_OPEN_FILES, check_limit
 from megadata_core.indices import splits
 from megadata_core.modes import BlendOrder, Packing, Shuffle
 
@@ -101,7 +101,7 @@ def _bool(field: str, value: object) -> bool:
 
 def _blend(field: str, value: object) -> tuple | None:
     """``(prefixes, weights or None)`` as tuples (hashable), shape-checked."""
-    return None if value is None else checked_blend(value, field)
+    return None if value is None else _checked_blend(value, field)
 
 
 def _seed(value: object) -> int:
@@ -327,7 +327,7 @@ class GPTDataConfig:
                 per_split = None
             put("blend_per_split", per_split)
         if self.blend_schedule is not None:
-            put("blend_schedule", check_blend_schedule(self.blend_schedule,
+            put("blend_schedule", _check_blend_schedule(self.blend_schedule,
                                                        self.sequence_length))
             if self.blend is not None or per_split is not None:
                 other = "blend" if self.blend is not None else "blend_per_split"
@@ -437,7 +437,7 @@ def blend_from_list(value: str | Sequence[str] | None, field: str = "data_path")
     return items, None
 
 
-def checked_blend(value: object, field: str) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
+def _checked_blend(value: object, field: str) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
     """A blend as ``(prefixes, weights or None)`` tuples (hashable), shape-checked: a pair
     or Megatron's ``--data-path`` string (``"0.3 /a 0.7 /b"`` or ``"/a /b"``).
 
@@ -582,7 +582,7 @@ def _start(value: object, sequence_length: int, field: str) -> int:
 
 
 def _stage_blend(value: object, field: str) -> tuple[tuple[str, ...], tuple[float, ...]]:
-    prefixes, weights = checked_blend(value, field)
+    prefixes, weights = _checked_blend(value, field)
     if weights is None:
         raise DataError(
             f"{field}: no weights; every stage of a schedule states its mixture "
@@ -615,7 +615,7 @@ def parse_schedule_text(text: str, field: str = "blend_schedule") -> list[tuple[
     return stages
 
 
-def check_blend_schedule(value: object, sequence_length: int, field: str = "blend_schedule"
+def _check_blend_schedule(value: object, sequence_length: int, field: str = "blend_schedule"
                          ) -> tuple[Stage, ...]:
     """The normalized schedule: ``((start in samples, (prefixes, weights)), ...)``.
 

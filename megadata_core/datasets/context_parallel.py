@@ -21,14 +21,14 @@ from megadata_core.errors import DataError
 __all__ = ["context_parallel_slice", "context_parallel_positions", "thd_positions"]
 
 # Keys that always have a sequence axis: a 1-D one is an unbatched sample, an error.
-SEQUENCE_KEYS = frozenset(
+_SEQUENCE_KEYS = frozenset(
     ["tokens", "labels", "loss_mask", "position_ids", "attention_mask", "segment_ids",
      "dataset_ids", "document_ids"]
 )
 #: Keys kept whole on every rank: ``cu_seqlens`` [B, S + 1] describes the full sequence
 #: (Transformer Engine's THD attention takes the full-sequence cu_seqlens and finds each
 #: rank's share itself); ``max_seqlen`` [B] has no sequence axis anyway.
-WHOLE_KEYS = frozenset(["cu_seqlens", "cu_seqlens_padded", "max_seqlen"])
+_WHOLE_KEYS = frozenset(["cu_seqlens", "cu_seqlens_padded", "max_seqlen"])
 #: The layouts :func:`context_parallel_slice` cuts: the whole sequence zig-zagged
 #: (``"bshd"``, Megatron's ``get_batch_on_this_cp_rank``) or every document of the padded
 #: layout zig-zagged (``"thd"``, Transformer Engine's ``thd_get_partitioned_indices``).
@@ -119,8 +119,8 @@ def context_parallel_slice(
     query axis, as Megatron (the key axis keeps all ``S`` positions, so the result is
     ``[B, 1, S/cp_size, S]``). ``None`` values pass through, as in Megatron, and so do
     per-sample values without a sequence axis (``[B]`` arrays such as a blend's
-    ``dataset_id``, and scalars; not the keys of :data:`SEQUENCE_KEYS`). Document
-    masking's ``cu_seqlens`` and ``max_seqlen`` pass through whole (:data:`WHOLE_KEYS`).
+    ``dataset_id``, and scalars; not the keys of :data:`_SEQUENCE_KEYS`). Document
+    masking's ``cu_seqlens`` and ``max_seqlen`` pass through whole (:data:`_WHOLE_KEYS`).
 
     Unlike Megatron, which replaces the tensors of the dict it is given, this returns a
     new dict and leaves ``batch`` alone. With ``cp_size == 1`` ``batch`` itself is
@@ -141,7 +141,7 @@ def context_parallel_slice(
         (new arrays, a gather of the two chunks).
 
     Raises:
-        DataError: bad ``cp_rank``/``cp_size``, a key of :data:`SEQUENCE_KEYS` without
+        DataError: bad ``cp_rank``/``cp_size``, a key of :data:`_SEQUENCE_KEYS` without
             its sequence axis, or ``S`` not divisible by ``2·cp_size`` (naming the key).
     """
     context_parallel_positions(0, cp_rank, cp_size)  # validates cp_rank and cp_size
@@ -164,12 +164,12 @@ def context_parallel_slice(
         per_sample = thd_positions(batch["cu_seqlens_padded"], cp_rank, cp_size)
     out: dict[str, Any] = {}
     for key, value in batch.items():  # one trip per key of the batch
-        if value is None or key in WHOLE_KEYS:
+        if value is None or key in _WHOLE_KEYS:
             out[key] = value
             continue
         array = np.asarray(value)
         axis = 2 if key == "attention_mask" else 1
-        if array.ndim <= 1 and key not in SEQUENCE_KEYS:  # [B] or scalar: per sample
+        if array.ndim <= 1 and key not in _SEQUENCE_KEYS:  # [B] or scalar: per sample
             out[key] = value
             continue
         if array.ndim <= axis:

@@ -17,10 +17,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from megadata_core.cache.descriptions import gpt_description
 from megadata_core.cache.entries import entry_paths, load_or_build
-from megadata_core.cache.hashing import description_key
-from megadata_core.cache.keys import data_identity
+from megadata_core.cache.keys import data_identity, description_key, gpt_description
 from megadata_core.cache.spill import spill_arrays
 from megadata_core.datasets.config import GPTDataConfig
 from megadata_core.errors import DataError

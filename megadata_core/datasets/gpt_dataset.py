@@ -34,12 +34,12 @@ from megadata_core.datasets.masks import (
 )
 from megadata_core.datasets.reading import sample_position, sample_positions
 from megadata_core.errors import DataError
-from megadata_core.handover.buffers import BufferPool
+from megadata_core.handover.pack import BufferPool
 from megadata_core.indices.feistel import FeistelDocumentIndex
 from megadata_core.indices.gpt import FeistelOrder
 from megadata_core.modes import Pieces
 
-TOKEN_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+_TOKEN_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 
 class SampleText(NamedTuple):
@@ -104,7 +104,7 @@ class GPTDataset(GPTSiblings, MappedIndices):
     ``ds[None]`` is Megatron's batch-padding sample (sample 0, loss_mask all 0).
 
     Index arrays memory-mapped from the cache count against the corpus's
-    :class:`~megadata_core.format.open_files.OpenFiles` (a blend's members share one,
+    :class:`~megadata_core.format.reader.OpenFiles` (a blend's members share one,
     ``config.max_open_files``): when released, the next access maps them again, and a
     cache file that changed meanwhile is a DataError naming it.
     """
@@ -181,7 +181,7 @@ class GPTDataset(GPTSiblings, MappedIndices):
             dtype = np.dtype(token_dtype)
         except TypeError:
             raise DataError(f"token_dtype: {token_dtype!r} is not a dtype") from None
-        if dtype not in TOKEN_DTYPES:
+        if dtype not in _TOKEN_DTYPES:
             raise DataError(f"token_dtype: {dtype} must be int32 or int64")
         corpus = np.dtype(self.indexed.dtype)
         if not np.can_cast(corpus, dtype, "safe"):

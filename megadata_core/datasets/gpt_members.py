@@ -8,12 +8,12 @@ the index arrays. :class:`GPTSiblings` (a base of :class:`GPTDataset`) makes the
 first, fully checked dataset: :meth:`~GPTSiblings.siblings` all at once (their spans
 range-checked in one pass), :meth:`~GPTSiblings.lazy_siblings` each at its first read
 (a warm start reads few of them before training starts), from arrays packed in one cache
-entry (:class:`megadata_core.cache.packed.PackedArrays`).
+entry (:class:`megadata_core.cache.npy_files.PackedArrays`).
 
 A GPT dataset's index arrays as memory maps of cache files: counted, released, pickled.
 
 Index arrays memory-mapped from the cache count against the corpus's
-:class:`~megadata_core.format.open_files.OpenFiles` (a blend's members share one,
+:class:`~megadata_core.format.reader.OpenFiles` (a blend's members share one,
 ``config.max_open_files``): when released, the next access maps them again, and a cache
 file that changed meanwhile is a DataError naming it. Pickled (to a worker), the maps
 travel as file names and the identities they had when checked.
@@ -193,7 +193,7 @@ class GPTSiblings:
         ``dtype_codes`` and ``sequences``, int64 [P], and ``at(number)``), documents
         ``[firsts[j], ends[j])``, ``wanted[j]`` samples and the three concat arrays at
         ``arrays[rows[j] : rows[j] + 3]`` (``arrays`` has ``rows``, the first dimension of
-        each, as :class:`~megadata_core.cache.packed.PackedArrays`). Member 0 is this
+        each, as :class:`~megadata_core.cache.npy_files.PackedArrays`). Member 0 is this
         dataset (made from ``rows[0]``). Every member is checked here at once; None when
         one does not pass (the caller then makes them one by one, which names what is
         wrong)."""
@@ -219,13 +219,13 @@ class GPTSiblings:
         counts_wanted = np.array(
             [-1 if value is None else value for value in wanted], dtype=np.int64
         )
-        make = SiblingMaker(
+        make = _SiblingMaker(
             self, corpora, corpus_numbers, firsts, ends, counts_wanted, arrays, rows
         )
         return LazyMembers(make, lengths, self.split)
 
 
-class SiblingMaker:
+class _SiblingMaker:
     """Makes member j of :meth:`GPTSiblings.lazy_siblings`: ``template``'s sibling over
     corpus ``corpus_numbers[j]`` of ``corpora`` (``corpora.at(number)``), documents
     ``[firsts[j], ends[j])``, ``wanted[j]`` samples (-1: None) and the arrays at

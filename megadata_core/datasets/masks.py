@@ -302,7 +302,7 @@ def segment_attention_mask(segment_ids: np.ndarray) -> np.ndarray:
     return mask
 
 
-SOURCE_KEYS = ("dataset_ids", "document_ids")
+_SOURCE_KEYS = ("dataset_ids", "document_ids")
 _ZERO = np.zeros((), dtype=np.int32)
 
 

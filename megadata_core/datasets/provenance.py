@@ -8,7 +8,7 @@ extra one, is only a label). Found from the index arrays alone (blend ``dataset_
 / ``dataset_sample_index``, a chain's passes, ``shuffle_index``, ``sample_index`` /
 ``document_index`` or a best_fit index): O(batch) work, nothing read from any ``.bin``.
 
-* :func:`leaf_reads`: the GPT datasets (and their local samples) behind a split's
+* :func:`_leaf_reads`: the GPT datasets (and their local samples) behind a split's
   samples, through blends, blend schedules and epoch chains.
 * :func:`batch_segments`: the :class:`Segments` of samples of a split.
 * :func:`step_samples` / :func:`sample_steps`: the global samples of training step N and
@@ -51,7 +51,7 @@ from megadata_core.indices.arrays import SCAN_BLOCK
 
 
 @dataclass(frozen=True)
-class LeafRead:
+class _LeafRead:
     """Samples of a split that one GPT dataset (a leaf) holds.
 
     Attributes:
@@ -73,7 +73,7 @@ def _members_of(dataset, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return np.zeros(len(positions), dtype=np.int64), positions
 
 
-def leaf_reads(dataset, positions: np.ndarray) -> list[LeafRead]:
+def _leaf_reads(dataset, positions: np.ndarray) -> list[_LeafRead]:
     """The leaves that hold the samples at ``positions`` (int64 [B], in range) of a
     GPTDataset, a BlendedDataset or ScheduledBlendedDataset of GPTDatasets or
     EpochChains; one entry per (member, pass) the samples touch."""
@@ -89,9 +89,9 @@ def leaf_reads(dataset, positions: np.ndarray) -> list[LeafRead]:
             passes, local = member._locate(samples[rows])
             for p in np.unique(passes).tolist():
                 mask = passes == p
-                out.append(LeafRead(member.passes[p], j, rows[mask], local[mask]))
+                out.append(_LeafRead(member.passes[p], j, rows[mask], local[mask]))
         else:
-            out.append(LeafRead(member, j, rows, samples[rows]))
+            out.append(_LeafRead(member, j, rows, samples[rows]))
     return out
 
 
@@ -157,7 +157,7 @@ def batch_segments(dataset, indices) -> Segments:
     ids, samples = _members_of(dataset, positions)
     member_sample[:] = samples
     sample_dataset[:] = ids
-    for leaf in leaf_reads(dataset, positions):
+    for leaf in _leaf_reads(dataset, positions):
         gpt = leaf.dataset
         config = gpt.config
         width = config.sequence_length + int(config.add_extra_token_to_sequence)
@@ -276,7 +276,7 @@ def unshuffle(dataset, rows: np.ndarray) -> np.ndarray:
     return dataset.config.shuffle_mode.unshuffle(dataset.shuffle_index, rows)
 
 
-def leaf_samples(dataset, document: int) -> np.ndarray:
+def _leaf_samples(dataset, document: int) -> np.ndarray:
     """int64 [K] sorted: the samples of a GPTDataset holding tokens of ``document``.
 
     Raises:
@@ -292,12 +292,12 @@ def leaf_samples(dataset, document: int) -> np.ndarray:
 
 
 def member_samples(member, document: int) -> np.ndarray:
-    """:func:`leaf_samples` of a blend member: a GPTDataset, or an :class:`EpochChain`
+    """:func:`_leaf_samples` of a blend member: a GPTDataset, or an :class:`EpochChain`
     (every pass; chain sample numbers)."""
     if not isinstance(member, EpochChain):
-        return leaf_samples(member, document)
+        return _leaf_samples(member, document)
     found = [
-        leaf_samples(one, document) + member.offsets[p]
+        _leaf_samples(one, document) + member.offsets[p]
         for p, one in enumerate(member.passes)  # one trip per pass
     ]
     return np.concatenate(found) if found else np.zeros(0, np.int64)
@@ -315,7 +315,7 @@ def where_document(dataset, member: int, document: int, block: int = SCAN_BLOCK)
     if members is None:
         if member != 0:
             raise DataError(f"member: {member} for a split of one dataset (only 0)")
-        return leaf_samples(dataset, document)
+        return _leaf_samples(dataset, document)
     member = check_int("member", member, minimum=0)
     if member >= len(members):
         raise DataError(f"member: {member} is outside the blend's {len(members)} datasets")

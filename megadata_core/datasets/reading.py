@@ -99,8 +99,8 @@ def _piece_reads(indexed, byte_start: np.ndarray, length: np.ndarray):
 #: Block sizes (tokens) of the vectorized copy, smallest first, starting at 1 (a fixed
 #: list: the copy loops over these levels, never over pieces). A piece is copied in
 #: blocks of the largest size that fits it.
-BLOCK_SIZES = (1, 32, 256)
-_WIDTHS = np.array(BLOCK_SIZES, dtype=np.int64)
+_BLOCK_SIZES = (1, 32, 256)
+_WIDTHS = np.array(_BLOCK_SIZES, dtype=np.int64)
 _VOIDS: dict[int, np.dtype] = {}  # itemsize -> opaque dtype of that many bytes
 
 
@@ -132,7 +132,7 @@ def copy_ranges(
     """``out[o:o + n] = source[s:s + n]`` for every (s, o, n), vectorized.
 
     A range of n tokens is copied in blocks of K tokens, K the largest of
-    :data:`BLOCK_SIZES` not above n: ``ceil(n / K)`` rows of a K-wide sliding-window view,
+    :data:`_BLOCK_SIZES` not above n: ``ceil(n / K)`` rows of a K-wide sliding-window view,
     the last row aligned to the range's end (rows overlap inside the range, never outside
     it), with one fancy-indexed assignment per K. When ``out`` has the dtype of
     ``source``, the windows are viewed as opaque K-token items (one memmove per block,
@@ -153,7 +153,7 @@ def copy_ranges(
     rows = length + width
     rows -= 1
     rows //= width  # ceil(n / K); 0 for an empty range
-    bounds = np.bincount(level, rows, len(BLOCK_SIZES)).cumsum().tolist()  # rows per K
+    bounds = np.bincount(level, rows, len(_BLOCK_SIZES)).cumsum().tolist()  # rows per K
     order = level.argsort(kind="stable")  # the rows of one K together
     rows = rows[order]
     first_row = np.zeros(count + 1, dtype=np.int64)
@@ -170,7 +170,7 @@ def copy_ranges(
     source_rows = source_start[piece]
     source_rows += step
     begin = 0
-    for size, end in zip(BLOCK_SIZES, bounds):
+    for size, end in zip(_BLOCK_SIZES, bounds):
         end = int(end)
         if end > begin:
             _blocks(out, size, raw)[out_rows[begin:end]] = _blocks(source, size, raw)[
@@ -374,7 +374,7 @@ def sample_position(index: object, size: int, split: str) -> int:
     return position_in(int(index), size, f"sample index ({split})")
 
 
-IN_MEMORY = "indices built in memory"
+_IN_MEMORY = "indices built in memory"
 
 
 def origin(arrays: Mapping[str, object], name: str, entry: str | None) -> str:
@@ -383,7 +383,7 @@ def origin(arrays: Mapping[str, object], name: str, entry: str | None) -> str:
     filename = getattr(arrays.get(name), "filename", None)
     if filename:
         return f"cache file {filename}"
-    return entry or IN_MEMORY
+    return entry or _IN_MEMORY
 
 
 def with_origin(error: DataError, arrays: Mapping[str, object], entry: str | None) -> DataError:

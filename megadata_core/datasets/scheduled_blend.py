@@ -43,9 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from megadata_core.cache.descriptions import blend_description, schedule_description
 from megadata_core.cache.entries import load_or_build
-from megadata_core.cache.hashing import canonical_json
+from megadata_core.cache.keys import blend_description, canonical_json, schedule_description
 from megadata_core.datasets.blended_dataset import (
     BLEND_ARRAYS,
     DATASET_ID_DTYPE,
@@ -57,7 +56,7 @@ from megadata_core.datasets.blended_dataset import (
 from megadata_core.datasets.masks import BLEND_SKIPS, with_member_ids
 from megadata_core.datasets.reading import sample_position, sample_positions
 from megadata_core.errors import DataError
-from megadata_core.handover.buffers import BufferPool
+from megadata_core.handover.pack import BufferPool
 from megadata_core.indices.blending import blend_counts, megatron_normalize
 from megadata_core.indices.schedule import (
     check_schedule,
@@ -67,7 +66,7 @@ from megadata_core.indices.schedule import (
 )
 from megadata_core.modes import BlendOrder, blend_order_of
 
-RECORD_KIND = "megadata.BlendSchedule"
+_RECORD_KIND = "megadata.BlendSchedule"
 
 
 class _InMemory:
@@ -77,7 +76,7 @@ class _InMemory:
         self.blend_order_mode, self.path_to_cache = blend_order, None
 
 
-def normalized_stages(weights: np.ndarray) -> np.ndarray:
+def _normalized_stages(weights: np.ndarray) -> np.ndarray:
     """float64 [K, n]: every stage's weights divided by their sum (Megatron's
     ``normalize``, row by row)."""
     return np.stack([megatron_normalize(row) for row in np.asarray(weights)])
@@ -89,7 +88,7 @@ def schedule_index(
     """A schedule's index arrays (``BLEND_ARRAYS``), built or loaded from
     ``config.path_to_cache`` (None: in memory), keyed by the stages, order and size."""
     starts, rows = check_schedule(starts, weights)
-    rows = normalized_stages(rows)
+    rows = _normalized_stages(rows)
     order = blend_order_of(config)
 
     def build() -> dict[str, np.ndarray]:
@@ -104,7 +103,7 @@ def schedule_index(
     )
 
 
-class PassTable:
+class _PassTable:
     """Every pass of every member chain in one list: member j's sample k is pass
     ``locate(j, k)`` of :attr:`passes` (one searchsorted over int64 [P] bounds)."""
 
@@ -117,7 +116,7 @@ class PassTable:
         ).astype(np.int64)
 
     @classmethod
-    def of(cls, datasets: Sequence) -> PassTable | None:
+    def of(cls, datasets: Sequence) -> _PassTable | None:
         """The table of members that are all chains of passes, else None."""
         if all(isinstance(member, EpochChain) for member in datasets):
             return cls(datasets)
@@ -187,12 +186,12 @@ class ScheduledBlendedDataset(BlendedDataset):
         self.split = split_of(datasets)
         self.size = int(size)
         self.starts = starts
-        self.stage_weights = normalized_stages(rows)
+        self.stage_weights = _normalized_stages(rows)
         lengths = stage_lengths(starts, self.size).astype(np.float64)
         overall = lengths @ self.stage_weights if self.size else self.stage_weights[0]
         self.weights = (overall / overall.sum()).tolist()
         self._identities: list[str] | None = None
-        self._passes = PassTable.of(datasets)
+        self._passes = _PassTable.of(datasets)
         self._start_indices(arrays, use_cache)
 
     # -- indices ------------------------------------------------------------------------
@@ -275,7 +274,7 @@ class ScheduledBlendedDataset(BlendedDataset):
         for row in self.stage_weights:
             live = np.flatnonzero(row > 0).tolist()
             stage = {
-                "kind": RECORD_KIND,
+                "kind": _RECORD_KIND,
                 "split": self.split,
                 "order": self.blend_order,
                 "members": [[j, identities[j]] for j in live],

@@ -24,7 +24,7 @@ Why 6 rounds: a Feistel network over random functions is a strong pseudorandom
 permutation from 4 rounds on (Luby-Rackoff; with modular addition and unequal halves too:
 Patarin, Black-Rogaway), and its distance from a random permutation keeps shrinking with
 more rounds; 6 leaves a margin for the small halves (~sqrt(n)) used here. Domains of at
-most 64 elements (halves of 1 to 3 bits) take :data:`SMALL_ROUNDS` = 24: with 6, the
+most 64 elements (halves of 1 to 3 bits) take :data:`_SMALL_ROUNDS` = 24: with 6, the
 distribution of whole permutations of ``[0, 5)`` over keys is far from uniform.
 
 Large inputs are processed in cache-sized chunks on a small thread pool (numpy releases
@@ -48,12 +48,12 @@ from megadata_core.cores import shared_pool, usable_threads
 from megadata_core.errors import DataError
 
 ROUNDS = 6  # rounds of the network (even: the output lands on the grid again)
-SMALL_ROUNDS = 4 * ROUNDS  # rounds for n <= 64: tiny halves mix slowly, rounds cost nothing
+_SMALL_ROUNDS = 4 * ROUNDS  # rounds for n <= 64: tiny halves mix slowly, rounds cost nothing
 ALGORITHM = "feistel-mixed-radix-v2"  # changes whenever the permutation for a key changes
 MAX_N = (1 << 63) - 1  # outputs (and n itself) fit int64
-SAMPLES_STREAM = 0  # epoch_key stream of the sample order
+_SAMPLES_STREAM = 0  # epoch_key stream of the sample order
 DOCUMENTS_STREAM = 1  # epoch_key stream of the document order
-TABLE_MAX_BITS = 16  # tabulate the round functions when b <= 2**16 (n <= 2**32)
+_TABLE_MAX_BITS = 16  # tabulate the round functions when b <= 2**16 (n <= 2**32)
 
 _MASK64 = (1 << 64) - 1
 _GAMMA = 0x9E3779B97F4A7C15
@@ -81,11 +81,11 @@ def _mix_array(z: np.ndarray) -> np.ndarray:
     return z
 
 
-def epoch_key(seed: int, epoch: int, stream: int = SAMPLES_STREAM) -> int:
+def epoch_key(seed: int, epoch: int, stream: int = _SAMPLES_STREAM) -> int:
     """The 64-bit Feistel key of one epoch: a hash of ``(seed, epoch, stream)``.
 
     ``stream`` separates orders that share a seed and an epoch (sample order
-    :data:`SAMPLES_STREAM`, document order :data:`DOCUMENTS_STREAM`).
+    :data:`_SAMPLES_STREAM`, document order :data:`DOCUMENTS_STREAM`).
     """
     key = _mix_int((check_int("seed", seed, 0) + _GAMMA) & _MASK64)
     key = _mix_int((key ^ check_int("epoch", epoch, 0)) + 2 * _GAMMA & _MASK64)
@@ -162,7 +162,7 @@ class _Network:
     def __init__(self, n: int, key: int) -> None:
         self.n = n
         self.bits, self.a, self.b = _grid(n)
-        self.rounds = ROUNDS if n > 64 else SMALL_ROUNDS
+        self.rounds = ROUNDS if n > 64 else _SMALL_ROUNDS
         self.round_keys = _round_keys(key, self.rounds)
 
     def _values(self, x: np.ndarray, inverse: bool) -> np.ndarray:
@@ -280,7 +280,7 @@ class _ArithNetwork(_Network):
 
 
 class _TableNetwork(_Network):
-    """Small n (b, hence a, <= ``2**TABLE_MAX_BITS``): tabulated round functions.
+    """Small n (b, hence a, <= ``2**_TABLE_MAX_BITS``): tabulated round functions.
 
     The xor half never leaves ``[0, b)``. The sums of the add half are left unreduced,
     ``x[k+2] < bound(x[k]) + a - 1``, so a table indexed by an add-half value holds ``F_k``
@@ -404,7 +404,7 @@ class _TableNetwork(_Network):
 @lru_cache(maxsize=16)
 def _network(n: int, key: int) -> _Network:
     """The network of ``(n, key)``, its tables built once (about 20 * sqrt(n) int64)."""
-    if _grid(n)[0] <= TABLE_MAX_BITS:
+    if _grid(n)[0] <= _TABLE_MAX_BITS:
         return _TableNetwork(n, key)
     return _ArithNetwork(n, key)
 
@@ -484,7 +484,7 @@ class FeistelShuffle:
     n: int
     seed: int
     epoch: int = 0
-    stream: int = SAMPLES_STREAM
+    stream: int = _SAMPLES_STREAM
 
     def __post_init__(self) -> None:
         _check_n(self.n)

@@ -82,7 +82,7 @@ def packed_epochs(bins_per_epoch: int, num_samples: int | None) -> int:
     return max(1, -(-num_samples // bins_per_epoch))
 
 
-def packed_first_range(bins_per_epoch: int, epochs: int, num_samples: int | None) -> int:
+def _packed_first_range(bins_per_epoch: int, epochs: int, num_samples: int | None) -> int:
     """Samples in the first shuffled range: E * B, or (E - 1) * B when the final epoch is
     shuffled apart (E > 1 and it supplies fewer than ``int(0.8 * B)`` samples asked for)."""
     total = epochs * bins_per_epoch
@@ -232,7 +232,7 @@ def packed_indices(
             if epoch + 1 < epochs:
                 order = epoch_order(epoch + 1)
         del order  # the last epoch's: its fill holds it while it needs it
-        head = packed_first_range(bins, epochs, num_samples)
+        head = _packed_first_range(bins, epochs, num_samples)
         order_of_samples = (
             shuffle_index(head, epochs * bins, rng, empty=empty) if rng is not None else None
         )

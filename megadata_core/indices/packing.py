@@ -58,7 +58,7 @@ from megadata_core.indices.arrays import SCRATCH_PREFIX, Allocate, in_memory, is
 
 
 @dataclass(frozen=True)
-class PackedBins:
+class _PackedBins:
     """Packed pieces in CSR form: bin b holds piece rows ``bin_offsets[b]:bin_offsets[b+1]``,
     in the order they sit in the sample (placement order: longest first).
 
@@ -407,7 +407,7 @@ def full_offsets(documents: np.ndarray, capacity: int) -> np.ndarray:
     return offsets
 
 
-def piece_offsets(layout: PackLayout, documents: np.ndarray) -> np.ndarray:
+def _piece_offsets(layout: PackLayout, documents: np.ndarray) -> np.ndarray:
     """int64 [P] the first token of every piece inside its document (see
     :func:`fill_documents`)."""
     capacity, full = layout.capacity, layout.full_count
@@ -420,7 +420,7 @@ def piece_offsets(layout: PackLayout, documents: np.ndarray) -> np.ndarray:
 
 def best_fit_pack(
     lengths: np.ndarray, capacity: int, order: np.ndarray | None = None
-) -> PackedBins:
+) -> _PackedBins:
     """Best-fit-decreasing packing of documents into bins of ``capacity`` tokens.
 
     Args:
@@ -430,24 +430,24 @@ def best_fit_pack(
             this order (None: ``arange(D)``).
 
     Returns:
-        :class:`PackedBins`; bins are numbered in opening order (first the bins of
+        :class:`_PackedBins`; bins are numbered in opening order (first the bins of
         capacity-sized pieces, in ``order``, then as BFD opens them).
     """
     layout = pack_layout(lengths, capacity)
     count = len(layout.lengths)
     order = np.arange(count, dtype=np.int64) if order is None else check_order(order, count)
     document = fill_documents(layout, order)
-    offset = piece_offsets(layout, document)
-    return PackedBins(document, offset, layout.piece_lengths(), layout.bin_offsets)
+    offset = _piece_offsets(layout, document)
+    return _PackedBins(document, offset, layout.piece_lengths(), layout.bin_offsets)
 
 
 #: ``emit(bins, pieces, bases)``: each bin of ``bins`` takes ``pieces`` more pieces after
 #: the ``bases`` it holds (placement order: the bins in turn, each's pieces together).
-Emit = Callable[[np.ndarray, int, np.ndarray], None]
+_Emit = Callable[[np.ndarray, int, np.ndarray], None]
 
 
 def _place(
-    per_size: np.ndarray, capacity: int, emit: Emit | None = None
+    per_size: np.ndarray, capacity: int, emit: _Emit | None = None
 ) -> tuple[np.ndarray, int]:
     """BFD with FIFO ties of ``per_size[k]`` pieces of size ``capacity - 1 - k`` (largest
     first; every size in ``[1, capacity)``) into bins numbered from 0.

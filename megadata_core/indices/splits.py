@@ -25,7 +25,7 @@ SPLIT_NAMES = ("train", "valid", "test")
 _NUMBER = re.compile(r"[.0-9]+")  # Megatron's pattern: runs of digits and dots
 _SEPARATORS = re.compile(r"[\s,/:;]*")
 
-Bookend = tuple[float, float]
+_Bookend = tuple[float, float]
 
 
 def parse_split(split: str, field: str = "split") -> tuple[float, float, float]:
@@ -67,7 +67,7 @@ def parse_split(split: str, field: str = "split") -> tuple[float, float, float]:
     return tuple((vector / total).tolist())
 
 
-def split_matrix(fractions: Sequence[float]) -> list[Bookend | None]:
+def split_matrix(fractions: Sequence[float]) -> list[_Bookend | None]:
     """Book-ends of each split: ``[.9, .09, .01] -> [(0, .9), (.9, .99), (.99, 1.0)]``;
     None where a split is empty (end <= begin). Cumulative sums left to right in Python
     floats, as Megatron's ``convert_split_vector_to_split_matrix``."""
@@ -77,13 +77,13 @@ def split_matrix(fractions: Sequence[float]) -> list[Bookend | None]:
     return [(lo, hi) if hi > lo else None for lo, hi in zip(edges[:-1], edges[1:])]
 
 
-def document_ranges(matrix: Sequence[Bookend | None], count: int) -> list[range | None]:
+def document_ranges(matrix: Sequence[_Bookend | None], count: int) -> list[range | None]:
     """Each split's documents ``range(int(round(lo * N)), int(round(hi * N)))`` (Python's
     round: half to even), None where the book-end is None. ``count`` = N sequences."""
     return [None if bookend is None else document_range(bookend, count) for bookend in matrix]
 
 
-def document_range(bookend: Bookend, count: int) -> range:
+def document_range(bookend: _Bookend, count: int) -> range:
     """One split's documents of :func:`document_ranges` (``bookend`` not None)."""
     total = float(count)
     return range(int(round(bookend[0] * total)), int(round(bookend[1] * total)))
