@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 from megadata_core.errors import DataError
-from megadata_core.files.interrupts import interrupts_deferred
+from megadata_core.files.atomic import interrupts_deferred
 from megadata_core.preprocess.plan import Task
 from megadata_core.preprocess.tasks import Engine, TaskRunner
 

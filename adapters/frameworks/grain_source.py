@@ -48,8 +48,9 @@ from megadata_adapters.trainers.maxtext.keys import check_key_names, rename_keys
 from megadata_core.checks import check_int
 from megadata_core.datasets.scheduled_blend import continues_schedule, fingerprint, resume_fields
 from megadata_core.errors import DataError
-from megadata_core.handover import orphans, pack, segments
-from megadata_core.handover.buffers import BufferPool
+from megadata_core.handover import orphans, pack
+from megadata_core.handover import shm as segments
+from megadata_core.handover.pack import BufferPool
 
 __all__ = [
     "GrainSource",
@@ -122,7 +123,7 @@ class _Layout:
 
 def _ship(element: PackedMicroBatch | Mapping[str, Any]) -> dict[str, Any]:
     """A worker's element: ``element``'s arrays in one shared-memory file of this worker
-    (:mod:`megadata_core.handover.segments`), so only its name goes through Grain's pipe;
+    (:mod:`megadata_core.handover.shm`), so only its name goes through Grain's pipe;
     :func:`_received` lays it out again in the consumer. The first call in a worker also
     makes the worker end when its consumer does (:func:`orphans.exit_with_parent`: a
     trainer killed with ``kill -9`` leaves no worker, and the worker removes its files

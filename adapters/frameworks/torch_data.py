@@ -92,8 +92,8 @@ from megadata_core.checks import check_int
 from megadata_core.datasets.scheduled_blend import continues_schedule, resume_fields
 from megadata_core.errors import DataError
 from megadata_core.handover import orphans, pack
-from megadata_core.handover.buffers import BufferPool
-from megadata_core.handover.shm_ring import ConsumerRings, ProducerRing, SlotRef
+from megadata_core.handover.pack import BufferPool
+from megadata_core.handover.shm import ConsumerRings, ProducerRing, SlotRef
 from megadata_core.samplers import PretrainingSampler
 
 __all__ = [

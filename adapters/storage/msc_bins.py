@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from megadata_core.errors import DataError
-from megadata_core.files import temporary
+from megadata_core.files import atomic as temporary
 from megadata_core.files.atomic import write_atomically
 
 MAX_IN_FLIGHT = 32  # ranges read at once (the Multi-Storage Client reads one per call)

@@ -28,7 +28,7 @@ import os
 import threading
 
 from megadata_core.errors import DataError
-from megadata_core.files import temporary
+from megadata_core.files import atomic as temporary
 
 CLIENT_ENV = "MEGADATA_S3_CLIENT"  # "tensorstore" (default) or "boto3"
 CACHE_ENV = "MEGADATA_S3_CACHE"  # where local copies of .idx objects go

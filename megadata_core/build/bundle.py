@@ -3,8 +3,8 @@
 The bundle holds the index arrays of every member built in memory (the small ones, see
 :mod:`.members`) and of every blend of fewer than :data:`BUNDLE_BLEND_BELOW` samples
 (larger ones keep their own entry), packed into one blob
-(:func:`megadata_core.cache.packed.pack_arrays`). Its key is the sha256 of
-:func:`megadata_core.cache.descriptions.bundle_description`: every config field that
+(:func:`megadata_core.cache.npy_files.pack_arrays`). Its key is the sha256 of
+:func:`megadata_core.cache.keys.bundle_description`: every config field that
 changes an array, every job and recipe, and each corpus's identity (the digest of its
 whole .idx and its .bin size for small corpora; the sampled identity otherwise), never
 a path.
@@ -30,15 +30,16 @@ import numpy as np
 from megadata_core.build.members import Corpora, Members, assemble, blend_samples
 from megadata_core.build.plan import Job, Recipe
 from megadata_core.cache import blend_record
-from megadata_core.cache.descriptions import (
+from megadata_core.cache.entries import cached_result
+from megadata_core.cache.keys import (
+    array_digest,
     blend_record_description,
     bundle_description,
+    corpus_identity,
+    description_key,
     with_corpora,
 )
-from megadata_core.cache.entries import cached_result
-from megadata_core.cache.hashing import array_digest, description_key
-from megadata_core.cache.keys import corpus_identity
-from megadata_core.cache.packed import PackedArrays, pack_arrays
+from megadata_core.cache.npy_files import PackedArrays, pack_arrays
 from megadata_core.datasets.blended_dataset import BLEND_ARRAYS, BlendedDataset, LazyMembers
 from megadata_core.datasets.gpt_arrays import FEISTEL, config_array_names
 from megadata_core.errors import DataError

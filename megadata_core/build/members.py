@@ -42,7 +42,7 @@ from megadata_core.datasets.gpt_arrays import drops_last, gpt_arrays
 from megadata_core.datasets.gpt_dataset import GPTDataset
 from megadata_core.errors import DataError
 from megadata_core.format import IndexedDataset
-from megadata_core.format.open_files import OpenFiles
+from megadata_core.format.reader import OpenFiles
 from megadata_core.indices import splits
 from megadata_core.indices.gpt import GPT_ARRAYS
 from megadata_core.indices.gpt_many import gpt_indices_many

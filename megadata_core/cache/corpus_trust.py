@@ -1,6 +1,6 @@
 """Opening a corpus for a start from the index cache: validated once, vouched for after.
 
-Validating a .idx reads every byte of its arrays (~20 bytes a document: 20 GB, ~20 s at a
+Validating a .idx reads every byte of its arrays (~20 bytes a document: 20 GB at a
 billion documents), so a start that finds its index in the cache should not pay it again
 for the same files. :func:`open_corpus` opens a .bin/.idx pair with its arrays
 unvalidated (:meth:`IndexedDataset.open_deferred`) and then :func:`ensure_validated`
@@ -31,10 +31,9 @@ import json
 import os
 import time
 
-from megadata_core.cache.versions import CORPUS_RECORD_FORMAT, CORPUS_RECORD_VERSION
-from megadata_core.files.atomic import write_atomically
+from megadata_core.cache.keys import CORPUS_RECORD_FORMAT, CORPUS_RECORD_VERSION
+from megadata_core.files.atomic import exclusive, write_atomically
 from megadata_core.files.identity import identity, settled
-from megadata_core.files.locks import exclusive
 from megadata_core.format import IndexedDataset
 
 VALIDATED = "validated"  # the arrays were read and checked by this call

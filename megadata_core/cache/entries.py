@@ -1,6 +1,6 @@
 """Cache entries: content-addressed ``.npy`` files, safe under concurrency.
 
-A cache entry is keyed by the sha256 of a JSON *description* (:mod:`.descriptions`): a
+A cache entry is keyed by the sha256 of a JSON *description* (:mod:`.keys`): a
 dict holding every input that changes the arrays (config fields, split, document ids,
 sample count, shuffle mode and the data's identity).
 Megatron's own key (an md5 of ``unique_description``) misses
@@ -29,13 +29,13 @@ Loading checks every byte before any array is handed out (``verify="full"``, the
 default): the description must be the expected one (and its key); each array file must
 have the recorded size, and its CRC-32 (of the whole file, .npy header included: written
 when the file is, computed on a second thread while the files are written; zlib's crc32
-runs at ~3 GB/s here, sha256 at ~1.8) must match the recorded one; the header must give
+is cheaper than sha256) must match the recorded one; the header must give
 the recorded shape and dtype. The array is then memory-mapped from the very file
 descriptor that was checked. A CRC catches accidental damage, torn writes and bit
 flips, which is all a cache needs (anyone who can write the directory can rewrite the
 description too).
 
-Reading a multi-GB index at every start would cost seconds, so a file is verified once
+Reading a multi-GB index at every start would be slow, so a file is verified once
 per *identity*, ``(device, inode, size, mtime_ns, ctime_ns)``: the result is remembered
 in this process and in ``K-P-verified.json`` (written atomically; where the directory is
 read-only, every new process verifies again). Writing to a file in place changes its
@@ -66,13 +66,17 @@ from typing import Any, BinaryIO, TypeVar
 import numpy as np
 
 from megadata_core.cache import npy_files
-from megadata_core.cache.hashing import canonical_json, text_key
+from megadata_core.cache.keys import (
+    CACHE_FORMAT,
+    CACHE_VERSION,
+    VERIFIED_FORMAT,
+    canonical_json,
+    text_key,
+)
 from megadata_core.cache.npy_files import npy_header, open_checked
 from megadata_core.cache.spill import take_spilled
-from megadata_core.cache.versions import CACHE_FORMAT, CACHE_VERSION, VERIFIED_FORMAT
 from megadata_core.errors import DataError
-from megadata_core.files.atomic import write_atomically
-from megadata_core.files.locks import exclusive
+from megadata_core.files.atomic import exclusive, write_atomically
 
 #: "full": every byte checked (once per file identity); "none": sizes, shapes, dtypes.
 VERIFY_MODES = ("none", "full")
@@ -310,7 +314,7 @@ def save_cached(
         "arrays": metas,
     }
     # indented for people to read, unless large (a blend of 1,000 members): json's C
-    # encoder runs only without indent (~10x faster)
+    # encoder runs only without indent
     indent = 2 if len(canonical) < INDENT_BELOW else None
     text = json.dumps(record, indent=indent, sort_keys=True).encode("utf-8")
     write_atomically(paths["description"], lambda stream: stream.write(text))
@@ -323,7 +327,7 @@ def _npy_writer(header: bytes, array: np.ndarray) -> Callable[[BinaryIO], None]:
 
 
 def _rename_spilled(temporary: str, path: str) -> str:
-    """The CRC-32 of a spilled array's whole file (:mod:`.cache_spill`), which is then
+    """The CRC-32 of a spilled array's whole file (:mod:`.spill`), which is then
     renamed to ``path``."""
     with open(temporary, "rb") as stream:
         checksum = npy_files.stream_crc(stream)

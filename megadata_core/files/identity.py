@@ -20,17 +20,17 @@ from collections.abc import Iterable
 #: A file changed less than this long before it was checked is not remembered as checked.
 RACY_NS = 2_000_000_000
 
-Identity = tuple[int, int, int, int, int]
+_Identity = tuple[int, int, int, int, int]
 
 
-def identity(status: os.stat_result) -> Identity:
+def identity(status: os.stat_result) -> _Identity:
     """``(device, inode, size, mtime_ns, ctime_ns)`` of a stat result."""
     return (
         status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
     )
 
 
-def path_identity(path: str) -> Identity:
+def path_identity(path: str) -> _Identity:
     """:func:`identity` of the file at ``path`` (OSError when it cannot be stat'ed)."""
     return identity(os.stat(path))
 

@@ -5,7 +5,7 @@ pread; a URL-scheme registry the adapters fill). May import the ground (errors, 
 files, handover) only.
 """
 
-from megadata_core.format.dtypes import optimal_dtype
+from megadata_core.format.idx_layout import optimal_dtype
 from megadata_core.format.reader import IndexedDataset, bin_path_of, idx_path_of
 from megadata_core.format.sources import ByteSource, open_source, register_scheme
 from megadata_core.format.writer import IndexedDatasetWriter, merge_datasets

@@ -1,4 +1,4 @@
-"""The .idx layout (MMIDIDX version 1) and its validation.
+"""The .idx layout (MMIDIDX version 1), its token dtype codes, and its validation.
 
 Layout, little-endian, no padding::
 
@@ -20,12 +20,55 @@ import numpy as np
 
 from megadata_core.cores import usable_threads
 from megadata_core.errors import DataError
-from megadata_core.format.dtypes import dtype_of
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
 HEADER_SIZE = 34
 _HEADER = struct.Struct("<9sQBQQ")
+
+DTYPE_BY_CODE: dict[int, np.dtype] = {
+    1: np.dtype(np.uint8),
+    2: np.dtype(np.int8),
+    3: np.dtype(np.int16),
+    4: np.dtype(np.int32),
+    5: np.dtype(np.int64),
+    6: np.dtype(np.float64),
+    7: np.dtype(np.float32),
+    8: np.dtype(np.uint16),
+}
+_CODE_BY_DTYPE: dict[np.dtype, int] = {dtype: code for code, dtype in DTYPE_BY_CODE.items()}
+
+
+def code_of(dtype: np.typing.DTypeLike, *, field: str = "dtype") -> int:
+    """The MMIDIDX code of a numpy dtype; DataError if the format cannot store it."""
+    try:
+        normalized = np.dtype(dtype)
+    except TypeError as error:
+        raise DataError(f"{field}: {dtype!r} is not a numpy dtype") from error
+    normalized = normalized.newbyteorder("=")
+    if normalized not in _CODE_BY_DTYPE:
+        names = ", ".join(str(d) for d in _CODE_BY_DTYPE)
+        raise DataError(f"{field}: {normalized} cannot be stored in a .bin (one of: {names})")
+    return _CODE_BY_DTYPE[normalized]
+
+
+def dtype_of(code: int, *, path: str = "<idx>") -> np.dtype:
+    """The numpy dtype for an MMIDIDX code; DataError naming the file if unknown."""
+    if code not in DTYPE_BY_CODE:
+        raise DataError(f"{path}: unknown dtype code {code} in header (known: 1..8)")
+    return DTYPE_BY_CODE[code]
+
+
+def optimal_dtype(vocab_size: int | None) -> type[np.number]:
+    """Smallest token dtype for a vocabulary, as Megatron chooses it.
+
+    uint16 when the vocabulary has fewer than 65500 entries, int32 otherwise
+    (or when the size is unknown).
+    """
+    if vocab_size is not None and vocab_size < 65500:
+        return np.uint16
+    return np.int32
+
 
 # Arrays are validated in chunks so that opening needs O(1) extra memory. The fast pass
 # (every check, a yes/no answer; ~1 MiB per array per chunk, a few threads) reads each
@@ -309,7 +352,7 @@ def _small_arrays_are_valid(
 ) -> bool:
     """The checks of :func:`_sequences_ok` and :func:`_boundaries_ok` over whole arrays
     of at most ``FAST_CHUNK`` entries (a small corpus: no chunking, no threads, no page
-    dropping; a blend of 1,000 small corpora validates each in microseconds)."""
+    dropping: each corpus of a blend of 1,000 small ones)."""
     if len(lengths):
         if lengths.min() < 0:
             return False

@@ -4,7 +4,7 @@ Memory stays bounded however large the corpus: per-sequence lengths, modes and
 document boundaries are buffered in small arrays and spilled to temporary files
 next to the output; ``finalize`` streams them into the .idx, computing the byte
 pointers chunk by chunk in int64. Both files are written under temporary names
-(:mod:`megadata_core.files.temporary`: they name their writer's pid and host) and
+(:mod:`megadata_core.files.atomic`: they name their writer's pid and host) and
 ``os.replace``d into place at the end, so a crash never leaves a half corpus under the
 final name; a new writer of the same prefix removes the temporaries that dead writers
 left behind.
@@ -19,9 +19,9 @@ from collections.abc import Callable
 import numpy as np
 
 from megadata_core.errors import DataError
-from megadata_core.files import temporary as temp_files
+from megadata_core.files import atomic as temp_files
 from megadata_core.format import idx_layout
-from megadata_core.format.dtypes import code_of
+from megadata_core.format.idx_layout import code_of
 from megadata_core.format.reader import IndexedDataset, bin_path_of, idx_path_of
 from megadata_core.format.sources import is_local, local_path
 

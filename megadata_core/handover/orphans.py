@@ -5,9 +5,9 @@ worker processes behind unless they notice: Grain's workers wait forever to hand
 their next batch (holding the dead parent's stdout/stderr pipes, so whoever waits on
 those hangs too). :func:`exit_with_parent`, called in a worker, starts a daemon thread
 that waits for the parent to end -- on a pidfd where Linux has them (no polling), else
-by checking ``os.getppid()`` every :data:`POLL_S` seconds -- then removes the
+by checking ``os.getppid()`` every ``_POLL_S`` seconds -- then removes the
 shared-memory files this worker made that nobody took
-(:func:`~megadata_core.handover.shm_names.remove_own`) and ends the process at once
+(:func:`~megadata_core.handover.shm.remove_own`) and ends the process at once
 (``os._exit``).
 
 ``prctl(PR_SET_PDEATHSIG)`` is not used: it fires when the *thread* that started the
@@ -22,12 +22,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from megadata_core.handover.shm_names import remove_own
+from megadata_core.handover.shm import remove_own
 
 #: How often the fallback checks whether the parent is still there.
-POLL_S = 0.2
+_POLL_S = 0.2
 #: The exit status of a worker that ended because its parent did.
-ORPHAN_EXIT_STATUS = 70
+_ORPHAN_EXIT_STATUS = 70
 
 _LOCK = threading.Lock()
 _WATCHING: int | None = None  # the pid whose watch thread runs
@@ -70,7 +70,7 @@ def _wait_for_exit(parent: int) -> None:
         if pidfd is not None:
             os.close(pidfd)
     while os.getppid() == parent:  # the fallback, and the re-parenting after the exit
-        time.sleep(POLL_S)
+        time.sleep(_POLL_S)
 
 
 def _watch(parent: int, cleanup: Callable[[], None]) -> None:
@@ -78,8 +78,8 @@ def _watch(parent: int, cleanup: Callable[[], None]) -> None:
         _wait_for_exit(parent)
     except Exception:  # noqa: BLE001 - never end a worker whose parent may live: poll
         while os.getppid() == parent:
-            time.sleep(POLL_S)
+            time.sleep(_POLL_S)
     try:
         cleanup()
     finally:
-        os._exit(ORPHAN_EXIT_STATUS)
+        os._exit(_ORPHAN_EXIT_STATUS)

@@ -7,10 +7,19 @@ time. :class:`Packer` turns a batch into a :class:`PackedBatch` -- the text once
 constants as recipes -- and :func:`unpack_arrays` rebuilds independent, writable arrays
 from it in the consuming process, or :func:`view_arrays` the core's read-only layout
 without copying. Framework adapters (Grain, torch) wrap these.
+
+:class:`BufferPool` hands out output buffers again once the caller has dropped them (the
+datasets assemble their batches in them too): fresh arrays of a few hundred KB come from
+the allocator as new pages (glibc hands large freed blocks back to the OS), and faulting
+those pages in costs more than filling them. It keeps a few arrays per (shape, dtype)
+and hands one out again only when nothing but the pool refers to it (CPython reference
+counts: any array, view, tensor or buffer export that still uses it holds one), so a
+batch the caller still holds is never overwritten.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -203,3 +212,50 @@ class Packer:
             else:
                 constants[key] = (recipe, value.shape, value.dtype.str)
         return self.packed_type(tuple(batch), text, arrays, constants)
+
+
+_REFCOUNTS = hasattr(sys, "getrefcount")
+
+
+def _references(arrays: list[np.ndarray], position: int) -> int:
+    """References to ``arrays[position]``, counted the same way for every call."""
+    return sys.getrefcount(arrays[position])
+
+
+class BufferPool:
+    """Hands out uninitialized arrays, reusing ones no caller holds any more."""
+
+    def __init__(self, per_shape: int = 4) -> None:
+        self.per_shape = per_shape
+        self._arrays: dict[tuple, list[np.ndarray]] = {}
+        self._lock = threading.Lock()
+        probe = [np.empty(1)]
+        self._idle = _references(probe, 0)  # the count when only the pool's list holds it
+
+    def empty(self, shape: tuple[int, ...], dtype: np.typing.DTypeLike) -> np.ndarray:
+        """An array of ``shape`` and ``dtype`` with arbitrary contents."""
+        if not _REFCOUNTS:
+            return np.empty(shape, dtype)
+        key = (tuple(shape), np.dtype(dtype).str)
+        with self._lock:
+            arrays = self._arrays.setdefault(key, [])
+            for position in range(len(arrays)):
+                if _references(arrays, position) == self._idle:
+                    return arrays[position]
+            array = np.empty(shape, dtype)
+            if len(arrays) < self.per_shape:
+                arrays.append(array)
+            return array
+
+    def __getstate__(self) -> dict:
+        return {"per_shape": self.per_shape}  # buffers stay in their process
+
+    def __setstate__(self, state: dict) -> None:
+        type(self).__init__(self, state["per_shape"])
+
+    def copy(self, array: np.ndarray, dtype: np.typing.DTypeLike | None = None) -> np.ndarray:
+        """A writable, C-contiguous copy of ``array`` (cast to ``dtype`` if given) in a
+        pooled buffer: no other caller shares it while the result is referenced."""
+        out = self.empty(array.shape, array.dtype if dtype is None else dtype)
+        np.copyto(out, array, casting="unsafe")
+        return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from megadata_core.cache.versions import PACKING_ALGORITHM_VERSION
+from megadata_core.cache.keys import PACKING_ALGORITHM_VERSION
 from megadata_core.checks import unsigned
 from megadata_core.errors import DataError
 from megadata_core.indices.arrays import scan_equal

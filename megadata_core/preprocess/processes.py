@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from megadata_core.errors import DataError
-from megadata_core.files.interrupts import interrupts_deferred
+from megadata_core.files.atomic import interrupts_deferred
 from megadata_core.handover import orphans
 
 #: How long a normal close waits for a worker to end after its last task.

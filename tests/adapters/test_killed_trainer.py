@@ -22,7 +22,7 @@ import pytest
 from adapter_helpers import deadline, write_corpus
 from interrupt_helpers import session_processes
 
-from megadata_core.handover import shm_names
+from megadata_core.handover import shm as shm_names
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

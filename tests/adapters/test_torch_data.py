@@ -345,7 +345,7 @@ def test_loader_with_workers_unpacks_owned_batches(train, blended, kind):
 def test_worker_text_travels_in_a_ring(train):
     """In a worker the text goes into the ring and the packed batch carries a SlotRef;
     unpacking reads it in place (and removes the ring's name once mapped)."""
-    from megadata_core.handover.shm_ring import ProducerRing, SlotRef
+    from megadata_core.handover.shm import ProducerRing, SlotRef
 
     dataset = torch_data.TorchDataset(train)
     dataset._pack_in_worker, dataset._ring = True, ProducerRing(2)

@@ -21,7 +21,7 @@ from gpt_oracle import write_corpus
 import megadata_core as mdc
 from megadata_core.build import builder, bundle
 from megadata_core.build.builder import build_datasets
-from megadata_core.cache import packed as packed_arrays
+from megadata_core.cache import npy_files as packed_arrays
 from megadata_core.datasets import gpt_arrays
 from megadata_core.format import reader
 

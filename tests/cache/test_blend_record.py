@@ -15,7 +15,7 @@ from gpt_oracle import write_corpus
 
 from megadata_core import DataError
 from megadata_core.build.builder import build_datasets
-from megadata_core.cache import described
+from megadata_core.cache import blend_record as described
 from megadata_core.format import reader
 
 SIZES = [300, 30, 10]

@@ -15,7 +15,7 @@ from cache_helpers import dataset, flip_middle, make_corpus
 
 import megadata_core as mdc
 from megadata_core.cache import entries as cache
-from megadata_core.cache import hashing
+from megadata_core.cache import keys as hashing
 from megadata_core.datasets import gpt_arrays
 
 

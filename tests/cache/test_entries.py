@@ -16,8 +16,9 @@ import pytest
 
 import megadata_core as mdc
 from megadata_core.cache import entries as cache
-from megadata_core.cache import hashing, npy_files
-from megadata_core.files import locks
+from megadata_core.cache import keys as hashing
+from megadata_core.cache import npy_files
+from megadata_core.files import atomic as locks
 from megadata_core.indices import gpt_indices
 from megadata_core.indices.gpt import GPT_ARRAYS
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from megadata_core.cache import entries as cache
-from megadata_core.cache import packed as packed_arrays
+from megadata_core.cache import npy_files as packed_arrays
 from megadata_core.errors import DataError
 
 

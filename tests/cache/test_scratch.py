@@ -9,7 +9,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from megadata_core.cache import scratch
+from megadata_core.cache import spill as scratch
 from megadata_core.cache.spill import spill_arrays
 from megadata_core.indices import document_index, gpt_indices, shuffle_index
 from megadata_core.indices.gpt import GPT_ARRAYS

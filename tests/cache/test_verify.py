@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from megadata_core.cache import entries as cache
-from megadata_core.cache import hashing
+from megadata_core.cache import keys as hashing
 from megadata_core.cache import npy_files as cache_files
 from megadata_core.indices import gpt_indices
 from megadata_core.indices.gpt import GPT_ARRAYS

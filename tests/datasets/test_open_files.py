@@ -17,7 +17,7 @@ import pytest
 from corpora import write_corpus
 
 import megadata_core as mdc
-from megadata_core.format.open_files import OpenFiles
+from megadata_core.format.reader import OpenFiles
 
 MEMBERS = 1000
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

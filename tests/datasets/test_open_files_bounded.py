@@ -19,7 +19,7 @@ import pytest
 from corpora import write_corpus
 
 import megadata_core as mdc
-from megadata_core.format.open_files import OpenFiles
+from megadata_core.format.reader import OpenFiles
 
 MEMBERS = 200
 DOCUMENTS = 4600  # .idx of ~101 KiB (memory-mapped); train split 4554 documents, above

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from megadata_core.files import atomic, identity, locks
+from megadata_core.files import atomic, identity
 
 
 def test_identity_changes_with_a_write_in_place_and_a_replace(tmp_path):
@@ -44,15 +44,15 @@ def test_a_file_is_settled_once_either_stamp_is_old(tmp_path):
 
 def test_an_exclusive_lock_is_exclusive(tmp_path):
     path = str(tmp_path / "sub" / "x.lock")
-    with locks.exclusive(path) as held:
+    with atomic.exclusive(path) as held:
         assert held and os.path.exists(path)
         with pytest.raises(BlockingIOError):
-            locks.try_exclusive(path)  # another open file description of the same file
-    handle = locks.try_exclusive(path)  # free again
+            atomic.try_exclusive(path)  # another open file description of the same file
+    handle = atomic.try_exclusive(path)  # free again
     try:
         probe = (
-            "import sys; from megadata_core.files import locks\n"
-            "try:\n    locks.try_exclusive(sys.argv[1])\nexcept BlockingIOError:\n"
+            "import sys; from megadata_core.files import atomic\n"
+            "try:\n    atomic.try_exclusive(sys.argv[1])\nexcept BlockingIOError:\n"
             "    sys.exit(3)\n"
         )
         result = subprocess.run([sys.executable, "-c", probe, path], timeout=60)
@@ -68,7 +68,7 @@ def test_an_exclusive_lock_in_a_read_only_place_yields_false(tmp_path):
     locked.mkdir()
     locked.chmod(0o555)
     try:
-        with locks.exclusive(str(locked / "x.lock")) as held:
+        with atomic.exclusive(str(locked / "x.lock")) as held:
             assert held is False
     finally:
         locked.chmod(0o755)

@@ -1,4 +1,4 @@
-"""megadata_core.files.interrupts.interrupts_deferred: a Ctrl-C during the block is raised
+"""megadata_core.files.atomic.interrupts_deferred: a Ctrl-C during the block is raised
 after it, under the handler that was in place."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from megadata_core.files.interrupts import interrupts_deferred
+from megadata_core.files.atomic import interrupts_deferred
 
 
 def test_a_sigint_in_the_block_is_raised_after_it():

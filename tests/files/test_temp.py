@@ -15,7 +15,7 @@ import pytest
 
 import megadata_core as mdc
 from megadata_core.cache import entries as cache
-from megadata_core.files import temporary as temp_files
+from megadata_core.files import atomic as temp_files
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

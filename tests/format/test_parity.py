@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import megadata_core as mdc
-from megadata_core.format.dtypes import DTYPE_BY_CODE
+from megadata_core.format.idx_layout import DTYPE_BY_CODE
 
 ALL_DTYPES = list(DTYPE_BY_CODE.values())
 

@@ -1,10 +1,10 @@
-"""megadata_core.handover.buffers: pooled copies, never shared while the caller holds them."""
+"""megadata_core.handover.pack.BufferPool: pooled copies, never shared while held."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from megadata_core.handover.buffers import BufferPool
+from megadata_core.handover.pack import BufferPool
 
 
 def test_pool_copy_is_writable_and_never_shared_while_held():

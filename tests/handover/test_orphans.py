@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from megadata_core.handover import orphans, shm_names
+from megadata_core.handover import orphans, shm
 
 ROOT = Path(__file__).resolve().parents[2]
 WATCHDOG_S = 10
@@ -22,12 +22,12 @@ WATCHDOG_S = 10
 PARENT = """
 import multiprocessing, sys, time
 import numpy as np
-from megadata_core.handover import orphans, segments
+from megadata_core.handover import orphans, shm
 
 def child(connection):
     orphans.exit_with_parent()
     orphans.exit_with_parent()  # idempotent
-    connection.send(segments.write_segment({"x": np.arange(5)}).path)
+    connection.send(shm.write_segment({"x": np.arange(5)}).path)
     time.sleep(600)
 
 if __name__ == "__main__":
@@ -78,4 +78,4 @@ def test_the_child_ends_and_cleans_up_when_its_parent_is_killed(tmp_path, start_
 
 def test_the_parent_itself_is_not_watched():
     assert not orphans.watching()  # only a process that called exit_with_parent
-    assert shm_names.PREFIX == "megadata-"
+    assert shm.PREFIX == "megadata-"

@@ -1,4 +1,4 @@
-"""megadata_core.handover.shm_ring: arrays handed over through reused shared memory."""
+"""megadata_core.handover.shm (a ring): arrays handed over through reused shared memory."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pickle
 import numpy as np
 import pytest
 
-from megadata_core.handover import shm_names, shm_ring
+from megadata_core.handover import shm
 
 
 def test_put_and_view_round_trip_and_reuse_slots():
-    producer, consumer = shm_ring.ProducerRing(3), shm_ring.ConsumerRings()
+    producer, consumer = shm.ProducerRing(3), shm.ConsumerRings()
     arrays = [np.arange(12, dtype=np.int32).reshape(3, 4) + 100 * k for k in range(7)]
     refs = []
     for array in arrays:
@@ -31,16 +31,16 @@ def test_put_and_view_round_trip_and_reuse_slots():
 
 
 def test_a_pickled_producer_starts_empty():
-    producer = shm_ring.ProducerRing(4)
+    producer = shm.ProducerRing(4)
     producer.put(np.zeros(3))
     copy = pickle.loads(pickle.dumps(producer))
     assert copy.slots == 4 and copy.path is None
     with pytest.raises(ValueError):
-        shm_ring.ProducerRing(0)
+        shm.ProducerRing(0)
 
 
 def _produce(connection, count: int) -> None:
-    ring = shm_ring.ProducerRing(2)
+    ring = shm.ProducerRing(2)
     for k in range(count):
         connection.send(ring.put(np.full((4, 5), k, dtype=np.int64)))
         if connection.recv() != "done":  # the consumer is done with put k - 1
@@ -59,7 +59,7 @@ def _start_producer(count: int):
 
 def test_across_processes_and_cleanup():
     parent, worker = _start_producer(5)
-    consumer = shm_ring.ConsumerRings()
+    consumer = shm.ConsumerRings()
     for k in range(5):
         ref = parent.recv()
         np.testing.assert_array_equal(consumer.view(ref), np.full((4, 5), k))
@@ -68,7 +68,7 @@ def test_across_processes_and_cleanup():
     worker.join(30)
     assert worker.exitcode == 0 and not os.path.exists(path)
     assert len(consumer) == 1
-    here = shm_ring.ProducerRing(1)  # (a ring is removed when its producer object goes)
+    here = shm.ProducerRing(1)  # (a ring is removed when its producer object goes)
     consumer.view(here.put(np.zeros(2)))  # a new ring: the dead producer's is dropped
     assert len(consumer) == 1
 
@@ -87,7 +87,7 @@ def test_no_room_for_the_ring_means_shipping_bytes(monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
-    producer = shm_ring.ProducerRing(2)
+    producer = shm.ProducerRing(2)
     assert producer.put(np.zeros(10)) is None and producer.failed
     assert producer.put(np.zeros(10)) is None  # tried once, not on every batch
-    assert not [name for name in os.listdir(shm_names.shm_dir()) if str(os.getpid()) in name]
+    assert not [name for name in os.listdir(shm.shm_dir()) if str(os.getpid()) in name]

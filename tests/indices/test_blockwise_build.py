@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from megadata_core import DataError
 from megadata_core.cache import entries as cache
-from megadata_core.cache import hashing
+from megadata_core.cache import keys as hashing
 from megadata_core.cache import npy_files as cache_files
 from megadata_core.cache.spill import spill_arrays
 from megadata_core.indices import document_index, gpt_indices

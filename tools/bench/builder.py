@@ -433,7 +433,7 @@ def suite_builder(bench) -> None:
         "builder: blend indices (BlendedDataset build, cold): "
         + ", ".join(f"{side} {seconds:.3f} s" for side, seconds in blend_seconds.items())
     )
-    from megadata_core.format.open_files import DEFAULT_MAX_OPEN_FILES
+    from megadata_core.format.reader import DEFAULT_MAX_OPEN_FILES
 
     bench.note(
         f"builder: ours with max_open_files={DEFAULT_MAX_OPEN_FILES} (the default) at "

@@ -21,8 +21,8 @@ import megadata_core as mdc
 from megadata_adapters.trainers.megatron_datasets import megatron_cache
 from megadata_adapters.trainers.megatron_datasets._errors import require
 from megadata_adapters.trainers.megatron_datasets.utils import log_single_rank, normalize
-from megadata_core.cache.descriptions import megatron_blend_description
 from megadata_core.cache.entries import load_or_build
+from megadata_core.cache.keys import megatron_blend_description
 from megadata_core.errors import OversampledError
 from megadata_core.indices.blending import (
     blend_counts,

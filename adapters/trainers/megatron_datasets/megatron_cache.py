@@ -45,7 +45,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy
 
 from megadata_core.cache.npy_files import npy_header, stream_crc, write_npy
-from megadata_core.files import temporary
+from megadata_core.files import atomic as temporary
 from megadata_core.files.atomic import write_atomically
 from megadata_core.files.identity import identity, settled
 
