@@ -5,11 +5,11 @@ files); never indices, cache, datasets, build, samplers or a framework.
 Modules, in the order the data flows: ``reading`` (opening inputs, cutting them into
 chunks of lines), ``encoding`` (the tokenizer protocol and ByteTokenizer, which the
 adapters fill with real tokenizers; one JSON line to its texts; a chunk to token arrays),
-``pipeline`` (the driver, :func:`preprocess_jsonl`: chunks through worker processes, in
-order). Past one machine: ``plan`` (inputs cut into deterministic tasks, the plan's
+``plan`` (inputs cut into deterministic tasks, Megatron's partitions on them, the plan's
 fingerprint; ``remote``: inputs by URL), ``workdir`` (the staging directory of a run,
 shards and manifests of a resumable run), ``tasks`` (one task to its shards; the local
-engine), ``task_pipeline`` (the driver, :func:`preprocess_tasks`, on any engine).
+engine), ``pipeline`` (the one driver, :func:`preprocess_tasks`, on any engine;
+:func:`preprocess_jsonl` on this machine's processes).
 """
 
 from megadata_core.preprocess.encoding import (
@@ -20,10 +20,14 @@ from megadata_core.preprocess.encoding import (
     parse_record,
     tokenize_chunk,
 )
-from megadata_core.preprocess.pipeline import PreprocessSummary, document_prefix, preprocess_jsonl
+from megadata_core.preprocess.pipeline import (
+    PreprocessSummary,
+    document_prefix,
+    preprocess_jsonl,
+    preprocess_tasks,
+)
 from megadata_core.preprocess.plan import TableReader, Task, plan_tasks
 from megadata_core.preprocess.reading import count_lines, open_input, open_raw
-from megadata_core.preprocess.task_pipeline import preprocess_tasks
 from megadata_core.preprocess.tasks import TaskRunner, local_engine
 
 __all__ = [

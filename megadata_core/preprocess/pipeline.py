@@ -1,4 +1,4 @@
-"""JSON-lines text to Megatron ``.bin/.idx`` corpora (Megatron's ``tools/preprocess_data.py``).
+"""The preprocessing driver: JSON-lines (and parquet) to Megatron ``.bin/.idx`` corpora.
 
 Each non-blank input line is a JSON object; for every key in ``json_keys`` its
 string value is tokenized into one document holding one sequence (plus the EOD
@@ -7,10 +7,12 @@ with a sentence splitter, one sequence per sentence, written to
 ``{output_prefix}_{key}_sentence.bin/.idx``. As in Megatron's encoder, a text that
 tokenizes to nothing gives a document with zero sequences (and no EOD).
 
-Work is split into chunks of consecutive lines that a pool of worker processes
-tokenizes (:func:`_tokenized_in_order`); results are written strictly in input order, so
-the output bytes do not depend on the worker count, the chunk size or the number of
-partitions.
+:func:`preprocess_tasks` plans the inputs into tasks (``plan``), runs the tasks not yet
+done on an engine (``tasks``), and merges the shards in plan order, so the output bytes
+do not depend on the engine, the worker count or the task size. With a ``task_size`` the
+shards live in ``{output_prefix}.work/`` and a killed run, rerun, resumes (``workdir``);
+without, in the run's staging directory. :func:`preprocess_jsonl` is the same driver on
+this machine's processes.
 Only numpy and the standard library are used here; real tokenizers live in
 ``adapters/tokenizing/text_tokenizers.py`` and reach this module as zero-argument factories.
 """
@@ -21,38 +23,55 @@ import collections
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 import numpy as np
 
 from megadata_core.errors import DataError
-from megadata_core.format import IndexedDatasetWriter, merge_datasets, optimal_dtype
-from megadata_core.preprocess import threads
-from megadata_core.preprocess.block_encoding import tokenize_block
-from megadata_core.preprocess.encoding import (
-    MAX_EXAMPLES,
-    SentenceSplitter,
-    TokenizedChunk,
-    Tokenizer,
+from megadata_core.files import atomic as temp_files
+from megadata_core.files.atomic import interrupts_deferred, write_atomically
+from megadata_core.format import merge_datasets, optimal_dtype
+from megadata_core.format.reader import bin_path_of, idx_path_of
+from megadata_core.preprocess.encoding import MAX_EXAMPLES, SentenceSplitter, Tokenizer
+from megadata_core.preprocess.plan import (
+    TableReader,
+    fingerprint,
+    input_identities,
+    is_table,
+    plan_command,
+    plan_parts,
+    plan_tasks,
 )
-from megadata_core.preprocess.plan import TableReader, is_table, plan_tasks
-from megadata_core.preprocess.processes import ProcessPool
-from megadata_core.preprocess.reading import (
-    Chunk,
-    TableRows,
-    count_lines,
-    open_input,
-    read_chunks,
+from megadata_core.preprocess.reading import open_input
+from megadata_core.preprocess.remote import is_remote
+from megadata_core.preprocess.tasks import (
+    CHUNK_BYTES,
+    CHUNK_LINES,
+    Engine,
+    TaskRunner,
+    local_engine,
 )
-from megadata_core.preprocess.table_encoding import tokenize_table_rows
-from megadata_core.preprocess.workdir import staging_for, write_documents
+from megadata_core.preprocess.workdir import (
+    driver_lock,
+    manifest_path,
+    open_work_directory,
+    remove_strays,
+    shard_files,
+    shard_prefix,
+    staging_for,
+    verified_manifest,
+    work_directory,
+)
+
+#: Bytes per task of a run without ``task_size`` (a file smaller is one task).
+DEFAULT_TASK_SIZE = 256 << 20
 
 
 @dataclass
 class PreprocessSummary:
-    """What ``preprocess_jsonl`` did."""
+    """What ``preprocess_tasks`` did."""
 
     documents: int
     tokens: int  # over all keys, EOD included
@@ -84,12 +103,7 @@ def document_prefix(output_prefix: str, key: str, level: str = "document") -> st
 
 
 def check_arguments(
-    inputs: Sequence[str],
-    output_prefix: str,
-    json_keys: Sequence[str],
-    workers: int,
-    partitions: int,
-    chunk_lines: int,
+    inputs: Sequence[str], json_keys: Sequence[str], partitions: int, chunk_lines: int
 ) -> tuple[list[str], list[str]]:
     """The input paths and JSON keys, checked with the other arguments of a run
     (DataError naming the argument)."""
@@ -109,11 +123,9 @@ def check_arguments(
         raise DataError("json_keys: no keys given")
     if len(set(keys)) != len(keys) or not all(isinstance(k, str) and k for k in keys):
         raise DataError(f"json_keys: {keys!r} must be distinct non-empty strings")
-    for name, value in (("workers", workers), ("partitions", partitions)):
+    for name, value in (("partitions", partitions), ("chunk_lines", chunk_lines)):
         if not isinstance(value, int) or value < 1:
             raise DataError(f"{name}: {value!r} must be an integer >= 1")
-    if not isinstance(chunk_lines, int) or chunk_lines < 1:
-        raise DataError(f"chunk_lines: {chunk_lines!r} must be an integer >= 1")
     return paths, keys
 
 
@@ -122,119 +134,229 @@ def preprocess_jsonl(
     output_prefix: str,
     tokenizer_factory: Callable[[], Tokenizer],
     *,
+    workers: int = 1,
+    start_method: str | None = None,
+    **options: Any,
+) -> PreprocessSummary:
+    """:func:`preprocess_tasks` on ``local_engine(workers, start_method)``: ``workers``
+    processes of this machine (one task's blocks spread over all of them when there are
+    fewer tasks than processes)."""
+    return preprocess_tasks(inputs, output_prefix, tokenizer_factory,
+                            engine=local_engine(workers, start_method), **options)
+
+
+def preprocess_tasks(
+    inputs: Sequence[str],
+    output_prefix: str,
+    tokenizer_factory: Callable[[], Tokenizer],
+    *,
+    task_size: int | None = None,
+    engine: Engine | None = None,
     json_keys: Sequence[str] = ("text",),
     append_eod: bool = False,
-    workers: int = 1,
-    partitions: int = 1,
-    keep_partitions: bool = False,
     skip_bad_lines: bool = False,
     open_binary: Callable[[str], BinaryIO] = open_input,
-    progress: Callable[[int, int], None] | None = None,
-    chunk_lines: int = 1 << 16,
-    chunk_bytes: int = 4 << 20,
-    start_method: str | None = None,
+    table_reader: TableReader | None = None,
     splitter_factory: Callable[[], SentenceSplitter] | None = None,
+    partitions: int = 1,
     keep_sequential_samples: bool = False,
+    keep_partitions: bool = False,
+    merge: bool = True,
+    keep_shards: bool = False,
+    command: Mapping[str, object] | None = None,
+    progress: Callable[[int, int], None] | None = None,
     merge_progress: Callable[[int], object] | None = None,
     keep_empty: bool = False,
-    table_reader: TableReader | None = None,
+    chunk_lines: int = CHUNK_LINES,
+    chunk_bytes: int = CHUNK_BYTES,
 ) -> PreprocessSummary:
-    """Tokenize JSON-lines files into ``{output_prefix}_{key}_document.bin/.idx``.
+    """Tokenize jsonl (.gz, .zst) and parquet files into ``{output_prefix}_{key}_document``.
 
-    ``tokenizer_factory`` is a picklable zero-argument callable returning a
-    Tokenizer (e.g. ``ByteTokenizer`` or ``functools.partial(load_tokenizer, ...)``);
-    each worker process calls it once. Tokens are stored as
-    ``optimal_dtype(tokenizer.vocab_size)``. ``splitter_factory`` (picklable, called
-    once per process) gives a SentenceSplitter: one sequence per sentence, outputs
-    named ``..._sentence``.
+    ``tokenizer_factory`` is a picklable zero-argument callable returning a Tokenizer;
+    each process calls it once. Tokens are stored as ``optimal_dtype(vocab_size)``.
+    ``splitter_factory`` (picklable) gives a SentenceSplitter: one sequence per
+    sentence, outputs named ``..._sentence``. ``engine`` runs the tasks (default
+    ``local_engine(1)``), each read in blocks of about ``chunk_bytes`` (at most
+    ``chunk_lines`` lines).
 
-    ``partitions`` K > 1 writes K shards and merges them in shard order, as
-    Megatron's ``--partitions``: input line i (0-based over all inputs, blank lines
-    counted) goes to shard i mod K, so the corpus holds lines 0, K, 2K, ..., then 1,
-    K+1, ...; with ``keep_sequential_samples`` shard k holds lines
-    [k*ceil(n/K), (k+1)*ceil(n/K)) (one extra read counts the n lines) and the corpus
-    keeps the input order. ``keep_partitions`` keeps the shards as
-    ``{output_prefix}_{k}_{key}_{level}``. ``progress(documents, bytes)`` gets running
-    totals after each chunk; ``merge_progress(1)`` is called after each shard is merged
-    (``partitions`` x keys calls in all). Lines are read in blocks of about
-    ``chunk_bytes`` (at most ``chunk_lines`` lines), each tokenized by
-    ``block_encoding.tokenize_block``: natively where the tokenizer has a block encoder and
-    the lines are proven to read the same, else line by line. ``keep_empty`` writes what
-    Megatron's ``preprocess_data_fast.py`` writes: a text that tokenizes to nothing is a
-    document of one empty sequence, and every document gets the EOD.
+    ``task_size`` (bytes) cuts the inputs into tasks (``plan.plan_tasks``) whose shards
+    and manifests live in ``{output_prefix}.work/``: a killed run, rerun with the same
+    command, skips the tasks whose manifests verify. ``merge`` merges them in plan order
+    and removes the directory (unless ``keep_shards``); without, the shards stay and
+    ``{output_prefix}_{key}_{level}.data_args`` lists them (token counts as weights) for
+    ``--data_args_path``. ``command`` describes the tokenizer and anything else that
+    changes output bytes but that this function cannot see (default: the tokenizer's
+    repr, vocab_size and eod_id); a work directory of a different command is refused.
+    Without ``task_size`` (tasks of DEFAULT_TASK_SIZE) the shards live in the run's
+    staging directory: nothing is kept after a kill.
 
-    All work happens in a hidden directory beside the outputs (``outputs.Staging``);
-    finished corpora get their final names only at the end, so on any error, or
-    after a kill, nothing corpus-like is left (a killed run's directory is removed
-    by the next run for the same ``output_prefix``). An output directory that cannot
-    be written is a DataError before any tokenizing.
+    ``partitions`` K > 1 is Megatron's ``--partitions``: input line i (0-based over all
+    inputs, blank lines counted) goes to partition i mod K, so the corpus holds lines
+    0, K, 2K, ..., then 1, K+1, ...; with ``keep_sequential_samples`` partition k holds
+    lines [k*ceil(n/K), (k+1)*ceil(n/K)) and the corpus keeps the input order. The plan
+    counts each task's lines (one extra read); each task writes one shard per partition,
+    merged in (partition, task) order. ``keep_partitions`` keeps the partitions as
+    ``{output_prefix}_{k}_{key}_{level}``. ``keep_empty`` writes what Megatron's
+    ``preprocess_data_fast.py`` writes: a text that tokenizes to nothing is a document of
+    one empty sequence, and every document gets the EOD.
+
+    ``progress(documents, bytes)`` gets running totals after each block of a task run in
+    this process, else after each task; ``merge_progress(1)`` after each shard merged.
+    Outputs get their final names only at the end (``workdir.Staging``), so on any error,
+    or after a kill, nothing corpus-like is left; an output directory that cannot be
+    written is a DataError before any tokenizing.
     """
-    paths, keys = check_arguments(
-        inputs, output_prefix, json_keys, workers, partitions, chunk_lines
-    )
+    paths, keys = check_arguments(inputs, json_keys, partitions, chunk_lines)
+    if partitions > 1 and not merge:
+        raise DataError(f"partitions: {partitions} orders the merged corpus; without merging "
+                        "(no_merge) there is none to order")
+    if task_size is None and not (merge and not keep_shards):
+        raise DataError("no_merge, keep_shards: keep the work directory, so they need a "
+                        "task_size (the resumable plan)")
     output_prefix = os.fspath(output_prefix)
     started = time.perf_counter()
     level = "document" if splitter_factory is None else "sentence"
     finals = {key: document_prefix(output_prefix, key, level) for key in keys}
-    shard_names = [f"{output_prefix}_{k}" for k in range(partitions)] if partitions > 1 else []
-    shards = {key: [document_prefix(name, key, level) for name in shard_names] for key in keys}
-    with staging_for(output_prefix, [*finals.values(), *sum(shards.values(), [])]) as staging:
+    kept = {key: [document_prefix(f"{output_prefix}_{k}", key, level)
+                  for k in range(partitions if keep_partitions and partitions > 1 else 0)]
+            for key in keys}
+    names = [*finals.values(), *sum(kept.values(), [])]
+    if task_size is not None and merge:  # an unwritable output directory fails before any work
+        with staging_for(output_prefix, names):
+            pass
+    with contextlib.ExitStack() as run:  # without task_size: the staging is the work directory
+        staging = None if task_size is not None else run.enter_context(
+            staging_for(output_prefix, names))
+        directory = work_directory(output_prefix) if staging is None else staging.path
         tokenizer = make_tokenizer(tokenizer_factory, append_eod)
         dtype = np.dtype(optimal_dtype(int(tokenizer.vocab_size)))
         if splitter_factory is not None:
             splitter_factory()  # a missing splitter fails here, before any work
-        round_robin = partitions > 1 and not keep_sequential_samples
-        tables = [path for path in paths if is_table(path)]
-        if tables and table_reader is None:
-            plan_tasks(tables[:1], 1)  # raises the DataError saying what parquet needs
-        table_rows = table_reader.row_group_rows if table_reader is not None else None
-        if partitions == 1:
-            shard_starts = [0]
-            shard_prefixes = [{key: staging.staged(finals[key]) for key in keys}]
-        else:
-            shard_starts = [0]
-            if keep_sequential_samples:
-                total_lines = sum(
-                    sum(table_rows(path))
-                    if is_table(path) and table_rows is not None  # else raised above
-                    else count_lines(path, open_binary)
-                    for path in paths)
-                size = -(-total_lines // partitions)
-                shard_starts = [min(k * size, total_lines) for k in range(partitions)]
-            shard_prefixes = [
-                {key: staging.staged(shards[key][k]) for key in keys} for k in range(partitions)
-            ]
-        counts = _Counts(keys)
-        options = (keys, bool(append_eod), dtype, bool(skip_bad_lines), splitter_factory,
-                   bool(keep_empty), table_reader)
-        chunks = read_chunks(paths, open_binary, shard_starts, chunk_lines, chunk_bytes,
-                             table_rows)
-        with contextlib.closing(chunks), _tokenized_in_order(
-            chunks, tokenizer, tokenizer_factory, options, workers, start_method
-        ) as results:
-            if round_robin:
-                _write_round_robin(results, shard_prefixes, dtype, counts, progress)
-            else:
-                _write_shards(results, shard_prefixes, dtype, counts, progress)
-        if partitions > 1:
+        if any(is_table(p) for p in paths) and table_reader is None:
+            plan_tasks([next(p for p in paths if is_table(p))], 1)  # raises the DataError
+        size = DEFAULT_TASK_SIZE if task_size is None else task_size
+        identities = input_identities(paths)
+        tasks = plan_tasks(
+            paths, size, table_reader=table_reader, sizes=[item[1] for item in identities]
+        )
+        runner = TaskRunner(
+            directory, "", tokenizer_factory, keys, level, dtype, append_eod, skip_bad_lines,
+            open_binary, table_reader, splitter_factory, keep_empty,
+            objects=[item for item in identities if is_remote(item[0])],
+            chunk_lines=chunk_lines, chunk_bytes=chunk_bytes,
+        )
+        runner.digests = task_size is not None
+        runner.parts = plan_parts(tasks, partitions, keep_sequential_samples, runner.lines)
+        options = {
+            "json_keys": keys, "append_eod": bool(append_eod),
+            "skip_bad_lines": bool(skip_bad_lines), "level": level, "dtype": dtype.name,
+            "task_size": size,
+            **({"keep_empty": True} if keep_empty else {}),
+            **({"partitions": [partitions, bool(keep_sequential_samples)]}
+               if partitions > 1 else {}),
+            **(dict(command) if command is not None else {
+                "tokenizer": repr(tokenizer), "vocab_size": int(tokenizer.vocab_size),
+                "eod_id": int(tokenizer.eod_id),
+            }),
+        }
+        plan = plan_command(paths, tasks, options, identities)
+        runner.fingerprint = fingerprint(plan)
+        run.enter_context(driver_lock(directory))  # one driver per directory, to the end
+        summary, manifests = _run_plan(runner, tasks, plan, engine, progress, started, finals)
+        order = [(k, task) for k in ([None] if partitions == 1 else range(partitions))
+                 for task in tasks]
+        shards = {key: [shard_prefix(directory, task, key, level, k) for k, task in order]
+                  for key in keys}
+        if not merge:
+            remove_strays(directory, _names(directory, tasks, keys, level, 1))
             for key in keys:
-                merge_datasets([staging.staged(shard) for shard in shards[key]],
-                               staging.staged(finals[key]), progress=merge_progress)
-        kept = shards if keep_partitions else {key: [] for key in keys}
-        staging.publish([*finals.values(), *sum(kept.values(), [])])
-    return PreprocessSummary(
-        documents=counts.documents,
-        tokens=sum(counts.tokens_per_key.values()),
-        tokens_per_key=counts.tokens_per_key,
-        bad_lines=sum(counts.bad.values()),
-        bad_line_kinds=dict(counts.bad),
-        bad_line_examples=counts.examples,
-        blank_lines=counts.blank,
-        bytes=counts.bytes,
-        seconds=time.perf_counter() - started,
-        output_prefixes=finals,
-        partition_prefixes=kept,
-    )
+                path = f"{finals[key]}.data_args"
+                write_data_args(path, shards[key], tasks, manifests, key)
+                summary.data_args_paths[key] = path
+            summary.output_prefixes = {}  # nothing written under the corpus names
+            summary.partition_prefixes = shards
+            return summary
+        with staging_for(output_prefix, names) if staging is None else \
+                contextlib.nullcontext(staging) as out:
+            for key in keys:
+                _merge(out, shards[key], kept[key], finals[key], merge_progress,
+                       movable=staging is not None)
+            out.publish(names)
+            summary.partition_prefixes = shards if keep_shards else kept
+        if task_size is not None and not keep_shards:
+            with contextlib.suppress(FileNotFoundError), interrupts_deferred():
+                temp_files.remove_tree(directory)
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _run_plan(runner: TaskRunner, tasks, plan: dict, engine: Engine | None, progress,
+              started: float, finals: dict[str, str]) -> tuple[PreprocessSummary, dict]:
+    """Run the tasks of ``plan`` not yet done in ``runner.directory`` (its driver lock
+    held); the summary and the manifests by task index."""
+    directory, keys, level = runner.directory, runner.json_keys, runner.level
+    with contextlib.ExitStack() as stack:
+        open_work_directory(directory, plan, runner.fingerprint)
+        manifests: dict[int, dict] = {}
+        for task in tasks:
+            manifest = verified_manifest(directory, task, keys, level, runner.fingerprint,
+                                         runner.parts.count)
+            if manifest is not None:
+                manifests[task.index] = manifest
+        remove_strays(directory, _names(directory, [tasks[i] for i in manifests], keys, level,
+                                        runner.parts.count))
+        pending = [task for task in tasks if task.index not in manifests]
+        totals = [sum(m["documents"] for m in manifests.values()),
+                  sum(m["bytes"] for m in manifests.values())]
+        reported: set[int] = set()
+
+        def report(task, documents: int, nbytes: int) -> None:
+            totals[0] += documents
+            totals[1] += nbytes
+            if progress is not None:
+                progress(totals[0], totals[1])
+
+        def on_part(task, part) -> None:  # a task run in this process: after each block
+            reported.add(task.index)
+            report(task, part.documents, part.nbytes)
+
+        runner.on_part = on_part
+        results = (engine or local_engine(1))(runner, pending)
+        if hasattr(results, "close"):  # on the way out at once: an error or Ctrl-C
+            stack.callback(results.close)  # stops the engine's workers
+        for manifest in results:
+            index = manifest.get("index")
+            if not (
+                isinstance(index, int) and 0 <= index < len(tasks)
+                and tasks[index].as_list() == manifest["task"]
+            ):
+                raise DataError(
+                    f"engine returned a manifest of no planned task: {manifest['task']!r}"
+                )
+            manifests[index] = manifest
+            if index not in reported:
+                report(tasks[index], manifest["documents"], manifest["bytes"])
+        runner.on_part = None
+        missing = [task.describe() for task in tasks if task.index not in manifests]
+        if missing:
+            raise DataError(f"engine finished without tasks: {', '.join(missing[:5])}")
+        return _summary(tasks, manifests, keys, started, finals), manifests
+
+
+def _merge(staging, shards: list[str], kept: list[str], final: str, merge_progress,
+           movable: bool) -> None:
+    """Merge ``shards`` into ``final`` (through the ``kept`` partitions, in as many equal
+    runs of shards, when any); one shard is moved when ``movable`` (its directory goes)."""
+    if kept:
+        runs = len(shards) // len(kept)
+        for k, name in enumerate(kept):
+            merge_datasets(shards[k * runs : (k + 1) * runs], staging.staged(name))
+        shards = [staging.staged(name) for name in kept]
+    if len(shards) == 1 and movable:
+        os.replace(bin_path_of(shards[0]), bin_path_of(staging.staged(final)))
+        os.replace(idx_path_of(shards[0]), idx_path_of(staging.staged(final)))
+    else:
+        merge_datasets(shards, staging.staged(final), progress=merge_progress)
 
 
 def make_tokenizer(tokenizer_factory: Callable[[], Tokenizer], append_eod: bool) -> Tokenizer:
@@ -253,195 +375,47 @@ def make_tokenizer(tokenizer_factory: Callable[[], Tokenizer], append_eod: bool)
     return tokenizer
 
 
-class _Counts:
-    """Running totals of a run."""
-
-    def __init__(self, keys: Sequence[str]) -> None:
-        self.documents = self.blank = self.bytes = 0
-        self.tokens_per_key = dict.fromkeys(keys, 0)
-        self.bad: collections.Counter[str] = collections.Counter()
-        self.examples: list[str] = []
-
-    def add(self, chunk: Chunk, result: TokenizedChunk) -> None:
-        for key, tokens in result.tokens.items():
-            self.tokens_per_key[key] += int(tokens.size)
-        self.documents += result.documents
-        self.blank += result.blank_lines
-        self.bytes += chunk.nbytes or result.nbytes  # a table's rows: known once read
-        self.bad.update(result.bad_lines)
-        self.examples.extend(result.bad_examples[: MAX_EXAMPLES - len(self.examples)])
-
-
-def _open_writers(
-    stack: contextlib.ExitStack, prefixes: dict[str, str], dtype: np.dtype
-) -> dict[str, IndexedDatasetWriter]:
-    """One writer per key, each aborted by ``stack`` on error."""
-    return {
-        key: stack.enter_context(IndexedDatasetWriter(prefix, dtype))
-        for key, prefix in prefixes.items()
-    }
-
-
-def _write_shards(
-    results: Iterator[tuple[Chunk, TokenizedChunk]],
-    shard_prefixes: Sequence[dict[str, str]],
-    dtype: np.dtype,
-    counts: _Counts,
-    progress: Callable[[int, int], None] | None,
+def write_data_args(
+    path: str, prefixes: Sequence[str], tasks, manifests: Mapping[int, dict], key: str
 ) -> None:
-    """Write each shard's documents to its corpora (one per key), shard after shard."""
-    current = 0
-    with contextlib.ExitStack() as stack:  # aborts the open writers on error
-        writers = _open_writers(stack, shard_prefixes[0], dtype)
-        for chunk, result in results:
-            while current < chunk.shard:
-                for writer in writers.values():
-                    writer.finalize()
-                current += 1
-                writers = _open_writers(stack, shard_prefixes[current], dtype)
-            for key, writer in writers.items():
-                write_documents(
-                    writer,
-                    result.tokens[key],
-                    result.sequence_lengths[key],
-                    result.document_sequences[key],
-                )
-            counts.add(chunk, result)
-            if progress is not None:
-                progress(counts.documents, counts.bytes)
-        for writer in writers.values():
-            writer.finalize()
-        for prefixes in shard_prefixes[current + 1 :]:  # shards past the last line are empty
-            for prefix in prefixes.values():
-                IndexedDatasetWriter(prefix, dtype).finalize()
+    """'weight prefix' pairs (token counts as weights; shards with no tokens left out)."""
+    lines = [
+        f"{manifests[task.index]['tokens'][key]} {prefix}\n"
+        for task, prefix in zip(tasks, prefixes)
+        if manifests[task.index]["tokens"][key] > 0
+    ]
+    text = "".join(lines).encode("utf-8")
+    write_atomically(path, lambda stream: stream.write(text))
 
 
-def _write_round_robin(
-    results: Iterator[tuple[Chunk, TokenizedChunk]],
-    shard_prefixes: Sequence[dict[str, str]],
-    dtype: np.dtype,
-    counts: _Counts,
-    progress: Callable[[int, int], None] | None,
-) -> None:
-    """Write the document of input line i to shard i mod K (Megatron's partition files)."""
-    shards = len(shard_prefixes)
-    with contextlib.ExitStack() as stack:  # aborts the open writers on error
-        writers = [_open_writers(stack, prefixes, dtype) for prefixes in shard_prefixes]
-        for chunk, result in results:
-            shard_of = (chunk.first_index + result.line_offsets) % shards
-            for shard in np.unique(shard_of):
-                mask = shard_of == shard
-                for key, writer in writers[shard].items():
-                    write_documents(
-                        writer,
-                        result.tokens[key],
-                        result.sequence_lengths[key],
-                        result.document_sequences[key],
-                        mask,
-                    )
-            counts.add(chunk, result)
-            if progress is not None:
-                progress(counts.documents, counts.bytes)
-        for shard_writers in writers:
-            for writer in shard_writers.values():
-                writer.finalize()
+def _names(directory: str, tasks, keys, level, parts: int) -> set[str]:
+    names = set()
+    for task in tasks:
+        names.add(os.path.basename(manifest_path(directory, task)))
+        names.update(os.path.basename(p) for p in shard_files(directory, task, keys, level, parts))
+    return names
 
 
-class _ChunkWorker:
-    """Per-process state: the tokenizer, built once, and the fixed options."""
-
-    def __init__(
-        self,
-        tokenizer: Tokenizer,
-        json_keys: Sequence[str],
-        append_eod: bool,
-        dtype: np.dtype,
-        skip_bad_lines: bool,
-        splitter_factory: Callable[[], SentenceSplitter] | None = None,
-        keep_empty: bool = False,
-        table_reader=None,
-    ) -> None:
-        self.tokenizer = tokenizer
-        self.table_reader = table_reader
-        self.json_keys = tuple(json_keys)
-        self.append_eod = append_eod
-        self.dtype = dtype
-        self.skip_bad_lines = skip_bad_lines
-        self.splitter = None if splitter_factory is None else splitter_factory()
-        self.keep_empty = keep_empty
-
-    def __call__(self, path: str, first_line: int, data: bytes | TableRows) -> TokenizedChunk:
-        options: dict[str, Any] = dict(
-            append_eod=self.append_eod, dtype=self.dtype, skip_bad_lines=self.skip_bad_lines,
-            splitter=self.splitter, keep_empty=self.keep_empty,
-        )
-        if isinstance(data, TableRows):
-            return tokenize_table_rows(self.table_reader, path, data, self.tokenizer,
-                                       self.json_keys, **options)
-        return tokenize_block(data, self.tokenizer, self.json_keys, path=path,
-                              first_line=first_line, **options)
-
-    def run(self, chunk: Chunk) -> TokenizedChunk:
-        return self(chunk.path, chunk.first_line, chunk.data)
-
-
-_WORKER: _ChunkWorker | None = None
-
-
-def _init_worker(tokenizer_factory: Callable[[], Tokenizer], *options) -> None:
-    """Each pool process builds its tokenizer once."""
-    global _WORKER
-    _WORKER = _ChunkWorker(tokenizer_factory(), *options)
-
-
-def _run_worker(path: str, first_line: int, data: bytes | TableRows) -> TokenizedChunk:
-    if _WORKER is None:
-        raise RuntimeError("_run_worker: the pool process was not initialized")
-    return _WORKER(path, first_line, data)
-
-
-@contextlib.contextmanager
-def _tokenized_in_order(
-    chunks: Iterable[Chunk],
-    tokenizer: Tokenizer,
-    tokenizer_factory: Callable[[], Tokenizer],
-    options: tuple,
-    workers: int,
-    start_method: str | None,
-) -> Iterator[Iterator[tuple[Chunk, TokenizedChunk]]]:
-    """Yields (chunk, result) pairs in input order, tokenized by ``workers`` processes.
-
-    ``workers == 1`` uses ``tokenizer`` in this process (in a few threads when it has a
-    native block encoder, ``threads``); otherwise each pool process calls
-    ``tokenizer_factory`` once. Chunk k goes to process k mod ``workers``; at most
-    ``4 * workers`` chunks are in flight, so memory stays bounded however large the input.
-    Leaving the block stops the processes at once on an error or Ctrl-C
-    (:class:`~megadata_core.preprocess.processes.ProcessPool`).
-    """
-    if workers <= 1:
-        worker = _ChunkWorker(tokenizer, *options)
-        if worker.splitter is None and getattr(tokenizer, "block_encoder", None) is not None:
-            # a native encoder releases the GIL: a few threads overlap the blocks' stages
-            with threads.in_order(chunks, worker.run, threads.threads_for_native()) as results:
-                yield results
-            return
-        yield ((c, worker.run(c)) for c in chunks)
-        return
-    initargs = (tokenizer_factory, *options)
-    with ProcessPool(workers, _run_worker, _init_worker, initargs, start_method) as pool:
-        yield _windowed(pool, chunks, 4 * workers)
-
-
-def _windowed(pool: ProcessPool, chunks: Iterable[Chunk], window: int):
-    pending: collections.deque = collections.deque()
-    for number, chunk in enumerate(chunks):
-        worker = number % pool.size
-        pool.send(worker, (chunk.path, chunk.first_line, chunk.data))
-        chunk.data = b""  # the worker has its own copy; keep this process's memory small
-        pending.append((chunk, worker))
-        if len(pending) >= window:
-            done, worker = pending.popleft()
-            yield done, pool.receive(worker)
-    while pending:
-        done, worker = pending.popleft()
-        yield done, pool.receive(worker)
+def _summary(tasks, manifests, keys, started, finals) -> PreprocessSummary:
+    bad: collections.Counter[str] = collections.Counter()
+    examples: list[str] = []
+    tokens = dict.fromkeys(keys, 0)
+    for task in tasks:
+        manifest = manifests[task.index]
+        bad.update(manifest["bad_lines"])
+        examples.extend(manifest["bad_examples"][: MAX_EXAMPLES - len(examples)])
+        for key in keys:
+            tokens[key] += manifest["tokens"][key]
+    return PreprocessSummary(
+        documents=sum(manifests[t.index]["documents"] for t in tasks),
+        tokens=sum(tokens.values()),
+        tokens_per_key=tokens,
+        bad_lines=sum(bad.values()),
+        bad_line_kinds=dict(bad),
+        bad_line_examples=examples,
+        blank_lines=sum(manifests[t.index]["blank_lines"] for t in tasks),
+        bytes=sum(manifests[t.index]["bytes"] for t in tasks),
+        seconds=time.perf_counter() - started,
+        output_prefixes=finals,
+        partition_prefixes={key: [] for key in keys},
+    )

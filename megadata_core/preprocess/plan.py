@@ -91,6 +91,40 @@ class Task:
         return [self.path, self.kind, self.start, self.stop]
 
 
+@dataclass(frozen=True)
+class Parts:
+    """Megatron's ``--partitions`` K on the plan: each task's first line over all inputs
+    (``first_lines[task.index]``, blank lines counted), and the partitions' first lines
+    when sequential (``starts``; None: line i goes to partition i mod K)."""
+
+    count: int
+    first_lines: Sequence[int]
+    starts: Sequence[int] | None
+
+    def of(self, task: Task, first: int, offsets: np.ndarray) -> np.ndarray | None:
+        """int64 partition of each document (``offsets``: lines past the task's ``first``),
+        None when K is 1."""
+        if self.count == 1:
+            return None
+        lines = self.first_lines[task.index] + first + offsets
+        if self.starts is None:
+            return lines % self.count
+        return np.searchsorted(np.asarray(self.starts), lines, side="right") - 1
+
+
+def plan_parts(
+    tasks: Sequence[Task], count: int, sequential: bool, count_lines: Callable[[Task], int]
+) -> Parts:
+    """The :class:`Parts` of ``tasks`` (``count_lines(task)``: the lines of a task, a
+    read of the inputs when K > 1)."""
+    if count == 1:
+        return Parts(1, [0] * len(tasks), None)
+    first_lines = np.cumsum([0, *(count_lines(task) for task in tasks)]).tolist()
+    size = -(-first_lines[-1] // count)
+    starts = [min(k * size, first_lines[-1]) for k in range(count)] if sequential else None
+    return Parts(count, first_lines[:-1], starts)
+
+
 def is_table(path: str) -> bool:
     return path.endswith(TABLE_SUFFIXES)
 

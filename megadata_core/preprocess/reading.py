@@ -1,4 +1,4 @@
-"""Reading inputs: opening (plain, gzip), counting lines, and cutting them into chunks."""
+"""Reading inputs: opening (plain, gzip), counting lines, and cutting them into blocks of lines."""
 
 from __future__ import annotations
 
@@ -8,14 +8,12 @@ import io
 import mmap
 import os
 import stat
-from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import BinaryIO, TypeGuard, cast
 
 import numpy as np
 
 from megadata_core.errors import DataError
-from megadata_core.preprocess.plan import TABLE_SUFFIXES
 from megadata_core.preprocess.remote import is_remote, open_remote
 
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, dropped from a file's first line
@@ -96,31 +94,6 @@ def naming_read_errors(path: str) -> Iterator[None]:
         raise DataError(f"{path}: input file not found") from None
     except (OSError, EOFError) as error:
         raise DataError(f"{path}: cannot read input: {error}") from error
-
-
-@dataclass(frozen=True)
-class TableRows:
-    """Rows [start, stop) of row group ``group`` of a table input (read by the worker)."""
-
-    group: int
-    start: int
-    stop: int
-
-
-@dataclass
-class Chunk:
-    """Consecutive whole lines of one file, as one block of bytes: ``data`` holds ``count``
-    lines, each ending in ``\\n`` (a file's last line may not); ``first_line`` is 1-based
-    in ``path``, ``first_index`` 0-based over all inputs; ``nbytes`` counts the input bytes
-    (a dropped byte order mark included)."""
-
-    shard: int
-    path: str
-    first_line: int
-    data: bytes | TableRows
-    count: int
-    nbytes: int
-    first_index: int = 0
 
 
 def lines_in(data: bytes) -> int:
@@ -220,57 +193,3 @@ def _mapped_blocks(stream: io.BufferedReader, block_bytes: int, limit: int) -> I
         finally:  # (a generator closed after its file was: nothing to leave it at)
             if not stream.closed:
                 stream.seek(position)
-
-
-def read_chunks(
-    paths: Sequence[str],
-    open_binary: Callable[[str], BinaryIO],
-    shard_starts: Sequence[int],
-    chunk_lines: int,
-    chunk_bytes: int,
-    table_rows: Callable[[str], list[int]] | None = None,
-) -> Generator[Chunk, None, None]:
-    """Consecutive lines of all inputs, in order, in blocks of at most ``chunk_lines``
-    lines and about ``chunk_bytes`` bytes; no chunk spans two files or two shards.
-
-    ``shard_starts[k]`` is the global line index (over all files) where shard k begins.
-    A table input (``table_rows(path)``: rows per row group, for ``.parquet`` paths)
-    counts its rows as lines and gives one chunk of :class:`TableRows` per row group (cut
-    at shard starts), read by the worker.
-    """
-    line_index = 0
-    shard = 0
-    for path in paths:
-        first_line = 1
-        if table_rows is not None and path.endswith(TABLE_SUFFIXES):
-            for group, rows in enumerate(table_rows(path)):
-                start = 0
-                while start < rows:
-                    while shard + 1 < len(shard_starts) and line_index >= shard_starts[shard + 1]:
-                        shard += 1
-                    stop = rows
-                    if shard + 1 < len(shard_starts):
-                        stop = min(stop, start + shard_starts[shard + 1] - line_index)
-                    part = TableRows(group, start, stop)
-                    yield Chunk(shard, path, first_line, part, stop - start, 0, line_index)
-                    first_line += stop - start
-                    line_index += stop - start
-                    start = stop
-            continue
-        with naming_read_errors(path), open_binary(path) as stream:
-            for data in read_blocks(stream, chunk_bytes):
-                nbytes = len(data)
-                if first_line == 1:
-                    data = strip_bom(data)
-                while data:
-                    while shard + 1 < len(shard_starts) and line_index >= shard_starts[shard + 1]:
-                        shard += 1
-                    room = chunk_lines
-                    if shard + 1 < len(shard_starts):
-                        room = min(room, shard_starts[shard + 1] - line_index)
-                    piece, data, count = take_lines(data, room)
-                    size = nbytes if not data else len(piece)
-                    nbytes -= size
-                    yield Chunk(shard, path, first_line, piece, count, size, line_index)
-                    first_line += count
-                    line_index += count

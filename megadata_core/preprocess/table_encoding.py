@@ -27,7 +27,6 @@ from megadata_core.preprocess.encoding import (
     encode_many,
 )
 from megadata_core.preprocess.json_scan import exact_rows
-from megadata_core.preprocess.reading import TableRows
 
 
 def tokenize_rows(
@@ -122,13 +121,3 @@ def _texts(data, offsets, rows: np.ndarray, where: str, first_row: int) -> list[
             raise DataError(f"{where}, row {first_row + row + 1}: invalid UTF-8 at byte "
                             f"{error.start} ({error.reason})") from None
     return texts
-
-
-def tokenize_table_rows(table_reader, path: str, rows: TableRows, tokenizer: Tokenizer,
-                        json_keys: Sequence[str], **options) -> TokenizedChunk:
-    """``tokenize_rows`` of rows [start, stop) of one row group of ``path``."""
-    buffers, valid = table_reader.read_buffers(path, rows.group, json_keys)
-    window = [(data, offsets[rows.start : rows.stop + 1]) for data, offsets in buffers]
-    return tokenize_rows(window, valid[rows.start : rows.stop], tokenizer, json_keys,
-                         where=f"{path} (row group {rows.group})", first_row=rows.start,
-                         **options)

@@ -2,7 +2,8 @@
 
 :class:`TaskRunner` is picklable (it carries factories, not a tokenizer) and builds its
 tokenizer once per process, so any engine can ship it to workers: the local process pool
-(:func:`local_engine`) or Ray (``adapters/engines/ray_preprocess.py``). An engine is a callable
+(:func:`local_engine`; with fewer tasks than processes, each task's blocks are spread over
+them in order) or Ray (``adapters/engines/ray_preprocess.py``). An engine is a callable
 ``engine(runner, tasks) -> iterator of manifests`` (any order; the driver puts them in
 plan order).
 """
@@ -13,7 +14,7 @@ import collections
 import contextlib
 import functools
 from collections.abc import Callable, Iterator, Sequence
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -27,9 +28,10 @@ from megadata_core.preprocess.encoding import (
     TokenizedChunk,
     Tokenizer,
 )
-from megadata_core.preprocess.plan import TableReader, Task
+from megadata_core.preprocess.plan import Parts, TableReader, Task
 from megadata_core.preprocess.processes import ProcessPool
 from megadata_core.preprocess.reading import (
+    lines_in,
     naming_read_errors,
     read_blocks,
     strip_bom,
@@ -59,7 +61,10 @@ class TaskRunner:
     ``runner(task, threads=n)`` tokenizes a lines task's blocks on ``n`` threads of this
     process when the tokenizer has a native block encoder (which releases the GIL), as
     ``preprocess_jsonl`` does with one worker: the engine that runs tasks in its own
-    process asks for the usable cores; pools of processes take one each. ``objects``:
+    process asks for the usable cores; pools of processes take one each.
+    ``runner(task, pool=p)`` spreads the blocks (row groups) over the processes of ``p``,
+    each holding this runner. ``parts``: Megatron's partitions (one shard per partition);
+    ``on_part(task, part)``: called here after each block of a task run here. ``objects``:
     ``[url, size, generation]`` of the inputs by URL, as the driver found them (each
     process opening them then asks the store for no size)."""
 
@@ -78,8 +83,15 @@ class TaskRunner:
         splitter_factory: Callable[[], SentenceSplitter] | None = None,
         keep_empty: bool = False,
         objects: Sequence[Sequence] = (),
+        parts: Parts | None = None,
+        chunk_lines: int = CHUNK_LINES,
+        chunk_bytes: int = CHUNK_BYTES,
     ) -> None:
         self.directory = directory
+        self.parts = parts or Parts(1, [0], None)
+        self.chunk_lines, self.chunk_bytes = chunk_lines, chunk_bytes
+        self.digests = True  # (a run that never resumes verifies no manifest)
+        self.on_part: Callable[[Task, TokenizedChunk], object] | None = None  # in this process
         self.objects = [list(identity) for identity in objects]
         self.keep_empty = bool(keep_empty)
         self.fingerprint = fingerprint
@@ -96,7 +108,7 @@ class TaskRunner:
         self._tools: tuple[Tokenizer, SentenceSplitter | None] | None = None
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_tools": None}
+        return {**self.__dict__, "_tools": None, "on_part": None}
 
     def tools(self) -> tuple[Tokenizer, SentenceSplitter | None]:
         if self._tools is None:
@@ -106,35 +118,42 @@ class TaskRunner:
             self._tools = (self.tokenizer_factory(), splitter)
         return self._tools
 
-    def __call__(self, task: Task, threads: int = 1) -> dict:
-        """Write the task's shards and manifest; returns the manifest."""
+    def __call__(self, task: Task, threads: int = 1, pool: ProcessPool | None = None) -> dict:
+        """Write the task's shards (one per partition and key) and manifest; returns the
+        manifest. ``pool``: processes holding this runner that tokenize its blocks."""
         remove_task_files(self.directory, task)  # a killed attempt's partial shards
         documents = nbytes = blank = 0
         tokens_per_key = dict.fromkeys(self.json_keys, 0)
         bad: collections.Counter[str] = collections.Counter()
         examples: list[str] = []
-        prefixes = {k: shard_prefix(self.directory, task, k, self.level) for k in self.json_keys}
+        names = [None] if self.parts.count == 1 else range(self.parts.count)
         with contextlib.ExitStack() as stack:  # aborts the open writers on error
-            writers = {
-                key: stack.enter_context(IndexedDatasetWriter(prefix, self.dtype))
-                for key, prefix in prefixes.items()
-            }
-            parts = (self._table_parts(task) if task.kind == "rows"
-                     else self._line_parts(task, threads))
-            for part in parts:
-                for key, writer in writers.items():
-                    write_documents(
-                        writer, part.tokens[key], part.sequence_lengths[key],
-                        part.document_sequences[key],
-                    )
+            writers = [{
+                key: stack.enter_context(IndexedDatasetWriter(
+                    shard_prefix(self.directory, task, key, self.level, name), self.dtype))
+                for key in self.json_keys} for name in names]
+            parts = (self._table_parts(task, pool) if task.kind == "rows"
+                     else self._line_parts(task, threads, pool))
+            for first, part in parts:
+                where = self.parts.of(task, first, part.line_offsets)
+                for k in range(len(writers)) if where is None else np.unique(where):
+                    mask = None if where is None else where == k
+                    for key, writer in writers[k].items():
+                        write_documents(writer, part.tokens[key], part.sequence_lengths[key],
+                                        part.document_sequences[key], mask)
+                for key in self.json_keys:
                     tokens_per_key[key] += int(part.tokens[key].size)
                 documents += part.documents
                 nbytes += part.nbytes
                 blank += part.blank_lines
                 bad.update(part.bad_lines)
                 examples.extend(part.bad_examples[: MAX_EXAMPLES - len(examples)])
-            for writer in writers.values():
-                writer.finalize()
+                if self.on_part is not None:
+                    self.on_part(task, part)
+            for shard in writers:
+                for writer in shard.values():
+                    writer.finalize()
+        files = shard_files(self.directory, task, self.json_keys, self.level, self.parts.count)
         manifest = {
             "fingerprint": self.fingerprint,
             "index": task.index,  # an input named twice has two tasks of equal as_list()
@@ -145,37 +164,45 @@ class TaskRunner:
             "blank_lines": blank,
             "bad_lines": dict(bad),
             "bad_examples": examples,
-            "files": file_records(shard_files(self.directory, task, self.json_keys, self.level)),
+            "files": file_records(files, self.digests),
         }
         write_json(manifest_path(self.directory, task), manifest)
         return manifest
 
-    def _line_parts(self, task: Task, threads: int = 1) -> Iterator[TokenizedChunk]:
-        """Tokenized chunks of a lines task, in order (``threads`` at once, see the class
-        docstring). Messages name the file's own line numbers: a task that starts past
-        byte 0 counts the lines before it only when a chunk of it has an error to report
-        (a reread of the file up to the task, once)."""
+    def part(self, task: Task, item, offset: int | None = None):
+        """One row group of a rows task, tokenized; or one block of a lines task:
+        (offset, its part with lines numbered from ``offset``), or, when the offset is
+        unknown (None: numbered from the task's first line), (None, the DataError that
+        raised)."""
         tokenizer, splitter = self.tools()
+        options: dict[str, Any] = dict(
+            append_eod=self.append_eod, dtype=self.dtype, splitter=splitter,
+            skip_bad_lines=self.skip_bad_lines, keep_empty=self.keep_empty)
+        if task.kind == "rows":
+            if self.table_reader is None:
+                raise DataError(f"{task.path}: parquet input needs a table reader")
+            buffers, valid = self.table_reader.read_buffers(task.path, item, self.json_keys)
+            return tokenize_rows(buffers, valid, tokenizer, self.json_keys,
+                                 where=f"{task.path} (row group {item})", **options)
+        first_line, data, _ = item
+        try:
+            return offset, tokenize_block(data, tokenizer, self.json_keys, path=task.path,
+                                          first_line=first_line + (offset or 0), **options)
+        except DataError as error:
+            if offset is not None:
+                raise
+            return None, error
+
+    def _line_parts(self, task: Task, threads: int = 1, pool: ProcessPool | None = None):
+        """(first line within the task, 0-based; tokenized block) of a lines task, in
+        order (on ``threads`` or ``pool``, see the class docstring). Messages name the
+        file's own line numbers: a task that starts past byte 0 counts the lines before it
+        only when a block of it has an error to report (a reread of the file up to the
+        task, once)."""
+        tokenizer, splitter = self.tools() if threads > 1 else (None, None)
         if splitter is not None or getattr(tokenizer, "block_encoder", None) is None:
             threads = 1
         before = 0 if task.start == 0 else None  # lines of the file before the task
-
-        def encode(chunk: tuple[int, bytes, int], offset: int | None):
-            """(offset, the chunk's part with lines numbered from ``offset``), or, when the
-            offset is unknown (None: numbered from the task's first line), (None, the
-            DataError that raised)."""
-            first_line, data, _ = chunk
-            try:
-                return offset, tokenize_block(
-                    data, tokenizer, self.json_keys, path=task.path,
-                    first_line=first_line + (offset or 0), append_eod=self.append_eod,
-                    dtype=self.dtype, skip_bad_lines=self.skip_bad_lines, splitter=splitter,
-                    keep_empty=self.keep_empty)
-            except DataError as error:
-                if offset is not None:
-                    raise
-                return None, error
-
         with contextlib.ExitStack() as stack:
             stack.enter_context(naming_read_errors(task.path))
             stream = stack.enter_context(self.open_binary(task.path))
@@ -183,19 +210,28 @@ class TaskRunner:
                 stream.seek(task.start)
             if task.stop >= 0:
                 bound_reads(stream, task.stop)
-            chunks = _line_chunks(stream, task, _block_bytes(task, threads))
-            if threads > 1:  # (every block numbered as ``before`` stands now)
-                done = stack.enter_context(block_threads.in_order(
-                    chunks, functools.partial(encode, offset=before), threads))
-            else:
-                done = ((chunk, encode(chunk, before)) for chunk in chunks)
-            for chunk, (offset, part) in done:
+            block = _block_bytes(task, max(threads, pool.size if pool else 1), self.chunk_bytes)
+            chunks = _line_chunks(stream, task, block, self.chunk_lines)
+            for chunk, (offset, part) in _in_order(stack, self, task, chunks, before, threads,
+                                                   pool):
                 if offset is None and (isinstance(part, DataError) or part.bad_examples):
                     if before is None:
                         before = self._lines_before(task)
-                    _, part = encode(chunk, before)  # numbered from the file's start
+                    _, part = self.part(task, chunk, before)  # numbered from the file's start
                 part.nbytes = chunk[2]
-                yield part
+                yield chunk[0] - 1, part
+
+    def lines(self, task: Task) -> int:
+        """Lines (rows) of a task, blank ones counted: a read of it."""
+        if task.kind == "rows" and self.table_reader is not None:
+            return sum(self.table_reader.row_group_rows(task.path)[task.start : task.stop])
+        with naming_read_errors(task.path), self.open_binary(task.path) as stream:
+            if task.start:
+                stream.seek(task.start)
+            if task.stop >= 0:
+                bound_reads(stream, task.stop)
+            limit = task.stop - task.start if task.stop >= 0 else -1
+            return sum(lines_in(block) for block in read_blocks(stream, 1 << 24, limit))
 
     def _lines_before(self, task: Task) -> int:
         """Newlines in bytes [0, task.start) of the task's (plain) file."""
@@ -207,33 +243,53 @@ class TaskRunner:
                 remaining -= len(block)
         return count
 
-    def _table_parts(self, task: Task) -> Iterator[TokenizedChunk]:
-        tokenizer, splitter = self.tools()
-        reader = self.table_reader
-        if reader is None:
-            raise DataError(f"{task.path}: parquet input needs a table reader")
-        for group in range(task.start, task.stop):
-            buffers, valid = reader.read_buffers(task.path, group, self.json_keys)
-            yield tokenize_rows(
-                buffers, valid, tokenizer, self.json_keys,
-                where=f"{task.path} (row group {group})", append_eod=self.append_eod,
-                dtype=self.dtype, skip_bad_lines=self.skip_bad_lines, splitter=splitter,
-                keep_empty=self.keep_empty,
-            )
+    def _table_parts(self, task: Task, pool: ProcessPool | None = None):
+        """(first row within the task, tokenized row group) of a rows task, in order."""
+        rows = None
+        if self.parts.count > 1 and self.table_reader is not None:
+            rows = np.cumsum([0, *self.table_reader.row_group_rows(task.path)])
+        with contextlib.ExitStack() as stack:
+            groups = range(task.start, task.stop)
+            for group, part in _in_order(stack, self, task, groups, None, 1, pool):
+                yield (0 if rows is None else int(rows[group] - rows[task.start])), part
 
 
-def _block_bytes(task: Task, threads: int) -> int:
-    """Bytes per block of a lines task: CHUNK_BYTES, or less when the task's range is too
+def _in_order(stack, runner, task, items, offset, threads, pool):
+    """(item, ``runner.part(task, item, offset)``) in order: on ``pool``'s processes (at
+    most 4 per process in flight), on ``threads`` threads here, or one by one."""
+    if pool is None and threads <= 1:
+        return ((item, runner.part(task, item, offset)) for item in items)
+    if pool is None:
+        work = functools.partial(runner.part, task, offset=offset)
+        return stack.enter_context(block_threads.in_order(items, work, threads))
+
+    def windowed():
+        pending: collections.deque = collections.deque()
+        for number, item in enumerate(items):
+            pool.send(number % pool.size, (task, item, offset))
+            pending.append((item, number % pool.size))
+            if len(pending) >= 4 * pool.size:
+                done, worker = pending.popleft()
+                yield done, pool.receive(worker)
+        while pending:
+            done, worker = pending.popleft()
+            yield done, pool.receive(worker)
+
+    return windowed()
+
+
+def _block_bytes(task: Task, threads: int, most: int = CHUNK_BYTES) -> int:
+    """Bytes per block of a lines task: ``most``, or less when the task's range is too
     short to give each of ``threads`` a block of that size (down to MIN_BLOCK_BYTES)."""
     if threads <= 1 or task.stop < 0:
-        return CHUNK_BYTES
+        return most
     share = -(-(task.stop - task.start) // threads)
-    return min(CHUNK_BYTES, max(MIN_BLOCK_BYTES, share))
+    return min(most, max(min(MIN_BLOCK_BYTES, most), share))
 
 
-def _line_chunks(stream: BinaryIO, task: Task, block_bytes: int = CHUNK_BYTES):
+def _line_chunks(stream: BinaryIO, task: Task, block_bytes: int, chunk_lines: int):
     """(first line number within the task, block of whole lines, bytes) of the task's
-    byte range, in blocks of about ``block_bytes`` and at most CHUNK_LINES lines."""
+    byte range, in blocks of about ``block_bytes`` and at most ``chunk_lines`` lines."""
     first = 1
     limit = task.stop - task.start if task.stop >= 0 else -1
     for data in read_blocks(stream, block_bytes, limit):
@@ -241,7 +297,7 @@ def _line_chunks(stream: BinaryIO, task: Task, block_bytes: int = CHUNK_BYTES):
         if first == 1 and task.start == 0:
             data = strip_bom(data)
         while data:
-            piece, data, count = take_lines(data, CHUNK_LINES)
+            piece, data, count = take_lines(data, chunk_lines)
             size = len(piece) if data else nbytes
             nbytes -= size
             yield first, piece, size
@@ -254,12 +310,14 @@ _RUNNER: TaskRunner | None = None
 def _init_pool(runner: TaskRunner) -> None:
     global _RUNNER
     _RUNNER = runner
+    runner.on_part = None  # (a forked copy: the driver reports the parts)
 
 
-def _run_pooled(task: Task) -> dict:
+def _run_pooled(task: Task, *item):
+    """A whole task (its manifest), or one block or row group of it (``TaskRunner.part``)."""
     if _RUNNER is None:
         raise RuntimeError("_run_pooled: the pool process was not initialized")
-    return _RUNNER(task)
+    return _RUNNER.part(task, *item) if item else _RUNNER(task)
 
 
 def _unordered(pool: ProcessPool, tasks: Sequence[Task]) -> Iterator[dict]:
@@ -293,7 +351,7 @@ def local_engine(workers: int = 1, start_method: str | None = None) -> Engine:
         raise DataError(f"workers: {workers!r} must be an integer >= 1")
 
     def run(runner: TaskRunner, tasks: Sequence[Task]) -> Iterator[dict]:
-        if workers == 1 or len(tasks) <= 1:  # here: blocks on the usable cores
+        if workers == 1 or not tasks:  # here: blocks on the usable cores
             here = block_threads.threads_for_native()
             yield from (runner(task, threads=here) for task in tasks)
             return
@@ -301,9 +359,11 @@ def local_engine(workers: int = 1, start_method: str | None = None) -> Engine:
         if method is None and any(is_remote(task.path) for task in tasks):
             # The driver's TensorStore (planning read the objects) aborts in a forked child.
             method = "spawn"  # (not forkserver: its server keeps the environment it began with)
-        with ProcessPool(min(workers, len(tasks)), _run_pooled, _init_pool, (runner,),
-                         method) as pool:
-            yield from _unordered(pool, tasks)
+        with ProcessPool(workers, _run_pooled, _init_pool, (runner,), method) as pool:
+            if len(tasks) < workers:  # task after task here, its blocks on every process
+                yield from (runner(task, pool=pool) for task in tasks)
+            else:
+                yield from _unordered(pool, tasks)
 
     return run
 

@@ -20,7 +20,7 @@ writers' temporaries) lives in a hidden staging directory of its own beside them
 ``.{name}.partial.{pid}@{host}.{random}.tmp/`` (:class:`Staging`): then the outputs (and
 kept shards) are renamed into place and the directory is removed. A killed run leaves only
 that directory; the next run for the same ``output_prefix`` removes it once its writer is
-known dead (``megadata_core.files.temporary``).
+known dead (``megadata_core.files.atomic``).
 """
 
 from __future__ import annotations
@@ -34,10 +34,8 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 
 from megadata_core.errors import DataError
-from megadata_core.files import temporary as temp_files
-from megadata_core.files.atomic import write_atomically
-from megadata_core.files.interrupts import interrupts_deferred
-from megadata_core.files.locks import try_exclusive
+from megadata_core.files import atomic as temp_files
+from megadata_core.files.atomic import interrupts_deferred, try_exclusive, write_atomically
 from megadata_core.format import IndexedDatasetWriter
 from megadata_core.format.reader import bin_path_of, idx_path_of
 from megadata_core.preprocess.plan import Task, command_differences
@@ -52,8 +50,10 @@ def work_directory(output_prefix: str) -> str:
     return f"{os.path.abspath(output_prefix)}.work"
 
 
-def shard_prefix(directory: str, task: Task, key: str, level: str) -> str:
-    return os.path.join(directory, f"{task.name}_{key}_{level}")
+def shard_prefix(directory: str, task: Task, key: str, level: str, part: int | None = None) -> str:
+    """A task's shard of ``key``; of partition ``part`` with Megatron's partitions."""
+    name = task.name if part is None else f"{task.name}_p{part}"
+    return os.path.join(directory, f"{name}_{key}_{level}")
 
 
 def manifest_path(directory: str, task: Task) -> str:
@@ -145,21 +145,26 @@ def file_digest(path: str) -> str:
     return digest.hexdigest()
 
 
-def shard_files(directory: str, task: Task, keys: Sequence[str], level: str) -> list[str]:
+def shard_files(
+    directory: str, task: Task, keys: Sequence[str], level: str, parts: int = 1
+) -> list[str]:
     files = []
-    for key in keys:
-        prefix = shard_prefix(directory, task, key, level)
-        files += [bin_path_of(prefix), idx_path_of(prefix)]
+    for part in [None] if parts == 1 else range(parts):
+        for key in keys:
+            prefix = shard_prefix(directory, task, key, level, part)
+            files += [bin_path_of(prefix), idx_path_of(prefix)]
     return files
 
 
-def file_records(paths: Sequence[str]) -> dict[str, list]:
-    """basename -> [size, sha256] of finished shard files."""
-    return {os.path.basename(p): [os.path.getsize(p), file_digest(p)] for p in paths}
+def file_records(paths: Sequence[str], digests: bool = True) -> dict[str, list]:
+    """basename -> [size, sha256 (None without ``digests``: a run that never resumes)] of
+    finished shard files."""
+    return {os.path.basename(p): [os.path.getsize(p), file_digest(p) if digests else None]
+            for p in paths}
 
 
 def verified_manifest(
-    directory: str, task: Task, keys: Sequence[str], level: str, fingerprint: str
+    directory: str, task: Task, keys: Sequence[str], level: str, fingerprint: str, parts: int = 1
 ) -> dict | None:
     """The task's manifest when it matches the plan and every shard file; else None."""
     path = manifest_path(directory, task)
@@ -172,7 +177,7 @@ def verified_manifest(
             or manifest["task"] != task.as_list()
         ):
             return None
-        expected = shard_files(directory, task, keys, level)
+        expected = shard_files(directory, task, keys, level, parts)
         records = manifest["files"]
         if sorted(records) != sorted(os.path.basename(p) for p in expected):
             return None
@@ -244,7 +249,7 @@ class Staging:
     def publish(self, final_prefixes: Sequence[str]) -> None:
         """Rename the staged corpora onto their final names (.bin first, then .idx), all
         of them or (on an error) what was renamed before it; Ctrl-C waits until all are
-        (:func:`~megadata_core.files.interrupts.interrupts_deferred`), so a ``.bin`` never
+        (:func:`~megadata_core.files.atomic.interrupts_deferred`), so a ``.bin`` never
         sits beside another run's ``.idx``."""
         with interrupts_deferred():
             for prefix in final_prefixes:

@@ -87,3 +87,16 @@ def test_ray_with_gigatoken_gives_the_reference_encoders_bytes(cluster, tmp_path
                              factories["reference"], append_eod=True)
     assert files_of(summary.output_prefixes["text"]) == files_of(twice.output_prefixes["text"])
     assert reference.documents * 2 == summary.documents
+
+
+def test_ray_gives_megatrons_partition_order(cluster, tmp_path):
+    paths = write_inputs(tmp_path, texts(40))
+    reference = preprocess_jsonl([paths["jsonl"], paths["jsonl"]], str(tmp_path / "r"),
+                                 ByteTokenizer, append_eod=True, partitions=3)
+    summary = preprocess_tasks(
+        [paths["jsonl"], paths["parquet"]], str(tmp_path / "o"), ByteTokenizer,
+        append_eod=True, task_size=200, table_reader=ParquetReader(), partitions=3,
+        engine=ray_engine(max_in_flight=3, progress=False),
+    )
+    assert files_of(summary.output_prefixes["text"]) == files_of(
+        reference.output_prefixes["text"])

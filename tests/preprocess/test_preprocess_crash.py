@@ -44,8 +44,8 @@ preprocess_jsonl([sys.argv[1]], sys.argv[2], StallingTokenizer, append_eod=True,
 
 
 def _records(stall: bool) -> list[dict]:
-    # 10 lines, 2 partitions of 5, chunks of 2: line 9 is in shard 1's second chunk, so
-    # shard 0 is complete when the run stalls there
+    # 10 lines, 2 partitions of 5, chunks of 2: line 9 is in the fifth chunk, so shard 0's
+    # documents are all written when the run stalls there
     texts = [f"document {i} " + "é" * i for i in range(10)]
     if stall:
         texts[8] = "STALL"
@@ -54,7 +54,8 @@ def _records(stall: bool) -> list[dict]:
 
 @contextlib.contextmanager
 def _stalled_run(source, prefix, marker, workers):
-    """A run in its own process group, yielded once it stalls with shard 0 complete."""
+    """A run in its own process group, yielded once it stalls with its work directory (the
+    staging directory) planned."""
     env = {**os.environ, "STALL_MARKER": str(marker),
            "PYTHONPATH": os.pathsep.join([str(REPO), str(HELPERS)])}
     process = subprocess.Popen(
@@ -62,7 +63,7 @@ def _stalled_run(source, prefix, marker, workers):
         cwd=REPO, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True,
     )
     try:
-        shard0 = os.path.join(os.path.dirname(prefix), ".o.partial.*", "o_0_text_document.idx")
+        shard0 = os.path.join(os.path.dirname(prefix), ".o.partial.*", "plan.json")
         deadline = time.monotonic() + 120  # a watchdog against hanging, not a timing check
         while not (marker.exists() and glob.glob(shard0)):
             if process.poll() is not None:
@@ -96,8 +97,8 @@ def test_killed_run_leaves_no_corpus_and_rerun_cleans_up(tmp_path, write_jsonl, 
         preprocess_jsonl([other], str(prefix), ByteTokenizer, partitions=2)
         assert sorted(os.listdir(out)) == sorted([partial, "o_text_document.bin",
                                                   "o_text_document.idx"])
-        assert "o_0_text_document.idx" in os.listdir(out / partial)
-    # killed after shard 0 was complete: nothing but the hidden directory is left
+        assert "plan.json" in os.listdir(out / partial)  # the run's work directory
+    # killed after shard 0's documents were written: nothing but the hidden directory is left
     assert sorted(os.listdir(out)) == sorted([partial, "o_text_document.bin",
                                               "o_text_document.idx"])
     for name in ("o_text_document.bin", "o_text_document.idx"):
@@ -123,7 +124,7 @@ def test_keep_partitions_get_their_names_only_at_the_end(tmp_path, write_jsonl):
     summary = preprocess_jsonl([source], str(out / "o"), ByteTokenizer, partitions=2,
                                keep_partitions=True, chunk_lines=2, progress=progress,
                                keep_sequential_samples=True)
-    assert len(seen) == 6
+    assert len(seen) == 5  # after each chunk of 2 of the 10 lines
     assert all(len(names) == 1 and names[0].startswith(".o.partial.") for names in seen)
     assert sorted(os.listdir(out)) == sorted(
         f"o_{part}_document.{ext}" for part in ("0_text", "1_text", "text")
@@ -149,7 +150,8 @@ def test_output_name_too_long_is_checked_before_tokenizing(tmp_path, write_jsonl
                                         r"is 257 bytes"):
         preprocess_jsonl([source], prefix, _no_tokenizing)
     with pytest.raises(DataError, match=r"'o+_\d_text_document\.idx' is 256 bytes"):
-        preprocess_jsonl([source], str(out / ("o" * 236)), _no_tokenizing, partitions=2)
+        preprocess_jsonl([source], str(out / ("o" * 236)), _no_tokenizing, partitions=2,
+                         keep_partitions=True)
     assert os.listdir(out) == []
 
 

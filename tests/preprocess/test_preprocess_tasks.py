@@ -54,6 +54,30 @@ def test_same_bytes_for_every_task_size_worker_count_and_format(tmp_path, worker
         assert not os.path.exists(f"{prefix}.work")  # removed after the merge
 
 
+@pytest.mark.parametrize("sequential", [False, True])
+def test_partitions_give_megatrons_bytes_for_every_task_size_and_worker_count(tmp_path,
+                                                                             sequential):
+    """--partitions on the plan: each task writes a shard per partition, merged in
+    (partition, task) order, so the one-task run's bytes (Megatron's order,
+    test_preprocess_megatron) stand for any task size, worker count and format; resumed
+    from the shards of an earlier run too."""
+    paths = write_inputs(tmp_path, texts(40))
+    inputs = [paths["jsonl"], paths["jsonl.gz"], paths["parquet"]]
+    options = {"partitions": 3, "keep_sequential_samples": sequential, "keep_partitions": True}
+    one = _tasks(inputs, tmp_path / "one", **options)
+    expected = [files_of(p) for p in [one.output_prefixes["text"], *one.partition_prefixes["text"]]]
+    for task_size, workers in [(1, 1), (150, 2), (1, 3)]:
+        prefix = tmp_path / f"t{task_size}w{workers}"
+        summary = _tasks(inputs, prefix, task_size=task_size, engine=local_engine(workers),
+                         **options)
+        got = [summary.output_prefixes["text"], *summary.partition_prefixes["text"]]
+        assert [files_of(p) for p in got] == expected, (task_size, workers)
+    # a rerun over kept shards skips every task and merges the same bytes
+    _tasks(inputs, tmp_path / "kept", task_size=150, keep_shards=True, **options)
+    again = _tasks(inputs, tmp_path / "kept", task_size=150, keep_shards=True, **options)
+    assert files_of(again.output_prefixes["text"]) == expected[0]
+
+
 def test_an_input_named_twice_is_two_sets_of_tasks(tmp_path):
     paths = write_inputs(tmp_path, texts(12))
     expected = _reference(tmp_path, [paths["jsonl"], paths["jsonl"]])
@@ -250,10 +274,20 @@ def test_tool_task_plan_matches_its_default_run(tmp_path):
                                  ByteTokenizer, append_eod=True)
     assert files_of(str(tmp_path / "p_text_document")) == files_of(
         reference.output_prefixes["text"])
+    # --partitions is a spelling of the plan: Megatron's round-robin order for any task size
+    partitioned = subprocess.run(
+        [*common, "--output_prefix", str(tmp_path / "q"), "--task_size", "0.0002",
+         "--partitions", "3", "--workers", "2"], capture_output=True, text=True, env=env,
+        timeout=120)
+    assert partitioned.returncode == 0, partitioned.stderr
+    reference = preprocess_jsonl([paths["jsonl"], paths["jsonl"]], str(tmp_path / "s"),
+                                 ByteTokenizer, append_eod=True, partitions=3)
+    assert files_of(str(tmp_path / "q_text_document")) == files_of(
+        reference.output_prefixes["text"])
     refused = subprocess.run(
-        [*common, "--output_prefix", str(tmp_path / "q"), "--task_size", "1",
+        [*common, "--output_prefix", str(tmp_path / "u"), "--task_size", "1", "--no_merge",
          "--partitions", "2"], capture_output=True, text=True, env=env, timeout=120)
-    assert refused.returncode != 0 and "--partitions 2: Megatron's partitions" in refused.stderr
+    assert refused.returncode != 0 and "partitions: 2 orders the merged corpus" in refused.stderr
 
 
 @pytest.mark.parametrize("mode", [["--workers", "1"], ["--workers", "2"],

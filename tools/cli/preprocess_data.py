@@ -7,7 +7,7 @@ writes ``out/corpus_text_document.bin/.idx`` (one per ``--json_keys`` entry). In
 ``.jsonl``, ``.jsonl.gz`` or ``.jsonl.zst``. A Megatron-LM command line works as it is:
 dashed flags (``--output-prefix``, ``--json-keys a b``, ...) and Megatron's tokenizer types
 (``--tokenizer-type GPT2BPETokenizer --vocab-file vocab.json --merge-file merges.txt``) give
-Megatron's corpus. The work is done by ``megadata_core.preprocess.preprocess_jsonl``; this
+Megatron's corpus. The work is done by ``megadata_core.preprocess.preprocess_tasks``; this
 file parses flags, shows progress and prints a summary.
 """
 
@@ -37,7 +37,6 @@ from megadata_core.preprocess import (
     local_engine,
     open_input,
     open_raw,
-    preprocess_jsonl,
     preprocess_tasks,
 )
 from megadata_core.preprocess.plan import input_identity, is_table
@@ -127,16 +126,18 @@ flags.DEFINE_enum("sentence_splitter", "auto", list(ENGINES), "auto, nltk (punkt
 flags.DEFINE_integer("workers", 1, "Tokenizer processes.", lower_bound=1)
 flags.DEFINE_integer(
     "partitions", 1,
-    "Write K shards, then merge them in shard order, as Megatron's --partitions: input line i "
-    "goes to shard i mod K, so the corpus holds lines 0, K, 2K, ..., then 1, K+1, ... "
-    "(Megatron's order, not the input's) unless --keep_sequential_samples.", lower_bound=1,
+    "Megatron's --partitions: input line i goes to partition i mod K, so the corpus holds lines "
+    "0, K, 2K, ..., then 1, K+1, ... (Megatron's order, not the input's) unless "
+    "--keep_sequential_samples. A spelling of the plan: any --task_size and --engine; the "
+    "plan counts the lines first (one extra read).", lower_bound=1,
 )
 flags.DEFINE_bool(
     "keep_sequential_samples", False,
     "With --partitions K: shard k holds lines [k*ceil(n/K), (k+1)*ceil(n/K)), so the corpus "
-    "keeps the input order (one extra read counts the n lines)."
+    "keeps the input order."
 )
-flags.DEFINE_bool("keep_partitions", False, "Keep the shard files after merging.")
+flags.DEFINE_bool("keep_partitions", False, "With --partitions K: keep the K partitions as "
+                  "{output_prefix}_{k}_{key}_{level} after merging.")
 flags.DEFINE_bool(
     "skip_bad_lines", False, "Count and skip malformed lines instead of stopping at the first."
 )
@@ -150,23 +151,24 @@ flags.DEFINE_bool(
 )
 flags.DEFINE_enum(
     "engine", "local", ["local", "ray"],
-    "Task-plan engine: local (a process pool of --workers) or ray (one Ray task per planned "
-    "task; --ray_address). --engine ray implies the task plan (--task_size, default 256)."
+    "Engine of the plan: local (a process pool of --workers; one task's blocks spread over "
+    "them when there are fewer tasks) or ray (one Ray task per planned task; --ray_address; "
+    "resumable, --task_size default 256)."
 )
 flags.DEFINE_float(
     "task_size", None,
-    "Task plan mode (resumable, for any machine count): cut the inputs into tasks of about "
-    "this many MB (plain .jsonl on line ends; a .gz/.zst file whole; parquet by row groups), "
-    "each written as a shard with a manifest under {output_prefix}.work/, then merged in plan "
-    "order. The corpus is the input order: byte-identical to the default single-process run "
-    "(without --partitions) for any engine, worker count or task size. Rerun the same command "
-    "after a crash to finish the job; a work directory of another command is refused.",
+    "Resumable: cut the inputs into tasks of about this many MB (plain .jsonl on line ends; a "
+    ".gz/.zst file whole; parquet by row groups), each written as a shard with a manifest "
+    "under {output_prefix}.work/, then merged in plan order: the same bytes as without it, for "
+    "any engine, worker count or task size. Rerun the same command after a crash to finish "
+    "the job; a work directory of another command is refused. Without it: tasks of 256 MB in "
+    "a hidden staging directory, removed after a crash.",
     lower_bound=1e-6,
 )
-flags.DEFINE_bool("keep_shards", False, "Task plan: keep {output_prefix}.work/ after merging.")
+flags.DEFINE_bool("keep_shards", False, "Keep {output_prefix}.work/ after merging (resumable).")
 flags.DEFINE_bool(
     "no_merge", False,
-    "Task plan: do not merge; leave the shards in {output_prefix}.work/ and write "
+    "Do not merge (resumable); leave the shards in {output_prefix}.work/ and write "
     "{output_prefix}_{key}_{level}.data_args ('tokens prefix' pairs) for --data_args_path."
 )
 flags.DEFINE_string("ray_address", None, "--engine ray: cluster address (default: start a "
@@ -440,24 +442,10 @@ def splitter_factory():
     return factory
 
 
-def task_mode() -> bool:
-    """True for the task plan (--task_size or --engine ray); its flags checked."""
-    planned = FLAGS.task_size is not None or FLAGS.engine == "ray"
-    if not planned:
-        given = [f"--{n}" for n in ("keep_shards", "no_merge") if FLAGS[n].value]
-        given += ["--ray_address"] if FLAGS.ray_address else []
-        if given:
-            raise DataError(f"{', '.join(given)}: only with the task plan (--task_size or "
-                            "--engine ray)")
-        return False
-    if FLAGS.partitions > 1 or FLAGS.keep_sequential_samples or FLAGS.keep_partitions:
-        raise DataError(
-            f"--partitions {FLAGS.partitions}: Megatron's partitions and the task plan "
-            "(--task_size, --engine ray) do not mix; the plan already shards the work"
-        )
+def check_flags() -> None:
+    """Flags that only make sense together (the core refuses the contradictions)."""
     if FLAGS.ray_address and FLAGS.engine != "ray":
         raise DataError("--ray_address: only with --engine ray")
-    return True
 
 
 def _file_identity(path: str | None):
@@ -495,38 +483,47 @@ def table_reader_for(inputs: list[str]):
     return ParquetReader(memory_pool="system")
 
 
-def run_tasks(inputs, factory, splitter, progress, merge_bar) -> PreprocessSummary:
-    """The task plan on the engine --engine names."""
+def run(inputs, factory, splitter, progress, merge_bar) -> PreprocessSummary:
+    """The plan on the engine --engine names, resumable with a task size (``task_size_mb``)."""
     if FLAGS.engine == "ray":
         from megadata_adapters.engines.ray_preprocess import ray_engine
 
         engine = ray_engine(FLAGS.ray_address, max_in_flight=FLAGS.ray_max_in_flight,
                             progress=FLAGS.progress and sys.stderr.isatty())
-        task_progress = None  # the Ray engine's own bar
+        progress = None  # the Ray engine's own bar
     else:
         engine = local_engine(FLAGS.workers)
-        task_progress = progress
-    table_reader = table_reader_for(inputs)
-    size = FLAGS.task_size if FLAGS.task_size is not None else 256
+    size = task_size_mb()
     return preprocess_tasks(
         inputs,
         os.path.expanduser(FLAGS.output_prefix),
         factory,
-        task_size=max(1, round(size * 1e6)),
+        task_size=None if size is None else max(1, round(size * 1e6)),
         engine=engine,
         json_keys=FLAGS.json_keys,
         append_eod=FLAGS.append_eod,
         skip_bad_lines=FLAGS.skip_bad_lines,
         open_binary=open_binary,
-        table_reader=table_reader,
+        table_reader=table_reader_for(inputs),
         splitter_factory=splitter,
+        partitions=FLAGS.partitions,
+        keep_sequential_samples=FLAGS.keep_sequential_samples,
+        keep_partitions=FLAGS.keep_partitions,
         merge=not FLAGS.no_merge,
         keep_shards=FLAGS.keep_shards,
         keep_empty=FLAGS.keep_empty,
         command=output_command(),
-        progress=task_progress,
+        progress=progress,
         merge_progress=merge_bar.update,
     )
+
+
+def task_size_mb() -> float | None:
+    """--task_size; 256 where the run keeps {output_prefix}.work/ anyway (--engine ray,
+    --no_merge, --keep_shards); None: the run keeps no work directory."""
+    if FLAGS.task_size is None and (FLAGS.engine == "ray" or FLAGS.no_merge or FLAGS.keep_shards):
+        return 256
+    return FLAGS.task_size
 
 
 def final_prefixes() -> list[str]:
@@ -569,7 +566,7 @@ def interrupted_line(before: list, planned: bool) -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    planned = FLAGS.task_size is not None or FLAGS.engine == "ray"
+    planned = task_size_mb() is not None
     before = _identities(final_prefixes())  # under the before-work handler, as the flags
     try:
         interrupts.during_work()  # inside the try: a Ctrl-C from here on is reported
@@ -597,27 +594,8 @@ def _run() -> None:
         # Shards merged (partitions or tasks, times keys); drawn once the merge starts.
         merge_bar = progress_bars.LazyBar(FLAGS.progress, desc="merging", unit=" shards")
         try:
-            if task_mode():
-                summary = run_tasks(inputs, factory, splitter, progress, merge_bar)
-            else:
-                summary = preprocess_jsonl(
-                    inputs,
-                    os.path.expanduser(FLAGS.output_prefix),
-                    factory,
-                    json_keys=FLAGS.json_keys,
-                    append_eod=FLAGS.append_eod,
-                    workers=FLAGS.workers,
-                    partitions=FLAGS.partitions,
-                    keep_partitions=FLAGS.keep_partitions,
-                    skip_bad_lines=FLAGS.skip_bad_lines,
-                    open_binary=open_binary,
-                    progress=progress,
-                    splitter_factory=splitter,
-                    keep_sequential_samples=FLAGS.keep_sequential_samples,
-                    merge_progress=merge_bar.update,
-                    keep_empty=FLAGS.keep_empty,
-                    table_reader=table_reader_for(inputs),
-                )
+            check_flags()
+            summary = run(inputs, factory, splitter, progress, merge_bar)
         finally:
             progress.close()
             merge_bar.close()
