@@ -130,6 +130,16 @@ class Shuffle(Mode):
         """The sample order of packed bins: the stored ``shuffle_index``, or computed."""
         raise NotImplementedError
 
+    def document_positions(self, document_index, document: int) -> np.ndarray:
+        """int64 [K] sorted: the positions of a concat ``document_index`` that hold
+        ``document`` (provenance)."""
+        raise NotImplementedError
+
+    def unshuffle(self, order, rows: np.ndarray) -> np.ndarray:
+        """int64 [K] sorted: the positions of the sample ``order`` whose rows are among
+        ``rows`` (provenance)."""
+        raise NotImplementedError
+
 
 class Packing(Mode):
     """How a GPT dataset cuts its documents into samples.
@@ -168,7 +178,8 @@ class Packing(Mode):
 
     def describe(self, drop_last: bool) -> dict:
         """What the cache key adds for this packing (``drop_last``: whether a last
-        partial sample is dropped)."""
+        partial sample is dropped): ``{"packing": name, ...}`` with its algorithm's
+        version and options (only ``concat`` keeps the keys that predate packings)."""
         raise NotImplementedError
 
     def build(self, lengths: np.ndarray, ids, config, num_samples: int | None,

@@ -43,8 +43,6 @@ class FeistelShuffle(Shuffle):
         return FeistelOrder(head, total, seed)
 
     def document_positions(self, order, document: int) -> np.ndarray:
-        """int64 [K] sorted: the positions of the computed document ``order`` holding
-        ``document`` (one inverse bijection per epoch)."""
         ids, count = order.doc_ids, order._count
         if isinstance(ids, range):
             within = np.array([document - ids.start] if ids.start <= document < ids.stop
@@ -60,9 +58,7 @@ class FeistelShuffle(Shuffle):
         return np.sort(np.concatenate(found).astype(np.int64))
 
     def unshuffle(self, order: FeistelOrder, rows: np.ndarray) -> np.ndarray:
-        """int64 [K] sorted: the positions of the sample ``order`` holding ``rows`` (the
-        inverse bijections, no scan)."""
-        rows = np.asarray(rows, dtype=np.int64)
+        rows = np.asarray(rows, dtype=np.int64)  # inverted by the bijections: no scan
         out = np.empty(len(rows), np.int64)
         head = rows < order.first
         # (rows below ``first`` exist only with a head, at or past it with a tail)

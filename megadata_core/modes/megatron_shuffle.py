@@ -37,11 +37,9 @@ class MegatronShuffle(Shuffle):
         return arrays["shuffle_index"]
 
     def document_positions(self, document_index, document: int) -> np.ndarray:
-        """int64 [K]: the positions of ``document_index`` holding ``document``."""
-        return scan_equal(document_index, document)
+        return scan_equal(document_index, document)  # block by block: memory maps stay maps
 
     def unshuffle(self, order, rows: np.ndarray) -> np.ndarray:
-        """int64 [K] sorted: the positions of the sample ``order`` holding ``rows``."""
         return scan_member(rows, order)
 
 

@@ -11,6 +11,8 @@ import json
 import os
 import sys
 
+from megadata_adapters.tokenizing.byte_level_bpe import bytes_to_unicode
+
 # Training text: stdlib docstrings plus unicode, accents, CJK and control characters.
 EXTRA = [
     "Zürich, São Paulo, Ångström, naïve café, résumé.",
@@ -164,23 +166,6 @@ def write_all(directory: str) -> dict[str, str]:
     }
 
 
-if __name__ == "__main__":
-    print(json.dumps(write_all(sys.argv[1]), indent=1))
-
-
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character table (the alphabet of its vocab.json)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-                 *range(ord("®"), ord("ÿ") + 1)]
-    table = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
-
-
 def write_small_gpt2_files(directory: str) -> tuple[str, str]:
     """256 byte tokens, 5 merges, <|endoftext|> (id 261): ids checked against Megatron-LM."""
     table = bytes_to_unicode()
@@ -206,3 +191,7 @@ def write_small_bert_vocab(directory: str) -> str:
     with open(path, "w", encoding="utf-8") as stream:
         stream.write("\n".join(tokens) + "\n")
     return path
+
+
+if __name__ == "__main__":
+    print(json.dumps(write_all(sys.argv[1]), indent=1))
