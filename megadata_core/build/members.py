@@ -10,14 +10,14 @@ opened corpora by record-described ones, each opened at its first read
 
 The members: a job whose index is small (fewer than ``in_memory_below`` entries, see
 :func:`megadata_core.build.plan.index_entries`) is built in memory, in this thread:
-rebuilding such an index takes less time than loading it from the cache (measured
-crossover ~5,000 entries: ~0.3 ms either way, against ~2.5 ms to write a new entry), and
-holds no open files; Megatron-shuffled concat ones are built all at once
+rebuilding such an index costs no more than loading it from the cache, much less than
+writing a new entry (docs/benchmarks.md), and holds no open files; Megatron-shuffled
+concat ones are built all at once
 (:func:`megadata_core.indices.gpt_many.gpt_indices_many`). The other jobs go through the
 cache in a thread pool (their time is large numpy operations and file I/O, which release
 the GIL), each member made as soon as its arrays are mapped (its maps count against the
-corpora's open files from then on). Members whose arrays are in memory (built here, or
-a build bundle's) are made per split as siblings of one fully checked dataset
+corpora's open files from then on). Members whose arrays are in memory (built here, or a
+build bundle's) are made per split as siblings of one fully checked dataset
 (:meth:`GPTDataset.siblings`), by one method whatever the arrays' source.
 
 The splits (:func:`assemble`): one from its recipe and its built members, a GPTDataset, a

@@ -18,9 +18,8 @@ is asked for more samples than it has).
 A blend's member datasets made at first access, their lengths known up front.
 
 A warm start of a blend of 10,000 corpora would otherwise make 30,000 GPTDatasets (one
-per prefix and split) before the first batch, most of them read much later: ~0.25 s of
-objects, and as many again in garbage-collector passes over them in a process that
-imported a framework. :class:`LazyMembers` is the sequence a :class:`BlendedDataset`
+per prefix and split, and garbage-collector passes over them) before the first batch,
+most of them read much later. :class:`LazyMembers` is the sequence a :class:`BlendedDataset`
 holds instead: ``lengths`` (int64 [M]) answers every sizing question, ``members[j]``
 makes member j once (``make(j)``, checked when the sequence was made, see the builder)
 and keeps it.

@@ -348,10 +348,9 @@ class GPTDataConfig:
             raise DataError("split: must be given with blend (e.g. '969,30,1')")
 
     def with_random_seed(self, seed: int) -> GPTDataConfig:
-        """This config with another ``random_seed`` (checked). The other fields were
-        checked when this config was made and are not checked again (a blend schedule
-        of 1,000 prefixes takes ~20 ms to check; a schedule's members make one config
-        per epoch)."""
+        """This config with another ``random_seed`` (checked); the other fields are not
+        checked again (a large schedule's check is dear and its members make one config
+        per epoch: docs/benchmarks.md, "Figures behind design choices")."""
         made = copy.copy(self)
         object.__setattr__(made, "random_seed", _seed(seed))
         return made

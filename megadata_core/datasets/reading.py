@@ -10,11 +10,8 @@ are copied by :func:`gather_tokens` into a [B, width] array:
   end of the buffer; no per-piece Python work. A batch with a piece whose last block
   would pass the end of the .bin, and a padded batch, goes through :func:`copy_ranges`
   instead (rows per block size, the last row of a piece aligned to its end: no spill).
-  Measured on 32 x 4097 tokens (bench ``gpt read``): the whole ``__getitems__`` runs
-  at ~0.9x the throughput of a Python loop of slice copies that was handed the pieces;
-  a per-token fancy gather is ~2.5x slower. What costs most at this size is not the
-  copy but the number of numpy calls (~1-2 us each once the random reads have evicted
-  the caches), so both copies keep them few;
+  At a batch's size the number of numpy calls costs more than the copy, so both
+  copies keep them few (docs/benchmarks.md, "Figures behind design choices");
 * otherwise (pread / remote byte sources): the piece byte ranges are sorted and merged
   where they touch or overlap (consecutive samples share a token; samples of one long
   document are adjacent), each merged range is read once, and the same vectorized

@@ -14,9 +14,9 @@ each, for a fixed number of steps:
   (induction from segment 0) and the order equals the sequential one, value for value.
   Segments that disagree run again from their predecessor's end counts, all in one
   vectorized pass, while that fixes enough of them per pass; the ones still broken then
-  run again one after the other in plain Python (exact; ~0.1-0.2 us per step and
-  dataset). Skewed weights over many datasets end up there most: a rare dataset keeps a
-  wrong guess of its count until its next sample, thousands of steps later.
+  run again one after the other in plain Python (exact; slow per step: docs/benchmarks.md,
+  "Blend orders"). Skewed weights over many datasets end up there most: a rare dataset
+  keeps a wrong guess of its count until its next sample, thousands of steps later.
 
 A periodic order (the balanced one over rates ``a_j / P``) is computed for one period
 and repeated by :func:`tile`, one write per output element.

@@ -168,12 +168,12 @@ class Megatron:
 
     State: counts float64 [n, K] (exact integers, as the C++ casts them), the step t of
     each column (float64 [K]); scratch arrays are reused across steps. The per-dataset
-    loop is branch-free (a masked copy costs ~4 ns per element with unpredictable masks,
-    arithmetic ~0.3 ns): see ``_follow``.
+    loop is branch-free (a masked copy costs many times the arithmetic with unpredictable
+    masks): see ``_follow``.
     """
 
     #: The per-dataset loop gives way to one pass over [K, n] rows above this many
-    #: datasets (counts kept transposed: a row argmax is ~5x faster than down columns).
+    #: datasets (counts kept transposed: a row argmax is much faster than down columns).
     WIDE = 256
 
     def __init__(self, weights: np.ndarray, caps: np.ndarray | None) -> None:

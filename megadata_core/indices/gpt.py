@@ -235,10 +235,9 @@ def shuffle_index(
 
 def seeded_random_state(seed: int) -> np.random.RandomState:
     """A ``RandomState`` in the state ``RandomState(seed)`` starts in (the same stream),
-    reused per thread: ``seed()`` on an existing one takes microseconds, a new one
-    ~0.1 ms (numpy draws OS entropy for its bit generator before the legacy seeding);
-    a blend of 1,000 small corpora builds 2,000 indices. Valid until this thread asks
-    again."""
+    reused per thread: ``seed()`` on an existing one is far cheaper than a new one (numpy
+    draws OS entropy first), and a blend of 1,000 small corpora builds 2,000 indices.
+    Valid until this thread asks again."""
     rng = getattr(_STREAMS, "rng", None)
     if rng is None:
         rng = _STREAMS.rng = np.random.RandomState(seed)
