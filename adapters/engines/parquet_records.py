@@ -42,8 +42,7 @@ class ParquetReader:
     pyarrow's default in each process this reader reads in (pyarrow has one default pool
     per process, and ``read_row_groups`` takes no pool of its own). tools/preprocess_data.py
     asks for "system": with pyarrow 26's mimalloc, each row group's fresh buffers cost
-    page zeroing in the kernel (64 MB of text in 11 row groups: 0.65 s of system time
-    against 0.11 s with the system allocator, measured), as much as the encoding itself.
+    page zeroing in the kernel, as much as the encoding itself (docs/benchmarks.md).
     """
 
     def __init__(self, memory_pool: str | None = None) -> None:

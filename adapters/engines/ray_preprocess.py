@@ -8,7 +8,7 @@ cluster's CPUs), lets Ray retry a task whose worker died (``max_retries``; a Dat
 is not retried: it would fail again) and shows a tqdm bar on the driver: tasks,
 documents, MB/s. A local cluster it started is shut down on the way out, after an error
 or a Ctrl-C too (its processes block SIGINT, so a terminal's Ctrl-C reaches only the
-driver, which stops them in order: ~1 s). Each worker process builds the tokenizer once
+driver, which stops them in order). Each worker process builds the tokenizer once
 and keeps it for the tasks of the same plan. The workers import megadata (and the
 modules the factories live in): a local cluster gets the driver's ``sys.path`` as
 PYTHONPATH; on an existing cluster they must be installed on every node.

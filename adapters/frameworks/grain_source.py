@@ -209,8 +209,7 @@ class _Unpack:
 
 
 #: Grain's reader for a batched pipeline: one element is a whole micro-batch that the core
-#: reads in ~0.2 ms, less than Grain's thread pool costs to hand it over (measured: 16
-#: reader threads ~3x slower than reading in the calling thread), so read in place.
+#: reads faster than Grain's thread pool hands it over (docs/benchmarks.md), so in place.
 BATCHED_READ_OPTIONS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 
 
@@ -553,9 +552,9 @@ def batched_dataset(
     ``writable=True`` copies every key into arrays of its own (about as long again as the
     read for a 32 x 4096 batch). Buffers are reused only once a batch is dropped.
 
-    Speed: the core reads a 32 x 4096 micro-batch in ~0.2 ms, while one Grain
-    ``mp_prefetch`` hand-over costs ~0.6 ms even for an empty element (measured on 2
-    cores), so ``worker_count=0`` is the fast choice for local ``.bin`` files; workers pay
+    Speed: one Grain ``mp_prefetch`` hand-over, even of an empty element, costs more than
+    the core's read of a micro-batch (docs/benchmarks.md, bench ``loaders``), so
+    ``worker_count=0`` is the fast choice for local ``.bin`` files; workers pay
     off when a batch is slow to read (remote storage, attention masks, heavy transforms).
     Workers ship each micro-batch packed (:class:`PackedMicroBatch`: the text once, the
     core's constants as recipes), its arrays in one shared-memory file of the worker's

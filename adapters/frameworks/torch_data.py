@@ -20,8 +20,8 @@ when the dataset has one and passes the result to ``collate_fn``.
 ``TorchDataset.__getitems__`` reads the whole micro-batch in one core call and returns a
 :class:`Samples`: a sequence of samples, as torch's convention wants, that holds the
 stacked tensors. torch's default collate gives those tensors as they are (a collate
-function for :class:`Sample` is registered in its ``default_collate_fn_map``; ~10 us a
-batch), so every spelling a torch user writes works and gives the same batches::
+function for :class:`Sample` is registered in its ``default_collate_fn_map``), so every
+spelling a torch user writes works and gives the same batches::
 
     from torch.utils.data import DataLoader
     from megadata_adapters.frameworks import torch_data

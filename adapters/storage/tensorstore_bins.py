@@ -50,11 +50,11 @@ SCHEMES = ("s3", "gs", "gcs", "http", "https", "file")
 #: is down surfaces as an error within seconds; override with configure(context=...).
 _RETRIES = {"max_retries": 6, "initial_delay": "100ms", "max_delay": "2s"}
 #: Requests in flight per process on S3 and GCS (TensorStore's default is 32). A shuffled
-#: batch is hundreds of small ranges far apart, each paying the store's ~20 ms first-byte
+#: batch is hundreds of small ranges far apart, each paying the store's first-byte
 #: latency, so the limit sets how many round trips a batch takes (313 ranges: ten at 32,
-#: three at 128). Both stores serve thousands of concurrent GETs (S3: 5,500 GET/s per
-#: prefix, more as it partitions); 128 at ~25 ms is about that rate, and beyond it a
-#: one-object corpus earns throttling (503 SlowDown) rather than speed. Generic HTTP
+#: three at 128). S3 serves 5,500 GET/s per prefix; 128 in flight is about that rate
+#: (docs/benchmarks.md), and beyond it a one-object corpus earns throttling (503
+#: SlowDown) rather than speed. Generic HTTP
 #: servers keep TensorStore's 32.
 DEFAULT_REQUEST_CONCURRENCY = 128
 DEFAULT_CONTEXT: dict[str, Any] = {

@@ -24,9 +24,8 @@ A file changed since (another identity) is verified again. Writes are atomic (a
 temporary of the writer, then ``os.replace``) and only add missing files; files a stock
 job wrote are never rewritten. A build shares its files once per build of a config (a
 marker): before ``build()`` returns when it has fewer than :data:`SYNC_BELOW` datasets,
-else on a background thread (:func:`share_later`: the 8,000 files of a 1,000-prefix
-blend take ~1.3 s to write here, four times the build), finished at exit or by
-:func:`flush`.
+else on a background thread (:func:`share_later`: writing a 1,000-prefix blend's 8,000
+files takes longer than its build), finished at exit or by :func:`flush`.
 """
 
 from __future__ import annotations
