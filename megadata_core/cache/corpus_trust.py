@@ -49,7 +49,7 @@ def record_paths(directory: str, idx_path: str) -> tuple[str, str]:
     return f"{base}-validated.json", f"{base}.lock"
 
 
-def expected_record(idx_path: str, idx_stat: os.stat_result, bin_stat: os.stat_result) -> dict:
+def _expected_record(idx_path: str, idx_stat: os.stat_result, bin_stat: os.stat_result) -> dict:
     """The record that vouches for a .idx and .bin of these stat results."""
     return {
         "format": CORPUS_RECORD_FORMAT,
@@ -60,7 +60,7 @@ def expected_record(idx_path: str, idx_stat: os.stat_result, bin_stat: os.stat_r
     }
 
 
-def read_record(path: str) -> dict | None:
+def _read_record(path: str) -> dict | None:
     """The record at ``path``; None when it is missing or unreadable."""
     try:
         with open(path, encoding="utf-8") as stream:
@@ -70,7 +70,7 @@ def read_record(path: str) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-def write_record(path: str, record: dict) -> None:
+def _write_record(path: str, record: dict) -> None:
     """Replace the record (atomically; skipped where the directory cannot be written:
     the next process then validates again)."""
     text = json.dumps(record, sort_keys=True).encode("utf-8")
@@ -95,12 +95,12 @@ def ensure_validated(indexed, directory: str | os.PathLike | None) -> str:
         return VALIDATED
     directory = os.fspath(directory)
     record_path, lock_path = record_paths(directory, indexed.idx_path)
-    expected = expected_record(indexed.idx_path, *stats)
-    if read_record(record_path) == expected:
+    expected = _expected_record(indexed.idx_path, *stats)
+    if _read_record(record_path) == expected:
         indexed.validated = True
         return VOUCHED
     with exclusive(lock_path) as held:
-        if held and read_record(record_path) == expected:
+        if held and _read_record(record_path) == expected:
             indexed.validated = True  # another process validated while we waited
             return VOUCHED
         began = time.time_ns()
@@ -111,7 +111,7 @@ def ensure_validated(indexed, directory: str | os.PathLike | None) -> str:
             for before, after in zip(stats, now)
         )
         if unchanged and settled(stats, began):
-            write_record(record_path, expected)
+            _write_record(record_path, expected)
     return VALIDATED
 
 

@@ -79,7 +79,7 @@ from megadata_core.errors import DataError
 from megadata_core.files.atomic import exclusive, write_atomically
 
 #: "full": every byte checked (once per file identity); "none": sizes, shapes, dtypes.
-VERIFY_MODES = ("none", "full")
+_VERIFY_MODES = ("none", "full")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.]+$")
 INDENT_BELOW = 1 << 16  # description records with larger descriptions are not indented
 Result = TypeVar("Result")
@@ -168,8 +168,8 @@ def load_cached(
         DataError: naming the file, when an entry exists but does not match its
             description, its key or its checksums, or is truncated.
     """
-    if verify not in VERIFY_MODES:
-        raise DataError(f"verify: {verify!r} is not one of {VERIFY_MODES}")
+    if verify not in _VERIFY_MODES:
+        raise DataError(f"verify: {verify!r} is not one of {_VERIFY_MODES}")
     canonical = canonical_json(description)
     return _load_entry(directory, description, canonical, split, names, verify)
 
@@ -404,8 +404,8 @@ def cached_result(
     ``use(saved arrays)`` (memory-mapped) instead, or ``use(built arrays)`` when they
     could not be saved. ``stacklevel`` is the warnings' as seen from the caller (2: the
     caller's caller)."""
-    if verify not in VERIFY_MODES:
-        raise DataError(f"verify: {verify!r} is not one of {VERIFY_MODES}")
+    if verify not in _VERIFY_MODES:
+        raise DataError(f"verify: {verify!r} is not one of {_VERIFY_MODES}")
     directory = os.fspath(directory)
     canonical = canonical_json(description)  # once: a bundle's description is large
     key = text_key(canonical)

@@ -76,9 +76,9 @@ for _index, _char in enumerate("0123456789abcdef"):
 _SCALAR_TEXT = rb"(?:-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|true|false|null)"
 _SCALARS = re.compile(rb"(?:" + _SCALAR_TEXT + rb"\n)*")
 _ONE_SCALAR = re.compile(_SCALAR_TEXT)
-MAX_SCALAR = 100  # longer numbers go to Python (it refuses integers past 4300 digits)
+_MAX_SCALAR = 100  # longer numbers go to Python (it refuses integers past 4300 digits)
 MAX_DEPTH = 100  # deeper nesting goes to Python (its decoder recurses)
-MAX_BLOCK = 1 << 40  # positions and depths share one int64 key
+_MAX_BLOCK = 1 << 40  # positions and depths share one int64 key
 
 
 @dataclass
@@ -95,7 +95,7 @@ class LineScan:
         return int(self.kinds.size)
 
 
-def line_bounds(data: bytes, newlines: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _line_bounds(data: bytes, newlines: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(starts, ends) of the lines of ``data`` as iterating a binary file yields them
     (split after each ``\\n``; a last line without one counts)."""
     if newlines is None:
@@ -113,14 +113,14 @@ def scan_block(
 ) -> LineScan:
     """Classify each line of ``data`` (see the module docstring). ``unproven``: int64
     [k, 2] sorted, disjoint code point ranges [start, stop)."""
-    if len(data) >= MAX_BLOCK:
+    if len(data) >= _MAX_BLOCK:
         raise ValueError(f"scan_block: a block of {len(data)} bytes is too large")
     a = np.frombuffer(data, np.uint8)
     marks = np.frombuffer(data.translate(_MARKS), np.uint8)
     special = np.flatnonzero(marks.view(bool))  # (a bool view: the faster nonzero)
     kinds_at = marks[special]
     quotes, backslashes, newlines, controls, high = (special[kinds_at == k] for k in range(1, 6))
-    starts, ends = line_bounds(data, newlines)
+    starts, ends = _line_bounds(data, newlines)
     lines = ends.size
     bad = np.zeros(lines, bool)
     if not lines:
@@ -314,7 +314,7 @@ def _grammar(a, data, outside, markers, opens, closes, backslashes, keys, bad, m
     closer = ok & (delta == -1)
     level = np.where(opener, before, after)
     brackets = np.flatnonzero(opener | closer)
-    order = brackets[np.argsort(level[brackets] * MAX_BLOCK + where[brackets], kind="stable")]
+    order = brackets[np.argsort(level[brackets] * _MAX_BLOCK + where[brackets], kind="stable")]
     pairs = order.reshape(-1, 2)  # per level, balanced lines alternate opener and closer
     mismatch = (types[pairs[:, 0]] == _LBRACE) != (types[pairs[:, 1]] == _RBRACE)
     bad[line[pairs[mismatch, 0]]] = True
@@ -323,9 +323,9 @@ def _grammar(a, data, outside, markers, opens, closes, backslashes, keys, bad, m
     in_object = np.zeros(types.size, bool)
     openers = np.flatnonzero(opener)
     if openers.size:
-        keyed = level[openers] * MAX_BLOCK + where[openers]
+        keyed = level[openers] * _MAX_BLOCK + where[openers]
         sort = np.argsort(keyed, kind="stable")
-        slot = np.searchsorted(keyed[sort], np.maximum(context, 0) * MAX_BLOCK + where) - 1
+        slot = np.searchsorted(keyed[sort], np.maximum(context, 0) * _MAX_BLOCK + where) - 1
         container = openers[sort[np.maximum(slot, 0)]]
         inside = ok & (context >= 0)
         lost = inside & ((slot < 0) | (level[container] != context))
@@ -344,7 +344,7 @@ def _check_scalars(a, outside, scalar, run_start, mark) -> None:
         return
     run_id = np.cumsum(run_start) - 1
     lengths = np.bincount(run_id[scalar], minlength=starts.size)
-    mark(outside[starts[lengths > MAX_SCALAR]])
+    mark(outside[starts[lengths > _MAX_SCALAR]])
     text = np.insert(a[outside[scalar]], np.cumsum(lengths), ord("\n")).tobytes()
     if _SCALARS.fullmatch(text):
         return

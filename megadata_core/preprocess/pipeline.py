@@ -66,7 +66,7 @@ from megadata_core.preprocess.workdir import (
 )
 
 #: Bytes per task of a run without ``task_size`` (a file smaller is one task).
-DEFAULT_TASK_SIZE = 256 << 20
+_DEFAULT_TASK_SIZE = 256 << 20
 
 
 @dataclass
@@ -102,7 +102,7 @@ def document_prefix(output_prefix: str, key: str, level: str = "document") -> st
     return f"{output_prefix}_{key}_{level}"
 
 
-def check_arguments(
+def _check_arguments(
     inputs: Sequence[str], json_keys: Sequence[str], partitions: int, chunk_lines: int
 ) -> tuple[list[str], list[str]]:
     """The input paths and JSON keys, checked with the other arguments of a run
@@ -187,7 +187,7 @@ def preprocess_tasks(
     ``--data_args_path``. ``command`` describes the tokenizer and anything else that
     changes output bytes but that this function cannot see (default: the tokenizer's
     repr, vocab_size and eod_id); a work directory of a different command is refused.
-    Without ``task_size`` (tasks of DEFAULT_TASK_SIZE) the shards live in the run's
+    Without ``task_size`` (tasks of 256 MB) the shards live in the run's
     staging directory: nothing is kept after a kill.
 
     ``partitions`` K > 1 is Megatron's ``--partitions``: input line i (0-based over all
@@ -206,7 +206,7 @@ def preprocess_tasks(
     or after a kill, nothing corpus-like is left; an output directory that cannot be
     written is a DataError before any tokenizing.
     """
-    paths, keys = check_arguments(inputs, json_keys, partitions, chunk_lines)
+    paths, keys = _check_arguments(inputs, json_keys, partitions, chunk_lines)
     if partitions > 1 and not merge:
         raise DataError(f"partitions: {partitions} orders the merged corpus; without merging "
                         "(no_merge) there is none to order")
@@ -228,13 +228,13 @@ def preprocess_tasks(
         staging = None if task_size is not None else run.enter_context(
             staging_for(output_prefix, names))
         directory = work_directory(output_prefix) if staging is None else staging.path
-        tokenizer = make_tokenizer(tokenizer_factory, append_eod)
+        tokenizer = _make_tokenizer(tokenizer_factory, append_eod)
         dtype = np.dtype(optimal_dtype(int(tokenizer.vocab_size)))
         if splitter_factory is not None:
             splitter_factory()  # a missing splitter fails here, before any work
         if any(is_table(p) for p in paths) and table_reader is None:
             plan_tasks([next(p for p in paths if is_table(p))], 1)  # raises the DataError
-        size = DEFAULT_TASK_SIZE if task_size is None else task_size
+        size = _DEFAULT_TASK_SIZE if task_size is None else task_size
         identities = input_identities(paths)
         tasks = plan_tasks(
             paths, size, table_reader=table_reader, sizes=[item[1] for item in identities]
@@ -271,7 +271,7 @@ def preprocess_tasks(
             remove_strays(directory, _names(directory, tasks, keys, level, 1))
             for key in keys:
                 path = f"{finals[key]}.data_args"
-                write_data_args(path, shards[key], tasks, manifests, key)
+                _write_data_args(path, shards[key], tasks, manifests, key)
                 summary.data_args_paths[key] = path
             summary.output_prefixes = {}  # nothing written under the corpus names
             summary.partition_prefixes = shards
@@ -359,7 +359,7 @@ def _merge(staging, shards: list[str], kept: list[str], final: str, merge_progre
         merge_datasets(shards, staging.staged(final), progress=merge_progress)
 
 
-def make_tokenizer(tokenizer_factory: Callable[[], Tokenizer], append_eod: bool) -> Tokenizer:
+def _make_tokenizer(tokenizer_factory: Callable[[], Tokenizer], append_eod: bool) -> Tokenizer:
     tokenizer = tokenizer_factory()
     if not isinstance(tokenizer, Tokenizer):
         raise DataError(
@@ -375,7 +375,7 @@ def make_tokenizer(tokenizer_factory: Callable[[], Tokenizer], append_eod: bool)
     return tokenizer
 
 
-def write_data_args(
+def _write_data_args(
     path: str, prefixes: Sequence[str], tasks, manifests: Mapping[int, dict], key: str
 ) -> None:
     """'weight prefix' pairs (token counts as weights; shards with no tokens left out)."""

@@ -32,8 +32,8 @@ import numpy as np
 from megadata_core.errors import DataError
 from megadata_core.preprocess.remote import is_remote, open_remote, remote_identity
 
-COMPRESSED_SUFFIXES = (".gz", ".zst")
-TABLE_SUFFIXES = (".parquet",)
+_COMPRESSED_SUFFIXES = (".gz", ".zst")
+_TABLE_SUFFIXES = (".parquet",)
 
 
 class TableReader(Protocol):
@@ -126,10 +126,10 @@ def plan_parts(
 
 
 def is_table(path: str) -> bool:
-    return path.endswith(TABLE_SUFFIXES)
+    return path.endswith(_TABLE_SUFFIXES)
 
 
-def line_boundaries(path: str, size: int, task_size: int, stream: BinaryIO) -> list[int]:
+def _line_boundaries(path: str, size: int, task_size: int, stream: BinaryIO) -> list[int]:
     """Byte offsets [0, b1, ..., size] cutting a file at the first line end at or after
     each multiple of ``task_size`` (reads one line per cut, not the file)."""
     bounds = [0]
@@ -177,13 +177,13 @@ def plan_tasks(
                     tasks.append(Task(len(tasks), path, "rows", start, group + 1))
                     start, total = group + 1, 0
             continue
-        if path.endswith(COMPRESSED_SUFFIXES):
+        if path.endswith(_COMPRESSED_SUFFIXES):
             tasks.append(Task(len(tasks), path, "lines", 0, -1))
             continue
         size = sizes[number] if sizes is not None else input_identity(path)[1]
         opener = open_plain or _open_plain
         with opener(path) as stream:
-            bounds = line_boundaries(path, size, task_size, stream)
+            bounds = _line_boundaries(path, size, task_size, stream)
         for start, stop in zip(bounds[:-1], bounds[1:]):
             tasks.append(Task(len(tasks), path, "lines", start, stop))
     return tasks

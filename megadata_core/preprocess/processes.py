@@ -30,7 +30,7 @@ from megadata_core.files.atomic import interrupts_deferred
 from megadata_core.handover import orphans
 
 #: How long a normal close waits for a worker to end after its last task.
-CLOSE_WAIT_S = 30
+_CLOSE_WAIT_S = 30
 
 
 @contextlib.contextmanager
@@ -191,16 +191,16 @@ class ProcessPool:
                 for worker in self._workers:
                     worker.outbox.put(None)
                 for worker in self._workers:
-                    worker.process.join(CLOSE_WAIT_S)
+                    worker.process.join(_CLOSE_WAIT_S)
             for worker in self._workers:
                 if worker.process.is_alive():
                     worker.process.kill()
             for worker in self._workers:
-                worker.process.join(CLOSE_WAIT_S)
+                worker.process.join(_CLOSE_WAIT_S)
                 worker.outbox.put(None)  # the feeding thread ends (or already has)
             for worker in self._workers:
                 if worker.thread is not None and worker.thread.ident is not None:
-                    worker.thread.join(CLOSE_WAIT_S)  # its sends fail once the worker is gone
+                    worker.thread.join(_CLOSE_WAIT_S)  # its sends fail once the worker is gone
                 if worker.thread is None or not worker.thread.is_alive():
                     worker.tasks.close()  # (never under a thread still writing to it)
                 worker.results.close()

@@ -16,7 +16,7 @@ import numpy as np
 from megadata_core.errors import DataError
 from megadata_core.preprocess.remote import is_remote, open_remote
 
-BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, dropped from a file's first line
+_BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, dropped from a file's first line
 
 
 class _OwningGzip(gzip.GzipFile):
@@ -80,7 +80,7 @@ def count_lines(path: str, open_binary: Callable[[str], BinaryIO] = open_input) 
 
 def strip_bom(line: bytes) -> bytes:
     """``line`` without a leading UTF-8 byte order mark (a file's first line)."""
-    return line[len(BOM) :] if line.startswith(BOM) else line
+    return line[len(_BOM) :] if line.startswith(_BOM) else line
 
 
 @contextlib.contextmanager
@@ -111,7 +111,7 @@ def split_lines(data: bytes) -> list[bytes]:
     return lines
 
 
-def cut_after_lines(data: bytes, count: int) -> int:
+def _cut_after_lines(data: bytes, count: int) -> int:
     """Byte offset just past the ``count``-th line end of ``data`` (its length if fewer)."""
     ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
     return int(ends[count - 1]) + 1 if count <= ends.size else len(data)
@@ -123,7 +123,7 @@ def take_lines(data: bytes, room: int) -> tuple[bytes, bytes, int]:
     count = lines_in(data)
     if count <= room:
         return data, b"", count
-    cut = cut_after_lines(data, room)
+    cut = _cut_after_lines(data, room)
     return data[:cut], data[cut:], room
 
 

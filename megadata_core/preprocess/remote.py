@@ -24,8 +24,8 @@ from megadata_core.errors import DataError
 from megadata_core.format.sources import ByteSource, is_local, open_source
 from megadata_core.preprocess.threads import shared_pool
 
-BUFFER_SIZE = 4 << 20  # bytes per ranged request when reading lines
-READ_AHEAD_THREADS = 4  # ranges fetched ahead at once in a process (one per open file at most)
+_BUFFER_SIZE = 4 << 20  # bytes per ranged request when reading lines
+_READ_AHEAD_THREADS = 4  # ranges fetched ahead at once in a process (one per open file at most)
 
 _sizes: dict[tuple[str, str | None], int] = {}
 _sizes_lock = threading.Lock()
@@ -126,7 +126,7 @@ class RangedFile(io.RawIOBase):
         if self._read_ahead and self._position < end:
             following = min(count, end - self._position)
             self._ahead = (self._position, following,
-                           shared_pool("megadata-read-ahead", READ_AHEAD_THREADS).submit(
+                           shared_pool("megadata-read-ahead", _READ_AHEAD_THREADS).submit(
                                self.source.read, self._position, following))
         return count
 
@@ -156,7 +156,7 @@ def _discard(future: concurrent.futures.Future) -> None:
         concurrent.futures.wait([future])
 
 
-def open_remote(url: str, buffer_size: int | None = BUFFER_SIZE) -> BinaryIO:
+def open_remote(url: str, buffer_size: int | None = _BUFFER_SIZE) -> BinaryIO:
     """The object at ``url`` as a binary file (buffered; raw :class:`RangedFile` when
     ``buffer_size`` is None, for readers such as pyarrow that ask for exact ranges)."""
     if not is_remote(url):

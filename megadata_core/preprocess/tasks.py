@@ -53,7 +53,7 @@ Engine = Callable[["TaskRunner", Sequence[Task]], Iterator[dict]]
 
 CHUNK_LINES = 1 << 16
 CHUNK_BYTES = 4 << 20
-MIN_BLOCK_BYTES = 1 << 20  # (smaller blocks cost more per byte than the threads give)
+_MIN_BLOCK_BYTES = 1 << 20  # (smaller blocks cost more per byte than the threads give)
 
 
 class TaskRunner:
@@ -280,11 +280,11 @@ def _in_order(stack, runner, task, items, offset, threads, pool):
 
 def _block_bytes(task: Task, threads: int, most: int = CHUNK_BYTES) -> int:
     """Bytes per block of a lines task: ``most``, or less when the task's range is too
-    short to give each of ``threads`` a block of that size (down to MIN_BLOCK_BYTES)."""
+    short to give each of ``threads`` a block of that size (down to _MIN_BLOCK_BYTES)."""
     if threads <= 1 or task.stop < 0:
         return most
     share = -(-(task.stop - task.start) // threads)
-    return min(most, max(min(MIN_BLOCK_BYTES, most), share))
+    return min(most, max(min(_MIN_BLOCK_BYTES, most), share))
 
 
 def _line_chunks(stream: BinaryIO, task: Task, block_bytes: int, chunk_lines: int):

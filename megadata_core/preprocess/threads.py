@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from megadata_core.cores import shared_pool, usable_threads
 
-Item = TypeVar("Item")
+_Item = TypeVar("_Item")
 Result = TypeVar("Result")
 
 
@@ -26,15 +26,15 @@ def threads_for_native() -> int:
 
 @contextlib.contextmanager
 def in_order(
-    items: Iterable[Item], work: Callable[[Item], Result], threads: int
-) -> Iterator[Iterator[tuple[Item, Result]]]:
+    items: Iterable[_Item], work: Callable[[_Item], Result], threads: int
+) -> Iterator[Iterator[tuple[_Item, Result]]]:
     """Yields ``(item, work(item))`` in input order, ``threads`` items being worked on at
     once (and at most twice that many read ahead). An error is raised in order; leaving
     early cancels the items not started and waits for those running."""
     pool = shared_pool("megadata-block", threads)
     pending: collections.deque = collections.deque()
 
-    def run() -> Iterator[tuple[Item, Result]]:
+    def run() -> Iterator[tuple[_Item, Result]]:
         for item in items:
             pending.append((item, pool.submit(work, item)))
             if len(pending) >= 2 * threads:

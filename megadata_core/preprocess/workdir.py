@@ -40,8 +40,8 @@ from megadata_core.format import IndexedDatasetWriter
 from megadata_core.format.reader import bin_path_of, idx_path_of
 from megadata_core.preprocess.plan import Task, command_differences
 
-PLAN_FILE = "plan.json"
-LOCK_FILE = "driver.lock"
+_PLAN_FILE = "plan.json"
+_LOCK_FILE = "driver.lock"
 #: The names of the manifests of finished tasks (``task000007.json``).
 MANIFEST_GLOB = "task*.json"
 
@@ -67,7 +67,7 @@ def write_json(path: str, content: Mapping) -> None:
     write_atomically(path, lambda stream: stream.write(text), durable=True)
 
 
-def make_work_directory(directory: str) -> None:
+def _make_work_directory(directory: str) -> None:
     """Create ``directory`` if needed; a DataError when it cannot be one."""
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise DataError(f"{directory}: exists and is not a work directory")
@@ -80,8 +80,8 @@ def make_work_directory(directory: str) -> None:
 @contextlib.contextmanager
 def driver_lock(directory: str) -> Iterator[None]:
     """Create ``directory`` if needed and hold its driver lock (see the module docstring)."""
-    make_work_directory(directory)
-    path = os.path.join(directory, LOCK_FILE)
+    _make_work_directory(directory)
+    path = os.path.join(directory, _LOCK_FILE)
     handle = _locked(directory, path)
     try:
         os.ftruncate(handle, 0)
@@ -114,7 +114,7 @@ def _locked(directory: str, path: str) -> int:
 
 def open_work_directory(directory: str, command: Mapping, fingerprint: str) -> None:
     """Create ``directory`` with its plan, or check an existing one was made by ``command``."""
-    plan_file = os.path.join(directory, PLAN_FILE)
+    plan_file = os.path.join(directory, _PLAN_FILE)
     if os.path.isdir(directory) and os.path.exists(plan_file):
         try:
             with open(plan_file, encoding="utf-8") as stream:
@@ -133,11 +133,11 @@ def open_work_directory(directory: str, command: Mapping, fingerprint: str) -> N
                 + "; ".join(differences)
             )
         return
-    make_work_directory(directory)
+    _make_work_directory(directory)
     write_json(plan_file, {"command": command, "fingerprint": fingerprint})
 
 
-def file_digest(path: str) -> str:
+def _file_digest(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as stream:
         while block := stream.read(1 << 22):
@@ -159,7 +159,7 @@ def shard_files(
 def file_records(paths: Sequence[str], digests: bool = True) -> dict[str, list]:
     """basename -> [size, sha256 (None without ``digests``: a run that never resumes)] of
     finished shard files."""
-    return {os.path.basename(p): [os.path.getsize(p), file_digest(p) if digests else None]
+    return {os.path.basename(p): [os.path.getsize(p), _file_digest(p) if digests else None]
             for p in paths}
 
 
@@ -183,7 +183,7 @@ def verified_manifest(
             return None
         for file in expected:
             size, digest = records[os.path.basename(file)]
-            if os.path.getsize(file) != size or file_digest(file) != digest:
+            if os.path.getsize(file) != size or _file_digest(file) != digest:
                 return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -207,7 +207,7 @@ def remove_strays(directory: str, keep: set[str]) -> list[str]:
     directory, and it calls this only when no task of its own is running)."""
     removed = []
     for entry in os.scandir(directory):
-        if entry.name in (PLAN_FILE, LOCK_FILE) or entry.name in keep:
+        if entry.name in (_PLAN_FILE, _LOCK_FILE) or entry.name in keep:
             continue
         if entry.is_dir(follow_symlinks=False):
             temp_files.remove_tree(entry.path)
