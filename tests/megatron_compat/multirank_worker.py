@@ -20,6 +20,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "helpers"))  # as tests/conftest.py
 
 from compat_helpers import build, ours  # noqa: E402
 
