@@ -81,11 +81,13 @@ run_pytest() {
 
 status=0
 TIMES=()
+STARTED=()
 # leg NAME FUNCTION: run FUNCTION in a subshell with errexit (any failing command fails
 # the leg), print its wall time, remember a failure and go on with the next leg.
 leg() {
     local name=$1 fn=$2 begin=$SECONDS rc verdict
     wants "$name" || return 0
+    STARTED+=("$name")
     echo "=== leg $name"
     set +e
     ( set -euo pipefail; "$fn" )
@@ -341,5 +343,9 @@ leg torchtitan leg_torchtitan
 
 echo "=== wall time of each leg"
 printf '%s\n' "${TIMES[@]}"
+for name in "${STARTED[@]}"; do  # a leg that started must have its row
+    printf '%s\n' "${TIMES[@]}" | grep -q "^$name " || {
+        echo "=== leg $name started but recorded no time: counted as failed"; status=1; }
+done
 echo "=== all: $((SECONDS - START)) s, $([ "$status" -eq 0 ] && echo passed || echo FAILED)"
 exit "$status"
