@@ -1,0 +1,535 @@
+"""Raw text shards tokenized in the background into the cache, read while it runs.
+
+A :class:`RawCorpus` is a list of raw shards (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``,
+``.parquet``; local or by URL) with a tokenizer, cut into pieces by the preprocessing
+plan (:func:`~megadata_core.preprocess.plan.plan_tasks`: about ``piece_size`` bytes of
+lines, a compressed file, or row groups). Its directory, ``{root}/{key}/`` (the key: a
+hash of the shard names, the tokenizer and every option that changes bytes), holds:
+
+* ``plan.json``: the shards' identities (size and mtime, or size and ETag/generation)
+  and the pieces. A shard whose identity changed is refused with a DataError naming it:
+  its tokens there would be stale.
+* ``pieces/``: each finished piece as the preprocessing work directory holds a task
+  (``task000007_{key}_document.bin/.idx`` and the manifest ``task000007.json``, written
+  last and atomically), until its shard is merged.
+* ``shards/``: each shard, once all its pieces are made, merged into
+  ``{n:05d}-{stem}_{key}_document.bin/.idx`` (byte for byte what ``megadata-preprocess``
+  writes for that shard alone) with its record ``{n:05d}.json`` (the sequences of each
+  piece), published in that order; then the shard's pieces are removed.
+* ``corpus.json`` and ``corpus.data_args`` once every shard is merged: an ordinary
+  corpus (Megatron's ``--data-args-path`` reads the list).
+
+One producer per directory (an ``fcntl.flock`` on ``producer.lock``, dropped by the
+kernel when its holder dies): a background thread that makes pieces in the order the
+readers need them (:meth:`RawCorpus.want`), each on the usable cores
+(``TaskRunner(task, threads=n)``, the preprocessing fast path). A reader waiting for a
+piece (:meth:`RawCorpus.wait`) that finds no producer alive becomes one, so a killed
+producer's work goes on and nothing finished is made twice. A producer's error is
+written to ``error.json`` and raised by every reader.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import glob
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from megadata_core.errors import DataError
+from megadata_core.files import atomic as temp_files
+from megadata_core.files.atomic import interrupts_deferred, try_exclusive
+from megadata_core.format import IndexedDataset, merge_datasets, optimal_dtype
+from megadata_core.format.reader import bin_path_of, idx_path_of
+from megadata_core.preprocess.encoding import Tokenizer
+from megadata_core.preprocess.plan import (
+    TableReader,
+    Task,
+    input_identities,
+    is_table,
+    plan_tasks,
+)
+from megadata_core.preprocess.reading import open_input
+from megadata_core.preprocess.remote import is_remote
+from megadata_core.preprocess.tasks import TaskRunner
+from megadata_core.preprocess.threads import threads_for_native
+from megadata_core.preprocess.workdir import (
+    manifest_path,
+    shard_prefix,
+    staging_for,
+    write_json,
+)
+
+_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst", ".parquet")
+_LEVEL = "document"
+_WAIT_NOTE_SECONDS = 5.0  # between two progress lines of one wait
+
+# The producers of this process, stopped (between blocks) when the interpreter exits.
+_PRODUCERS: weakref.WeakSet = weakref.WeakSet()
+
+
+class _StopRequestedError(Exception):
+    """The producer was asked to stop (the process is exiting)."""
+
+
+def shard_paths(paths: str | Sequence[str]) -> list[str]:
+    """The shards ``paths`` names: paths, URLs, or local globs (``*``, ``?``, ``[``,
+    expanded and sorted); DataError for a glob that matches nothing or a file of another
+    kind."""
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    found: list[str] = []
+    for item in items:
+        item = os.fspath(item)
+        if not is_remote(item) and any(c in item for c in "*?["):
+            matches = sorted(glob.glob(item, recursive=True))
+            if not matches:
+                raise DataError(f"raw shards: {item!r} matches no file")
+            found.extend(matches)
+        else:
+            found.append(item)
+    if not found:
+        raise DataError("raw shards: no shards given")
+    for path in found:
+        if not path.endswith(_SUFFIXES):
+            raise DataError(f"{path}: not a raw shard (expected one of {', '.join(_SUFFIXES)})")
+        if not is_remote(path) and not os.path.isfile(path):
+            raise DataError(f"{path}: raw shard not found")
+    return [path if is_remote(path) else os.path.abspath(path) for path in found]
+
+
+class RawCorpus:
+    """Raw shards, their pieces, and what of them is tokenized under ``directory``.
+
+    Args:
+        paths: the shards (:func:`shard_paths`).
+        tokenizer_factory: a zero-argument callable returning a Tokenizer.
+        root: the directory under which this corpus's directory is made (a cache).
+        text_key: the JSON key (parquet column) of the text.
+        append_eod: append the tokenizer's EOD to each document.
+        piece_size: bytes per piece.
+        description: what identifies the tokenizer (default: its repr, vocab size, EOD).
+        table_reader: for parquet shards.
+        threads: cores a piece is tokenized on (default: the usable cores).
+    """
+
+    def __init__(
+        self,
+        paths: str | Sequence[str],
+        tokenizer_factory: Callable[[], Tokenizer],
+        root: str,
+        *,
+        text_key: str = "text",
+        append_eod: bool = True,
+        piece_size: int = 4 << 20,
+        description: Any = None,
+        table_reader: TableReader | None = None,
+        threads: int | None = None,
+    ) -> None:
+        self.shards = shard_paths(paths)
+        if any(is_table(path) for path in self.shards) and table_reader is None:
+            raise DataError(f"{next(p for p in self.shards if is_table(p))}: parquet shards "
+                            "need a table reader (pip install 'megadata-core[parquet]')")
+        self.tokenizer_factory = tokenizer_factory
+        self.table_reader = table_reader
+        self.text_key = text_key
+        self.append_eod = bool(append_eod)
+        self.threads = threads
+        tokenizer = tokenizer_factory()
+        self.vocab_size = int(tokenizer.vocab_size)
+        self.eod_id = int(tokenizer.eod_id)
+        self.dtype = np.dtype(optimal_dtype(self.vocab_size))
+        if description is None:
+            description = {"tokenizer": repr(tokenizer), "vocab_size": self.vocab_size,
+                           "eod_id": self.eod_id}
+        self.options = {"text_key": text_key, "append_eod": self.append_eod,
+                        "piece_size": int(piece_size), "dtype": self.dtype.name,
+                        "tokenizer": description}
+        key_text = json.dumps({"shards": self.shards, "options": self.options},
+                              sort_keys=True, default=repr)
+        self.key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
+        self.directory = os.path.join(os.path.abspath(root), self.key)
+        self.tasks = self._plan(int(piece_size))
+        shard_index = {path: k for k, path in enumerate(self.shards)}
+        #: int64 [pieces]: the shard of each piece
+        self.piece_shard = np.array([shard_index[t.path] for t in self.tasks], np.int64)
+        self._runner: TaskRunner | None = None
+        self._lock = threading.Lock()
+        self._wanted: list[list] = []  # [order, cursor, urgent] per want()
+        self._rest = 0  # pieces below it are done (the fallback order)
+        self._done: set[int] = set()
+        self._thread: threading.Thread | None = None
+        self._pid = -1
+        self._error: BaseException | None = None
+        self._stop = False
+        self._records: dict[int, dict] = {}
+        self._made_tokens: list[tuple[float, int]] = []  # (time, tokens made) per piece
+
+    # -- the plan ---------------------------------------------------------------------
+
+    def _plan(self, piece_size: int) -> list[Task]:
+        identities = input_identities(self.shards)
+        plan_file = os.path.join(self.directory, "plan.json")
+        stored = _read_json(plan_file)
+        if stored is not None:
+            for path, old, new in zip(self.shards, stored["inputs"], identities):
+                if list(old) != list(new):
+                    raise DataError(
+                        f"{path}: raw shard changed since it was tokenized into "
+                        f"{self.directory} (size, mtime or ETag {old[1:]} there, {new[1:]} "
+                        "now); its tokens there are stale: restore the shard, or remove "
+                        "that directory to tokenize it again"
+                    )
+            return [Task(k, path, kind, start, stop)
+                    for k, (path, kind, start, stop) in enumerate(stored["tasks"])]
+        tasks = plan_tasks(self.shards, piece_size, table_reader=self.table_reader,
+                           sizes=[item[1] for item in identities])
+        try:
+            os.makedirs(os.path.join(self.directory, "pieces"), exist_ok=True)
+            os.makedirs(os.path.join(self.directory, "shards"), exist_ok=True)
+        except OSError as error:
+            raise DataError(f"{self.directory}: cannot create ({error.strerror})") from None
+        write_json(plan_file, {"inputs": identities, "tasks": [t.as_list() for t in tasks],
+                               "options": json.loads(json.dumps(self.options, default=repr))})
+        return tasks
+
+    @property
+    def pieces(self) -> int:
+        return len(self.tasks)
+
+    def describe(self) -> dict:
+        """What identifies the tokens (for the cache keys of indices built on them)."""
+        return {"raw_corpus": self.key, "pieces": self.pieces}
+
+    # -- what is made -----------------------------------------------------------------
+
+    def _shard_record(self, shard: int) -> dict | None:
+        record = self._records.get(shard)
+        if record is None:
+            record = _read_json(self._shard_record_path(shard))
+            if record is not None:
+                self._records[shard] = record
+        return record
+
+    def _shard_record_path(self, shard: int) -> str:
+        return os.path.join(self.directory, "shards", f"{shard:05d}.json")
+
+    def shard_prefix(self, shard: int) -> str:
+        """Where shard ``shard``'s merged corpus is (or will be) published."""
+        stem = os.path.basename(self.shards[shard]).split(".")[0]
+        return os.path.join(self.directory, "shards",
+                            f"{shard:05d}-{stem}_{self.text_key}_{_LEVEL}")
+
+    def _piece_prefix(self, index: int) -> str:
+        return shard_prefix(os.path.join(self.directory, "pieces"), self.tasks[index],
+                            self.text_key, _LEVEL)
+
+    def locate(self, index: int) -> tuple[str, int, int | None] | None:
+        """Where piece ``index``'s sequences are: ``(corpus prefix, first, stop)`` (stop
+        None: to the corpus's end), or None while it is not made."""
+        shard = int(self.piece_shard[index])
+        record = self._shard_record(shard)
+        if record is not None:
+            position = record["tasks"].index(index)
+            first = sum(record["sequences"][:position])
+            return self.shard_prefix(shard), first, first + record["sequences"][position]
+        manifest = _read_json(manifest_path(os.path.join(self.directory, "pieces"),
+                                            self.tasks[index]))
+        if manifest is None or manifest.get("task") != self.tasks[index].as_list():
+            return None
+        return self._piece_prefix(index), 0, None
+
+    def open_piece(self, index: int, on_wait: Callable[[int, float], None] | None = None
+                   ) -> tuple[IndexedDataset, int, int]:
+        """``(corpus, first, stop)`` of piece ``index``, waiting until it is made."""
+        for _ in range(3):  # a piece merged into its shard while opened: found there next
+            where = self.wait(index, on_wait)
+            prefix, first, stop = where
+            try:
+                corpus = IndexedDataset(prefix)
+            except (FileNotFoundError, DataError):
+                if self._shard_record(int(self.piece_shard[index])) is None:
+                    raise
+                continue
+            corpus.token_view()  # mapped now: the piece files may go once merged
+            return corpus, first, len(corpus) if stop is None else stop
+        raise DataError(f"{self.directory}: piece {index} could not be opened")
+
+    def wait(self, index: int, on_wait: Callable[[int, float], None] | None = None
+             ) -> tuple[str, int, int | None]:
+        """:meth:`locate` of piece ``index``, waiting (and producing, when no producer
+        runs) until it is made; ``on_wait(index, seconds)`` about every 5 s of a wait."""
+        started = noted = time.monotonic()
+        pause = 0.002
+        while True:
+            found = self.locate(index)
+            if found is not None:
+                return found
+            self._raise_error()
+            if not self._producing():
+                self.start()
+            self._prefer(index)
+            time.sleep(pause)
+            pause = min(0.05, pause * 2)
+            now = time.monotonic()
+            if on_wait is not None and now - noted >= _WAIT_NOTE_SECONDS:
+                noted = now
+                on_wait(index, now - started)
+
+    def _raise_error(self) -> None:
+        if self._error is not None and self._pid == os.getpid():
+            error = self._error
+            raise DataError(str(error)) if not isinstance(error, DataError) else error
+        found = _read_json(os.path.join(self.directory, "error.json"))
+        if found is not None:
+            raise DataError(found["message"])
+
+    def complete(self) -> bool:
+        """Whether every shard is merged (``corpus.json`` written)."""
+        return os.path.exists(os.path.join(self.directory, "corpus.json"))
+
+    def tokens_per_second(self) -> float:
+        """Tokens this process's producer made per second over its last pieces."""
+        made = self._made_tokens[-16:]
+        if len(made) < 2:
+            return 0.0
+        seconds = made[-1][0] - made[0][0]
+        return sum(tokens for _, tokens in made[1:]) / seconds if seconds > 0 else 0.0
+
+    # -- the producer -----------------------------------------------------------------
+
+    def want(self, order: np.ndarray, urgent: int = 0) -> None:
+        """Make the pieces of ``order`` (int [K]) in that order, its first ``urgent`` ones
+        before any other order's (a split's first window). Several orders (splits,
+        members) are served by how far each has come."""
+        with self._lock:
+            self._wanted.append([np.asarray(order, np.int64).tolist(), 0, int(urgent)])
+
+    def _prefer(self, index: int) -> None:
+        with self._lock:
+            if not self._wanted or self._wanted[0][0] != [index]:
+                self._wanted.insert(0, [[index], 0, 1])
+
+    def _next(self) -> int | None:
+        """The next piece to make: an order's urgent pieces first (in the order wanted),
+        then the order least far along; then any piece left."""
+        with self._lock:
+            best, best_rank = None, None
+            for number, entry in enumerate(self._wanted):
+                order, cursor, urgent = entry
+                while cursor < len(order) and order[cursor] in self._done:
+                    cursor += 1
+                entry[1] = cursor
+                if cursor == len(order):
+                    continue
+                rank = (0 if cursor < urgent else 1, cursor / len(order), number)
+                if best_rank is None or rank < best_rank:
+                    best, best_rank = order[cursor], rank
+            self._wanted = [entry for entry in self._wanted if entry[1] < len(entry[0])]
+            if best is None:
+                while self._rest < self.pieces and self._rest in self._done:
+                    self._rest += 1
+                best = self._rest if self._rest < self.pieces else None
+            return best
+
+    def _producing(self) -> bool:
+        thread = self._thread
+        return self._pid == os.getpid() and thread is not None and thread.is_alive()
+
+    def start(self) -> bool:
+        """Start producing in a background thread of this process, unless a producer
+        runs (here or in another process); whether this process now produces."""
+        if self._producing() or self.complete():
+            return self._producing()
+        try:
+            handle = try_exclusive(os.path.join(self.directory, "producer.lock"))
+        except BlockingIOError:
+            return False
+        except OSError as error:
+            raise DataError(f"{self.directory}: cannot lock ({error.strerror}); raw shards "
+                            "need a file system with file locks") from None
+        os.ftruncate(handle, 0)
+        os.pwrite(handle, temp_files.writer_id().encode(), 0)
+        self._pid, self._error, self._stop = os.getpid(), None, False
+        self._thread = threading.Thread(target=self._produce, args=(handle,),
+                                        name="megadata-raw-tokenizer", daemon=True)
+        _PRODUCERS.add(self)
+        self._thread.start()
+        return True
+
+    def stop(self) -> None:
+        """Stop this process's producer (after the block it is tokenizing) and wait."""
+        self._stop = True
+        thread = self._thread
+        if thread is not None and self._pid == os.getpid() and thread.is_alive():
+            thread.join()
+
+    def _produce(self, handle: int) -> None:
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.directory, "error.json"))
+            runner = self._make_runner()
+            self._done = {i for i in range(self.pieces) if self.locate(i) is not None}
+            self._remove_strays()
+            for shard in range(len(self.shards)):
+                self._merge_if_complete(shard)
+            while not self._stop:
+                index = self._next()
+                if index is None:
+                    break
+                self._check_identity(self.tasks[index].path)
+                manifest = runner(self.tasks[index], threads=self._threads())
+                with self._lock:
+                    self._done.add(index)
+                self._made_tokens.append((time.monotonic(), int(manifest["tokens"][self.text_key])))
+                self._merge_if_complete(int(self.piece_shard[index]))
+            if len(self._done) == self.pieces:
+                self._write_corpus()
+        except _StopRequestedError:
+            pass
+        except BaseException as error:  # raised by every reader, here and elsewhere
+            self._error = error
+            message = str(error) if isinstance(error, DataError) else \
+                f"{self.directory}: the background tokenizer failed: {error!r}"
+            with contextlib.suppress(OSError):
+                write_json(os.path.join(self.directory, "error.json"), {"message": message})
+        finally:
+            os.close(handle)
+
+    def _threads(self) -> int:
+        return self.threads if self.threads is not None else threads_for_native()
+
+    def _make_runner(self) -> TaskRunner:
+        runner = TaskRunner(
+            os.path.join(self.directory, "pieces"), "", self.tokenizer_factory,
+            [self.text_key], _LEVEL, self.dtype, self.append_eod, False, open_input,
+            self.table_reader,
+            objects=[item for item in input_identities(
+                [p for p in self.shards if is_remote(p)])],
+        )
+        runner.digests = False
+
+        def on_part(task, part) -> None:
+            if self._stop:
+                raise _StopRequestedError()
+
+        runner.on_part = on_part
+        runner.tools()
+        return runner
+
+    def _check_identity(self, path: str) -> None:
+        stored = _read_json(os.path.join(self.directory, "plan.json"))
+        if stored is None or is_remote(path):
+            return
+        old = stored["inputs"][self.shards.index(path)]
+        new = input_identities([path])[0]
+        if list(old) != list(new):
+            raise DataError(f"{path}: raw shard changed while it was being tokenized "
+                            f"(size, mtime {old[1:]} planned, {new[1:]} now)")
+
+    def _remove_strays(self) -> None:
+        """Partial files of a producer that died (this one holds the lock)."""
+        pieces = os.path.join(self.directory, "pieces")
+        keep = set()
+        for index in self._done:
+            if self._shard_record(int(self.piece_shard[index])) is None:
+                prefix = os.path.basename(self._piece_prefix(index))
+                keep |= {f"{prefix}.bin", f"{prefix}.idx", f"{self.tasks[index].name}.json"}
+        for entry in os.scandir(pieces):
+            if entry.name not in keep:
+                if entry.is_dir(follow_symlinks=False):
+                    temp_files.remove_tree(entry.path)
+                else:
+                    os.unlink(entry.path)
+        temp_files.remove_stale(os.path.join(self.directory, "shards"), ["merge.partial"])
+
+    def _merge_if_complete(self, shard: int) -> None:
+        if self._shard_record(shard) is not None:
+            return
+        members = np.flatnonzero(self.piece_shard == shard).tolist()
+        if not all(index in self._done for index in members):
+            return
+        prefixes = [self._piece_prefix(index) for index in members]
+        sequences = []
+        for prefix in prefixes:
+            corpus = IndexedDataset(prefix)
+            sequences.append(len(corpus))
+            corpus.close()
+        final = self.shard_prefix(shard)
+        shards_dir = os.path.join(self.directory, "shards")
+        with staging_for(os.path.join(shards_dir, "merge"), [final]) as staging:
+            merge_datasets(prefixes, staging.staged(final))
+            staging.publish([final])
+        write_json(self._shard_record_path(shard),
+                   {"shard": self.shards[shard], "tasks": members, "sequences": sequences,
+                    "prefix": os.path.basename(final)})
+        with interrupts_deferred():
+            for index, prefix in zip(members, prefixes):
+                for path in (bin_path_of(prefix), idx_path_of(prefix),
+                             manifest_path(os.path.join(self.directory, "pieces"),
+                                           self.tasks[index])):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+
+    def _write_corpus(self) -> None:
+        prefixes = [self.shard_prefix(shard) for shard in range(len(self.shards))]
+        tokens = []
+        for prefix in prefixes:
+            corpus = IndexedDataset(prefix)
+            tokens.append(int(np.asarray(corpus.sequence_lengths).sum(dtype=np.int64)))
+            corpus.close()
+        lines = "".join(f"{count} {prefix}\n" for count, prefix in zip(tokens, prefixes)
+                        if count > 0)
+        temp_files.write_atomically(os.path.join(self.directory, "corpus.data_args"),
+                                    lambda stream: stream.write(lines.encode()))
+        write_json(os.path.join(self.directory, "corpus.json"),
+                   {"shards": self.shards, "prefixes": prefixes, "tokens": tokens,
+                    "options": json.loads(json.dumps(self.options, default=repr))})
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.update(_runner=None, _lock=None, _thread=None, _pid=-1, _error=None,
+                     _wanted=[], _done=set(), _made_tokens=[])
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"RawCorpus({len(self.shards)} shards, {self.pieces} pieces, {self.directory})"
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return json.load(stream)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise DataError(f"{path}: unreadable ({error})") from None
+
+
+@atexit.register
+def _stop_producers() -> None:
+    for corpus in list(_PRODUCERS):
+        with contextlib.suppress(Exception):
+            corpus.stop()
+
+
+def note_wait(corpus: RawCorpus, index: int, seconds: float, consumed: float) -> None:
+    """The one progress line of a wait: what the producer makes against what the
+    trainer consumes, and the shard waited for."""
+    made = corpus.tokens_per_second()
+    shard = corpus.shards[int(corpus.piece_shard[index])]
+    print(f"megadata: waiting {seconds:.0f} s for {shard} (piece {index}): tokenizer "
+          f"{made:,.0f} tokens/s, trainer {consumed:,.0f} tokens/s", file=sys.stderr,
+          flush=True)
