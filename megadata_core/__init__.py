@@ -26,6 +26,8 @@ from megadata_core.datasets import (
     EpochChain,
     GPTDataConfig,
     GPTDataset,
+    RawShards,
+    RawShardsDataset,
     ScheduledBlendedDataset,
 )
 from megadata_core.datasets.context_parallel import context_parallel_slice
@@ -53,6 +55,8 @@ __all__ = [
     "BlendedDataset",
     "ScheduledBlendedDataset",
     "EpochChain",
+    "RawShards",
+    "RawShardsDataset",
     "context_parallel_slice",
     "modes",
     "samplers",

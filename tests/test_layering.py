@@ -64,9 +64,9 @@ MAY_IMPORT = {
     "cache": GROUND | {"format"},
     "preprocess": GROUND | {"format"},
     "modes": GROUND | {"format", "indices", "cache"},
-    "datasets": GROUND | {"format", "indices", "cache", "modes"},
+    "datasets": GROUND | {"format", "indices", "cache", "preprocess", "modes"},
     "samplers": GROUND | {"batch_ramp"},
-    "build": GROUND | {"format", "indices", "cache", "modes", "datasets"},
+    "build": GROUND | {"format", "indices", "cache", "preprocess", "modes", "datasets"},
 }
 #: What ``indices`` may not touch: modules of file I/O, and calls that read or write files.
 IO_MODULES = {"fcntl", "mmap", "tempfile", "shutil", "io", "pathlib", "glob"}

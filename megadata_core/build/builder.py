@@ -60,6 +60,7 @@ from megadata_core.build.plan import Recipe, check_sizes, distinct_jobs, plan_bu
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig, schedule_arrays
 from megadata_core.datasets.gpt_dataset import GPTDataset
 from megadata_core.datasets.mock import MockGPTLowLevelDataset
+from megadata_core.datasets.raw_shards import RawShards, RawShardsDataset, split_pieces
 from megadata_core.datasets.scheduled_blend import (
     EpochChain,
     ScheduledBlendedDataset,
@@ -139,6 +140,9 @@ def build_datasets(
     if isinstance(in_memory_below, bool) or not isinstance(in_memory_below, int):
         raise DataError(f"in_memory_below: {in_memory_below!r} is not an int")
     jobs, fields = distinct_jobs(recipes)
+    if any(isinstance(job.prefix, RawShards) for job in jobs):
+        return _build_with_raw(config, recipes, jobs, fields, token_dtype, max_workers,
+                               in_memory_below, progress)
     corpora = Corpora(
         fields, path_to_cache=config.path_to_cache, mmap=config.mmap_bin_files,
         max_open_files=config.max_open_files, max_workers=max_workers,
@@ -153,6 +157,37 @@ def build_datasets(
     corpora.open(validate=True)
     built, _ = members.build(jobs, members.in_memory(jobs))
     return [assemble(recipe, built, config) for recipe in recipes]
+
+
+def _build_with_raw(config, recipes, jobs, fields, token_dtype, max_workers,
+                    in_memory_below, progress) -> list:
+    """A build whose blends hold raw-shards members: the prefixes' members as any build
+    makes them, each raw member a :class:`RawShardsDataset` of its split's pieces, the
+    blends' arrays in memory."""
+    if config.blend_schedule is not None:
+        raise DataError("blend_schedule: raw-shards members are not yet supported in "
+                        "blend schedules (use blend or blend_per_split)")
+    plain = [job for job in jobs if not isinstance(job.prefix, RawShards)]
+    built: dict = {}
+    if plain:
+        corpora = Corpora(
+            {p: f for p, f in fields.items() if not isinstance(p, RawShards)},
+            path_to_cache=config.path_to_cache, mmap=config.mmap_bin_files,
+            max_open_files=config.max_open_files, max_workers=max_workers,
+        )
+        members = Members(config, corpora, token_dtype, max_workers, in_memory_below,
+                          progress)
+        corpora.open(validate=True)
+        built, _ = members.build(plain, members.in_memory(plain))
+    for job in jobs:
+        if isinstance(job.prefix, RawShards):
+            corpus = job.prefix.corpus(config.path_to_cache)
+            built[job] = RawShardsDataset(job.prefix, corpus, split_pieces(corpus, job.bookend),
+                                          job.num_samples, config, job.split,
+                                          token_dtype=token_dtype)
+            if progress is not None:
+                progress(1)
+    return [assemble(recipe, built, config, use_cache=False) for recipe in recipes]
 
 
 def _build_mock(

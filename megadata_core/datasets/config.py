@@ -71,6 +71,7 @@ import numpy as np
 
 from megadata_core import modes
 from megadata_core.checks import check_int, megatron_count
+from megadata_core.datasets.raw_member import raw_member
 from megadata_core.errors import DataError
 from megadata_core.format.reader import DEFAULT_MAX_OPEN_FILES, check_limit
 from megadata_core.indices import splits
@@ -451,7 +452,7 @@ def _checked_blend(value: object, field: str) -> tuple[tuple[str, ...], tuple[fl
         raise DataError(f"{field}: {pair!r} is not a (prefixes, weights) pair") from None
     if isinstance(prefixes, (str, bytes)) or not prefixes:
         raise DataError(f"{field}: prefixes {prefixes!r} must be a non-empty list of paths")
-    prefixes = tuple(os.fspath(prefix) for prefix in prefixes)
+    prefixes = tuple(raw_member(prefix, field) or os.fspath(prefix) for prefix in prefixes)
     if weights is None:
         return prefixes, None
     try:

@@ -13,6 +13,7 @@ kind          protocol                                       modes
 packing       :class:`Packing` (arrays, build, pieces, ...)  ``concat``, ``best_fit``
 shuffle       :class:`Shuffle` (orders, their arrays)        ``megatron``, ``feistel``
 blend order   :class:`BlendOrder` (a blend's two arrays)     ``balanced``, ``megatron``
+raw order     windows of a raw member's pieces               ``windows``
 ============  =============================================  =======================
 
 May import the ground, format, indices and cache (floor 2); the datasets ask it.
@@ -243,7 +244,8 @@ class BlendOrder(Mode):
         return None
 
 
-_REGISTRY: dict[str, dict[str, Mode]] = {"packing": {}, "shuffle": {}, "blend_order": {}}
+_REGISTRY: dict[str, dict[str, Mode]] = {
+    "packing": {}, "shuffle": {}, "blend_order": {}, "raw_order": {}}
 
 
 def register(mode: Mode) -> Mode:
@@ -286,6 +288,11 @@ def blend_order(value: object) -> BlendOrder:
     return _mode("blend_order", value)
 
 
+def raw_order(value: object) -> Any:
+    """The raw-shards order named ``value`` (``"windows"``), or ``value`` itself."""
+    return _mode("raw_order", value)
+
+
 def blend_order_of(config) -> BlendOrder:
     """The blend order of a config: its ``blend_order_mode``, or the mode its
     ``blend_order`` names (any object with that field)."""
@@ -298,3 +305,4 @@ def blend_order_of(config) -> BlendOrder:
 from megadata_core.modes import concat, best_fit  # noqa: E402,F401,I001
 from megadata_core.modes import megatron_shuffle, feistel_shuffle  # noqa: E402,F401,I001
 from megadata_core.modes import balanced_blend, megatron_blend  # noqa: E402,F401,I001
+from megadata_core.modes import windows  # noqa: E402,F401,I001
