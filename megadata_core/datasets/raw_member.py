@@ -42,7 +42,8 @@ class RawShards:
         append_eod: append the tokenizer's EOD id to every document.
         window: pieces per window (documents and samples are shuffled within one).
         piece_size: bytes of lines per piece (compressed shards are one piece each).
-        workers: cores a piece is tokenized on (None: the usable cores).
+        workers: cores a piece is tokenized on: threads for a native encoder (None:
+            the usable cores), spawned processes for a Python one (None: one thread).
         order: the raw order's name (``"windows"``).
     """
 

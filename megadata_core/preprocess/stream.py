@@ -60,7 +60,7 @@ from megadata_core.preprocess.plan import (
 )
 from megadata_core.preprocess.reading import open_input
 from megadata_core.preprocess.remote import is_remote
-from megadata_core.preprocess.tasks import TaskRunner
+from megadata_core.preprocess.tasks import TaskRunner, runner_pool
 from megadata_core.preprocess.threads import threads_for_native
 from megadata_core.preprocess.workdir import (
     manifest_path,
@@ -118,7 +118,9 @@ class RawCorpus:
         piece_size: bytes per piece.
         description: what identifies the tokenizer (default: its repr, vocab size, EOD).
         table_reader: for parquet shards.
-        threads: cores a piece is tokenized on (default: the usable cores).
+        threads: cores a piece is tokenized on: threads of this process for a native
+            encoder (default: the usable cores), processes for a Python one (default:
+            this process's producer thread alone).
     """
 
     def __init__(
@@ -381,16 +383,13 @@ class RawCorpus:
             self._remove_strays()
             for shard in range(len(self.shards)):
                 self._merge_if_complete(shard)
-            while not self._stop:
-                index = self._next()
-                if index is None:
-                    break
-                self._check_identity(self.tasks[index].path)
-                manifest = runner(self.tasks[index], threads=self._threads())
-                with self._lock:
-                    self._done.add(index)
-                self._made_tokens.append((time.monotonic(), int(manifest["tokens"][self.text_key])))
-                self._merge_if_complete(int(self.piece_shard[index]))
+            threads, pool = self._threads(), None
+            native = getattr(runner.tools()[0], "block_encoder", None) is not None
+            with contextlib.ExitStack() as stack:
+                if self.threads is not None and threads > 1 and not native:
+                    # a Python encoder asked for N workers: processes, not threads
+                    pool = stack.enter_context(runner_pool(runner, threads, "spawn"))
+                self._make_pieces(runner, threads, pool)
             if len(self._done) == self.pieces:
                 self._write_corpus()
         except _StopRequestedError:
@@ -403,6 +402,24 @@ class RawCorpus:
                 write_json(os.path.join(self.directory, "error.json"), {"message": message})
         finally:
             os.close(handle)
+
+    def _make_pieces(self, runner: TaskRunner, threads: int, pool) -> None:
+        """Make the pieces not yet made, in the order wanted, each on ``threads`` of this
+        process (a native encoder) or over the processes of ``pool``."""
+        while not self._stop:
+            index = self._next()
+            if index is None:
+                return
+            self._check_identity(self.tasks[index].path)
+            if pool is not None:
+                manifest = runner(self.tasks[index], pool=pool)
+            else:
+                manifest = runner(self.tasks[index], threads=threads)
+            with self._lock:
+                self._done.add(index)
+            made = int(manifest["tokens"][self.text_key])
+            self._made_tokens.append((time.monotonic(), made))
+            self._merge_if_complete(int(self.piece_shard[index]))
 
     def _threads(self) -> int:
         return self.threads if self.threads is not None else threads_for_native()

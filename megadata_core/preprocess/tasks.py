@@ -342,6 +342,12 @@ def _unordered(pool: ProcessPool, tasks: Sequence[Task]) -> Iterator[dict]:
             yield manifest
 
 
+def runner_pool(runner: TaskRunner, size: int, start_method: str | None = None) -> ProcessPool:
+    """``size`` processes holding ``runner`` (for ``runner(task, pool=...)`` or whole
+    tasks); a context manager, see :class:`~megadata_core.preprocess.processes.ProcessPool`."""
+    return ProcessPool(size, _run_pooled, _init_pool, (runner,), start_method)
+
+
 def local_engine(workers: int = 1, start_method: str | None = None) -> Engine:
     """Run tasks in this process (``workers == 1``) or a pool of ``workers`` processes
     (``start_method`` default: the platform's; spawn for inputs by URL), each taking the
@@ -359,7 +365,7 @@ def local_engine(workers: int = 1, start_method: str | None = None) -> Engine:
         if method is None and any(is_remote(task.path) for task in tasks):
             # The driver's TensorStore (planning read the objects) aborts in a forked child.
             method = "spawn"  # (not forkserver: its server keeps the environment it began with)
-        with ProcessPool(workers, _run_pooled, _init_pool, (runner,), method) as pool:
+        with runner_pool(runner, workers, method) as pool:
             if len(tasks) < workers:  # task after task here, its blocks on every process
                 yield from (runner(task, pool=pool) for task in tasks)
             else:
