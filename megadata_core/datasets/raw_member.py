@@ -41,6 +41,8 @@ class RawShards:
         text_key: the JSON key (parquet column) of each document's text.
         append_eod: append the tokenizer's EOD id to every document.
         window: pieces per window (documents and samples are shuffled within one).
+        first_window: pieces of the first window; the first epoch's windows double from
+            it up to ``window`` (the first batch waits for this many pieces only).
         piece_size: bytes of lines per piece (compressed shards are one piece each).
         workers: cores a piece is tokenized on: threads for a native encoder (None:
             the usable cores), spawned processes for a Python one (None: one thread).
@@ -52,6 +54,7 @@ class RawShards:
     text_key: str = "text"
     append_eod: bool = True
     window: int = 8
+    first_window: int = 1
     piece_size: int = 4 << 20
     workers: int | None = None
     order: str = "windows"
@@ -67,7 +70,7 @@ class RawShards:
         elif not callable(self.tokenizer):
             raise DataError(f"raw shards: tokenizer {self.tokenizer!r} is neither a dict "
                             "nor a factory")
-        for name in ("window", "piece_size"):
+        for name in ("window", "first_window", "piece_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise DataError(f"raw shards: {name} {value!r} must be a positive integer")
@@ -84,17 +87,20 @@ class RawShards:
         paths = options.pop("raw", None)
         if paths is None:
             raise DataError(f"{field}: {value!r} is not a raw member (no 'raw' key)")
-        known = {"tokenizer", "text_key", "append_eod", "window", "piece_size", "workers",
-                 "order"}
+        known = {"tokenizer", "text_key", "append_eod", "window", "first_window",
+                 "piece_size", "workers", "order"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise DataError(f"{field}: raw member keys {unknown} are not among {sorted(known)}")
         return cls(paths, **options)
 
     def _key(self) -> tuple:
+        return (*self._corpus_key(), self.window, self.first_window, self.order)
+
+    def _corpus_key(self) -> tuple:
+        """What the tokens depend on (one corpus, and one producer, per such key)."""
         tokenizer = self.tokenizer if isinstance(self.tokenizer, tuple) else repr(self.tokenizer)
-        return (self.paths, tokenizer, self.text_key, self.append_eod, self.window,
-                self.piece_size, self.order)
+        return (self.paths, tokenizer, self.text_key, self.append_eod, self.piece_size)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RawShards) and self._key() == other._key()
@@ -126,7 +132,7 @@ class RawShards:
         if path_to_cache is None:
             raise DataError(f"path_to_cache: raw shards ({self}) are tokenized into the "
                             "cache; give a path_to_cache")
-        key = (os.path.abspath(path_to_cache), self._key())
+        key = (os.path.abspath(path_to_cache), self._corpus_key())
         found = _CORPORA.get(key)
         if found is None:
             description = (json.dumps(dict(self.tokenizer), sort_keys=True)

@@ -69,36 +69,51 @@ class RawShardsDataset:
         self.order = modes.raw_order(raw.order)
         self.token_dtype = np.dtype(token_dtype)
         self.num_samples = num_samples
-        self._per_epoch = -(-len(self.pieces) // raw.window)
+        self._per_epoch = -(-len(self.pieces) // raw.window)  # windows of later epochs
+        self._first_epoch = len(self.order.epoch_windows(
+            len(self.pieces), raw.window, config.random_seed, split, 0, raw.first_window))
         self._starts = [0]  # first sample of each window, in read order (grows)
         self._windows: OrderedDict[int, GPTDataset] = OrderedDict()
         self._layouts: dict[int, list[np.ndarray]] = {}
         self._buffers = BufferPool()
         self._served = [time.monotonic(), 0]  # (since, tokens) for the wait line
         corpus.want(self.pieces[self.order.need_order(
-            len(self.pieces), raw.window, config.random_seed, split)], urgent=raw.window)
+            len(self.pieces), raw.window, config.random_seed, split, raw.first_window)],
+            urgent=raw.first_window)
         corpus.start()
         if num_samples is None:
-            while len(self._starts) <= self._per_epoch:
+            while len(self._starts) <= self._first_epoch:
                 self._count_next()
-            self._length = self._starts[self._per_epoch]
+            self._length = self._starts[self._first_epoch]
         else:
             self._length = int(num_samples)
 
     # -- windows ----------------------------------------------------------------------
 
+    def _epoch_of(self, window: int) -> tuple[int, int]:
+        """(epoch, window within it) of a window in read order."""
+        if window < self._first_epoch:
+            return 0, window
+        epoch, number = divmod(window - self._first_epoch, self._per_epoch)
+        return epoch + 1, number
+
+    def _epoch_start(self, epoch: int) -> int:
+        """The read-order number of an epoch's first window."""
+        return 0 if epoch == 0 else self._first_epoch + (epoch - 1) * self._per_epoch
+
     def _window_pieces(self, window: int) -> np.ndarray:
-        epoch, number = divmod(window, self._per_epoch)
+        epoch, number = self._epoch_of(window)
         layout = self._layouts.get(epoch)
         if layout is None:
             layout = self._layouts[epoch] = self.order.epoch_windows(
-                len(self.pieces), self.raw.window, self.config.random_seed, self.split, epoch)
+                len(self.pieces), self.raw.window, self.config.random_seed, self.split, epoch,
+                self.raw.first_window)
             if len(self._layouts) > 2:
                 self._layouts.pop(min(self._layouts))
         return self.pieces[layout[number]]
 
     def _window_config(self, window: int) -> GPTDataConfig:
-        epoch, number = divmod(window, self._per_epoch)
+        epoch, number = self._epoch_of(window)
         seed = self.order.seed(self.config.random_seed, self.split, epoch, number)
         return replace(self.config, random_seed=seed, path_to_cache=None, blend=None,
                        blend_per_split=None, blend_schedule=None, split=None)
@@ -154,9 +169,9 @@ class RawShardsDataset:
         highest = int(positions.max()) if len(positions) else -1
         while self._starts[-1] <= highest:
             self._count_next()
-            counted = len(self._starts) - 1
-            if counted % self._per_epoch == 0 and \
-                    self._starts[-1] == self._starts[counted - self._per_epoch]:
+            epoch, number = self._epoch_of(len(self._starts) - 1)
+            if number == 0 and epoch > 0 and \
+                    self._starts[-1] == self._starts[self._epoch_start(epoch - 1)]:
                 raise DataError(f"raw shards: an epoch of {self.raw} ({self.split}) makes no "
                                 f"sample of {self.config.sequence_length} tokens")
         starts = np.asarray(self._starts, np.int64)

@@ -27,9 +27,9 @@ HELPERS = os.path.join(os.path.dirname(__file__), "..", "helpers")
 
 
 def build(shards, cache, *, tokenizer=ByteTokenizer, sizes=(200, None, None), split="100,0,0",
-          window=2, piece_size=4096, workers=None, **options):
+          window=2, piece_size=4096, workers=None, first_window=1, **options):
     raw = mdc.RawShards(shards, tokenizer, window=window, piece_size=piece_size,
-                        workers=workers)
+                        workers=workers, first_window=first_window)
     config = mdc.GPTDataConfig(random_seed=options.pop("seed", 5), sequence_length=32,
                                blend=([raw], None), split=split, path_to_cache=str(cache),
                                eod_id=256, **options)
@@ -223,7 +223,7 @@ def test_a_bad_line_names_the_shard_and_line(tmp_path):
     shards = write_shards(tmp_path, counts=(50, 50))
     with open(shards[1], "ab") as stream:
         stream.write(b'{"text": "fine"}\n{"text": oops}\n')
-    train = build(shards, tmp_path / "cache", window=8, piece_size=1 << 20)[0]
+    train = build(shards, tmp_path / "cache", window=8, first_window=8, piece_size=1 << 20)[0]
     with pytest.raises(mdc.DataError, match=r"shard1\.jsonl.*line 52"):
         train.__getitems__([0])
 
@@ -307,7 +307,7 @@ def test_every_document_once_per_epoch_and_no_sample_twice(tmp_path_factory, cou
         assert "makes no sample" in str(error)
         return
     seen = []
-    for window_number in range(train._per_epoch):
+    for window_number in range(train._first_epoch):
         dataset = train._window(window_number) if (
             train._starts[window_number + 1] > train._starts[window_number]) else None
         pieces = train._window_pieces(window_number).tolist()
