@@ -550,3 +550,39 @@ def note_wait(corpus: RawCorpus, index: int, seconds: float, consumed: float) ->
     print(f"megadata: waiting {seconds:.0f} s for {shard} (piece {index}): tokenizer "
           f"{made:,.0f} tokens/s, trainer {consumed:,.0f} tokens/s", file=sys.stderr,
           flush=True)
+
+
+def directory_status(directory: str) -> dict:
+    """What a raw corpus directory holds, from its files alone (no tokenizer): ``shards``
+    (names), ``pieces``, ``pieces_made``, ``tokens_made``, ``merged`` (shard prefixes
+    published), ``complete``, ``data_args`` (the list's path once complete) and ``error``
+    (a producer's error, or None). DataError for a directory that is not one."""
+    plan = _read_json(os.path.join(directory, "plan.json"))
+    if plan is None or "tasks" not in plan:
+        raise DataError(f"{directory}: not a raw corpus directory (no plan.json)")
+    tasks = [Task(k, *item) for k, item in enumerate(plan["tasks"])]
+    shards = [identity[0] for identity in plan["inputs"]]
+    merged, made, tokens = [], 0, 0
+    merged_tasks: set[int] = set()
+    for shard in range(len(shards)):
+        record = _read_json(os.path.join(directory, "shards", f"{shard:05d}.json"))
+        if record is not None:
+            merged.append(os.path.join(directory, "shards", record["prefix"]))
+            merged_tasks.update(record["tasks"])
+            corpus = IndexedDataset(merged[-1])
+            tokens += int(np.asarray(corpus.sequence_lengths).sum(dtype=np.int64))
+            corpus.close()
+    made = len(merged_tasks)
+    for task in tasks:
+        if task.index in merged_tasks:
+            continue
+        manifest = _read_json(manifest_path(os.path.join(directory, "pieces"), task))
+        if manifest is not None and manifest.get("task") == task.as_list():
+            made += 1
+            tokens += sum(int(count) for count in manifest["tokens"].values())
+    complete = os.path.exists(os.path.join(directory, "corpus.json"))
+    error = _read_json(os.path.join(directory, "error.json"))
+    return {"shards": shards, "pieces": len(tasks), "pieces_made": made,
+            "tokens_made": tokens, "merged": merged, "complete": complete,
+            "data_args": os.path.join(directory, "corpus.data_args") if complete else None,
+            "error": None if error is None else error["message"]}

@@ -349,3 +349,22 @@ def test_a_tokenizer_named_as_preprocessing_names_it_gives_megadata_preprocess_b
         for suffix in (".bin", ".idx"):
             assert filecmp.cmp(f"{out}_text_document{suffix}",
                                train.corpus.shard_prefix(k) + suffix, shallow=False)
+
+
+def test_megadata_inspect_shows_the_raw_corpus_and_its_shards(tmp_path):
+    shards = write_shards(tmp_path)
+    train = build(shards, tmp_path / "cache")[0]
+    finish(train)
+
+    def inspect(target: str) -> str:
+        return subprocess.run(
+            [sys.executable, "-m", "megadata_cli.inspect_data", "corpus", target,
+             "--output_dir", str(tmp_path / "plots")],
+            check=True, capture_output=True, text=True, timeout=120).stdout
+
+    shown = inspect(train.corpus.directory)
+    assert "3 (3 merged)" in shown and "pieces" in shown and "complete   yes" in shown
+    expected = sum(int(mdc.IndexedDataset(train.corpus.shard_prefix(k)).sequence_lengths.sum())
+                   for k in range(3))
+    assert f"tokens     {expected:,} made" in shown
+    assert "tokens" in inspect(train.corpus.shard_prefix(0))

@@ -2,6 +2,7 @@ r"""Look at the data before training on it: a corpus, what a blend delivers, sam
 text, and which part of each corpus the first batches read.
 
     megadata-inspect corpus PREFIX [--eod_id 256]
+    megadata-inspect corpus CACHE/raw/KEY       (raw shards tokenized into a cache)
     megadata-inspect config --config=demo_blend
     megadata-inspect samples --config=demo_blend --indices 0,1,2 \
         [--tokenizer_type bytes] [--html]
@@ -14,7 +15,9 @@ text, and which part of each corpus the first batches read.
         --document 123 [--global_batch_size 32]
 
 ``corpus``: documents, sequences, tokens, dtype, EOD count, document length percentiles;
-a PNG of the length histogram and of tokens per document along the file. ``config``: the
+a PNG of the length histogram and of tokens per document along the file. Given the
+directory of raw shards tokenized into a cache: its shards, the pieces and tokens made,
+the shards merged (each an ordinary corpus) and, once complete, its data-args list. ``config``: the
 build_index tables of every split (weights requested and realized, samples, epochs,
 tokens) and, per blended split, a PNG of each dataset's share of the samples consumed so
 far against its weight, for both blend orders (for a blend schedule: each stage's
@@ -46,6 +49,7 @@ from megadata_cli import data_flags, progress_bars, tool_main
 from megadata_cli.split_tables import SPLITS, build_splits, built_tables, plan_splits, print_tables
 from megadata_core import DataError, IndexedDataset, modes
 from megadata_core.datasets import inspection
+from megadata_core.preprocess import stream
 
 COMMANDS = ("corpus", "config", "samples", "order", "batch", "where")
 TOKENIZER_TYPES = ["bytes", "huggingface", "tiktoken"]
@@ -111,8 +115,28 @@ def _wrote(paths: list[str]) -> None:
 # -- corpus ---------------------------------------------------------------------------
 
 
+def raw_corpus(directory: str) -> None:
+    """The state of a directory of raw shards tokenized into a cache."""
+    status = stream.directory_status(directory)
+    print(f"raw corpus {directory}")
+    print(f"  shards     {len(status['shards']):,} ({len(status['merged']):,} merged)")
+    print(f"  pieces     {status['pieces_made']:,} of {status['pieces']:,} tokenized")
+    print(f"  tokens     {status['tokens_made']:,} made")
+    print(f"  complete   {'yes: ' + status['data_args'] if status['complete'] else 'no'}")
+    if status["error"]:
+        print(f"  error      {status['error']}")
+    for prefix in status["merged"][:5]:
+        print(f"  corpus     {prefix}")
+    if len(status["merged"]) > 5:
+        print(f"  ...        and {len(status['merged']) - 5:,} more merged shards")
+
+
 def corpus(prefix: str) -> None:
     from megadata_cli import inspect_plots
+
+    if os.path.isdir(prefix) and os.path.exists(os.path.join(prefix, "plan.json")):
+        raw_corpus(prefix)
+        return
 
     indexed = IndexedDataset(prefix)
     lengths = inspection.document_lengths(indexed)
