@@ -140,16 +140,17 @@ def build_datasets(
     if isinstance(in_memory_below, bool) or not isinstance(in_memory_below, int):
         raise DataError(f"in_memory_below: {in_memory_below!r} is not an int")
     jobs, fields = distinct_jobs(recipes)
-    if any(isinstance(job.prefix, RawShards) for job in jobs):
-        return _build_with_raw(config, recipes, jobs, fields, token_dtype, max_workers,
-                               in_memory_below, progress)
+    raw = any(isinstance(job.prefix, RawShards) for job in jobs)
     corpora = Corpora(
-        fields, path_to_cache=config.path_to_cache, mmap=config.mmap_bin_files,
+        {p: f for p, f in fields.items() if not isinstance(p, RawShards)},
+        path_to_cache=config.path_to_cache, mmap=config.mmap_bin_files,
         max_open_files=config.max_open_files, max_workers=max_workers,
     )
     members = Members(config, corpora, token_dtype, max_workers, in_memory_below, progress)
     if config.blend_schedule is not None:
         return _build_schedule(config, recipes, corpora, members)
+    if raw:
+        return _build_with_raw(config, recipes, jobs, corpora, members)
     if config.path_to_cache is not None and any(
         recipe is not None and recipe.kind == "blend" for recipe in recipes
     ):
@@ -159,34 +160,28 @@ def build_datasets(
     return [assemble(recipe, built, config) for recipe in recipes]
 
 
-def _build_with_raw(config, recipes, jobs, fields, token_dtype, max_workers,
-                    in_memory_below, progress) -> list:
+def _raw_dataset(job, config, members: Members) -> RawShardsDataset:
+    """The :class:`RawShardsDataset` of a raw member's job."""
+    corpus = job.prefix.corpus(config.path_to_cache)
+    dataset = RawShardsDataset(job.prefix, corpus, split_pieces(corpus, job.bookend),
+                               job.num_samples, config, job.split,
+                               token_dtype=members.token_dtype)
+    members.progress(1)
+    return dataset
+
+
+def _build_with_raw(config, recipes, jobs, corpora: Corpora, members: Members) -> list:
     """A build whose blends hold raw-shards members: the prefixes' members as any build
     makes them, each raw member a :class:`RawShardsDataset` of its split's pieces, the
     blends' arrays in memory."""
-    if config.blend_schedule is not None:
-        raise DataError("blend_schedule: raw-shards members are not yet supported in "
-                        "blend schedules (use blend or blend_per_split)")
     plain = [job for job in jobs if not isinstance(job.prefix, RawShards)]
     built: dict = {}
     if plain:
-        corpora = Corpora(
-            {p: f for p, f in fields.items() if not isinstance(p, RawShards)},
-            path_to_cache=config.path_to_cache, mmap=config.mmap_bin_files,
-            max_open_files=config.max_open_files, max_workers=max_workers,
-        )
-        members = Members(config, corpora, token_dtype, max_workers, in_memory_below,
-                          progress)
         corpora.open(validate=True)
         built, _ = members.build(plain, members.in_memory(plain))
     for job in jobs:
         if isinstance(job.prefix, RawShards):
-            corpus = job.prefix.corpus(config.path_to_cache)
-            built[job] = RawShardsDataset(job.prefix, corpus, split_pieces(corpus, job.bookend),
-                                          job.num_samples, config, job.split,
-                                          token_dtype=token_dtype)
-            if progress is not None:
-                progress(1)
+            built[job] = _raw_dataset(job, config, members)
     return [assemble(recipe, built, config, use_cache=False) for recipe in recipes]
 
 
@@ -255,7 +250,8 @@ def _build_schedule(
     built: dict = {}
 
     def build(jobs: list) -> None:
-        jobs = [job for job in dict.fromkeys(jobs) if job not in built]
+        jobs = [job for job in dict.fromkeys(jobs)
+                if job not in built and not isinstance(job.prefix, RawShards)]
         made, _ = members.build(jobs, members.in_memory(jobs))
         built.update(made)
 
@@ -270,6 +266,10 @@ def _build_schedule(
                 config, recipe.jobs[0].split, starts, weights, _size(recipe)
             )
             reads = np.asarray(arrays["dataset_counts"]).tolist()
+            for job, count in zip(recipe.jobs, reads):
+                if isinstance(job.prefix, RawShards):  # one dataset of all its reads
+                    built[job] = _raw_dataset(job._replace(num_samples=max(1, count)),
+                                              config, members)
             units[number] = [
                 job._replace(num_samples=1) if count and not len(built[job]) else job
                 for job, count in zip(recipe.jobs, reads)

@@ -368,3 +368,23 @@ def test_megadata_inspect_shows_the_raw_corpus_and_its_shards(tmp_path):
                    for k in range(3))
     assert f"tokens     {expected:,} made" in shown
     assert "tokens" in inspect(train.corpus.shard_prefix(0))
+
+
+def test_a_blend_schedule_reads_raw_members_in_its_stages(tmp_path):
+    shards = write_shards(tmp_path)
+    prefix = str(tmp_path / "plain")
+    preprocess_jsonl(shards[:1], prefix, ByteTokenizer, append_eod=True)
+    raw = {"raw": shards, "tokenizer": ByteTokenizer, "window": 2, "piece_size": 4096}
+    plain = f"{prefix}_text_document"
+    schedule = [(0, ([raw, plain], [0.9, 0.1])), (100, ([raw, plain], [0.1, 0.9]))]
+    config = mdc.GPTDataConfig(random_seed=3, sequence_length=32, split="100,0,0",
+                               path_to_cache=str(tmp_path), eod_id=256,
+                               blend_schedule=schedule)
+    train = mdc.build_datasets(config, [240, None, None])[0]
+    members = train.__getitems__(np.arange(240))["dataset_id"]
+    assert np.bincount(members[:100], minlength=2).tolist() == [90, 10]
+    assert np.bincount(members[100:], minlength=2)[1] > 110
+    raw_member._CORPORA.clear()
+    again = mdc.build_datasets(config, [240, None, None])[0]
+    assert np.array_equal(again.__getitems__(np.arange(140, 240))["tokens"],
+                          train.__getitems__(np.arange(140, 240))["tokens"])
