@@ -19,6 +19,7 @@ resuming at any consumed-samples count reads the same samples.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -76,6 +77,7 @@ class RawShardsDataset:
         self._windows: OrderedDict[int, GPTDataset] = OrderedDict()
         self._layouts: dict[int, list[np.ndarray]] = {}
         self._buffers = BufferPool()
+        self._lock = threading.RLock()  # the window bookkeeping (reader threads share it)
         self._served = [time.monotonic(), 0]  # (since, tokens) for the wait line
         corpus.want(self.pieces[self.order.need_order(
             len(self.pieces), raw.window, config.random_seed, split, raw.first_window)],
@@ -185,9 +187,10 @@ class RawShardsDataset:
 
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
         positions = sample_positions(indices, len(self), self.split)
-        window, local = self.locate(positions)
-        touched, which = np.unique(window, return_inverse=True)
-        datasets = [self._window(int(w)) for w in touched.tolist()]
+        with self._lock:
+            window, local = self.locate(positions)
+            touched, which = np.unique(window, return_inverse=True)
+            datasets = [self._window(int(w)) for w in touched.tolist()]
         batch = read_members(datasets, which.reshape(-1), local, self._buffers)
         self._served[1] += len(positions) * self.config.sequence_length
         return batch
@@ -200,7 +203,12 @@ class RawShardsDataset:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_windows"] = OrderedDict()  # rebuilt where read (pieces may have moved)
+        del state["_lock"]
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def __repr__(self) -> str:
         return (f"RawShardsDataset({self.raw}, split={self.split}, pieces={len(self.pieces)}, "
