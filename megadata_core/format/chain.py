@@ -11,6 +11,7 @@ dataset merges never spans two parts. Every sequence is one document.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -28,10 +29,10 @@ class CorpusChain:
     pointers_aligned = True
     multimodal = False
 
-    def __init__(self, parts: Sequence[tuple[object, int, int]]) -> None:
+    def __init__(self, parts: Sequence[tuple[Any, int, int]]) -> None:
         if not parts:
             raise DataError("CorpusChain: no parts")
-        dtypes = {np.dtype(corpus.dtype) for corpus, _, _ in parts}  # type: ignore[attr-defined]
+        dtypes = {np.dtype(corpus.dtype) for corpus, _, _ in parts}
         if len(dtypes) != 1:
             raise DataError(f"CorpusChain: parts of dtypes {sorted(map(str, dtypes))}")
         self.dtype = dtypes.pop()
@@ -39,11 +40,11 @@ class CorpusChain:
         lengths, pointers, bases = [], [], [0]
         itemsize = self.dtype.itemsize
         for corpus, first, stop in self._parts:
-            if not 0 <= first <= stop <= len(corpus.sequence_lengths):  # type: ignore[attr-defined]
+            if not 0 <= first <= stop <= len(corpus.sequence_lengths):
                 raise DataError(f"CorpusChain: sequences [{first}, {stop}) outside {corpus!r}")
-            part_lengths = np.asarray(corpus.sequence_lengths[first:stop])  # type: ignore[attr-defined]
-            start = int(corpus.sequence_pointers[first]) if stop > first else 0  # type: ignore[attr-defined]
-            part_pointers = np.asarray(corpus.sequence_pointers[first:stop], np.int64)  # type: ignore[attr-defined]
+            part_lengths = np.asarray(corpus.sequence_lengths[first:stop])
+            start = int(corpus.sequence_pointers[first]) if stop > first else 0
+            part_pointers = np.asarray(corpus.sequence_pointers[first:stop], np.int64)
             lengths.append(part_lengths.astype(np.int32, copy=False))
             pointers.append(part_pointers - start + bases[-1])
             bases.append(bases[-1] + int(part_lengths.sum(dtype=np.int64)) * itemsize + itemsize)
@@ -52,7 +53,7 @@ class CorpusChain:
         self.document_indices = np.arange(len(self.sequence_lengths) + 1, dtype=np.int64)
         self._bases = np.asarray(bases, np.int64)  # [parts + 1] virtual byte offsets
         self._starts = np.asarray(
-            [int(c.sequence_pointers[f]) if s > f else 0 for c, f, s in self._parts],  # type: ignore[attr-defined]
+            [int(c.sequence_pointers[f]) if s > f else 0 for c, f, s in self._parts],
             np.int64,
         )
 
@@ -60,7 +61,7 @@ class CorpusChain:
         return len(self.sequence_lengths)
 
     @property
-    def parts(self) -> list[tuple[object, int, int]]:
+    def parts(self) -> list[tuple[Any, int, int]]:
         return list(self._parts)
 
     def token_view(self) -> None:
@@ -91,9 +92,9 @@ class CorpusChain:
             corpus = self._parts[k][0]
             chosen = np.flatnonzero(part == k)
             first = (byte_offsets[chosen] - self._bases[k] + self._starts[k]) // itemsize
-            flat = corpus.token_view()  # type: ignore[attr-defined]
+            flat = corpus.token_view()
             if flat is None:
-                tokens = corpus.read_ranges(first * itemsize, counts[chosen])  # type: ignore[attr-defined]
+                tokens = corpus.read_ranges(first * itemsize, counts[chosen])
             else:
                 sizes = counts[chosen]
                 steps = np.repeat(first - (np.cumsum(sizes) - sizes), sizes)
