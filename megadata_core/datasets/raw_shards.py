@@ -19,6 +19,7 @@ resuming at any consumed-samples count reads the same samples.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -77,7 +78,7 @@ class RawShardsDataset:
         self._windows: OrderedDict[int, GPTDataset] = OrderedDict()
         self._layouts: dict[int, list[np.ndarray]] = {}
         self._buffers = BufferPool()
-        self._lock = threading.RLock()  # the window bookkeeping (reader threads share it)
+        self._locks: dict[int, threading.RLock] = {}  # per process: see _lock
         self._served = [time.monotonic(), 0]  # (since, tokens) for the wait line
         corpus.want(self.pieces[self.order.need_order(
             len(self.pieces), raw.window, config.random_seed, split, raw.first_window)],
@@ -203,12 +204,14 @@ class RawShardsDataset:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_windows"] = OrderedDict()  # rebuilt where read (pieces may have moved)
-        del state["_lock"]
+        state["_locks"] = {}
         return state
 
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.RLock()
+    @property
+    def _lock(self) -> threading.RLock:
+        """The lock of the window bookkeeping that reader threads share; one per process
+        (a fork may copy it held by a thread the child does not have)."""
+        return self._locks.setdefault(os.getpid(), threading.RLock())
 
     def __repr__(self) -> str:
         return (f"RawShardsDataset({self.raw}, split={self.split}, pieces={len(self.pieces)}, "

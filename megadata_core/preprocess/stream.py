@@ -75,6 +75,9 @@ _WAIT_NOTE_SECONDS = 5.0  # between two progress lines of one wait
 
 # The producers of this process, stopped (between blocks) when the interpreter exits.
 _PRODUCERS: weakref.WeakSet = weakref.WeakSet()
+# Every corpus of this process: a forked child gets fresh locks (a producer thread may
+# have held one at the fork, and no thread of the child would ever release it).
+_CORPORA: weakref.WeakSet = weakref.WeakSet()
 
 
 class _StopRequestedError(Exception):
@@ -174,6 +177,7 @@ class RawCorpus:
         self._stop = False
         self._records: dict[int, dict] = {}
         self._made_tokens: list[tuple[float, int]] = []  # (time, tokens made) per piece
+        _CORPORA.add(self)
 
     # -- the plan ---------------------------------------------------------------------
 
@@ -316,6 +320,8 @@ class RawCorpus:
             self._wanted.append([np.asarray(order, np.int64).tolist(), 0, int(urgent)])
 
     def _prefer(self, index: int) -> None:
+        if not self._producing():
+            return
         with self._lock:
             if not self._wanted or self._wanted[0][0] != [index]:
                 self._wanted.insert(0, [[index], 0, 1])
@@ -520,6 +526,7 @@ class RawCorpus:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        _CORPORA.add(self)
 
     def __repr__(self) -> str:
         return f"RawCorpus({len(self.shards)} shards, {self.pieces} pieces, {self.directory})"
@@ -533,6 +540,14 @@ def _read_json(path: str) -> Any:
         return None
     except (OSError, ValueError) as error:
         raise DataError(f"{path}: unreadable ({error})") from None
+
+
+def _after_fork_in_child() -> None:
+    for corpus in list(_CORPORA):
+        corpus._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @atexit.register
