@@ -25,6 +25,7 @@ from megadata_core.preprocess.stream import RawCorpus, shard_paths
 
 _TOKENIZERS = "megadata.tokenizers"  # entry points: load(kind, path=None, **options)
 _TABLES = "megadata.tables"  # entry points: a TableReader class per format
+_ENGINES = "megadata.engines"  # entry points: engine(address, progress=...) per name
 _CORPORA: dict[tuple, RawCorpus] = {}  # one per directory and process: one producer
 
 
@@ -46,6 +47,9 @@ class RawShards:
         piece_size: bytes of lines per piece (compressed shards are one piece each).
         workers: cores a piece is tokenized on: threads for a native encoder (None:
             the usable cores), spawned processes for a Python one (None: one thread).
+        engine: where the pieces are tokenized instead of this process: ``"ray"`` (a
+            Ray cluster: the one this process joined, else ``RAY_ADDRESS``'s, else a
+            local one), ``"ray:ADDRESS"``, or an Engine of ``preprocess_tasks``.
         order: the raw order's name (``"windows"``).
     """
 
@@ -57,6 +61,7 @@ class RawShards:
     first_window: int = 1
     piece_size: int = 4 << 20
     workers: int | None = None
+    engine: Any = None
     order: str = "windows"
 
     def __post_init__(self) -> None:
@@ -79,6 +84,11 @@ class RawShards:
         if not isinstance(self.text_key, str) or not self.text_key:
             raise DataError(f"raw shards: text_key {self.text_key!r} must be a JSON key")
         modes.raw_order(self.order)
+        engine = self.engine
+        if engine is not None and not callable(engine) and not (
+                isinstance(engine, str) and (engine == "ray" or engine.startswith("ray:"))):
+            raise DataError(f"raw shards: engine {engine!r} is not 'ray', 'ray:ADDRESS' or "
+                            "an engine")
 
     @classmethod
     def from_dict(cls, value: Mapping, field: str = "blend") -> RawShards:
@@ -88,7 +98,7 @@ class RawShards:
         if paths is None:
             raise DataError(f"{field}: {value!r} is not a raw member (no 'raw' key)")
         known = {"tokenizer", "text_key", "append_eod", "window", "first_window",
-                 "piece_size", "workers", "order"}
+                 "piece_size", "workers", "engine", "order"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise DataError(f"{field}: raw member keys {unknown} are not among {sorted(known)}")
@@ -121,6 +131,12 @@ class RawShards:
         kind, path = spec.pop("type"), spec.pop("path", None)
         return functools.partial(_entry_point(_TOKENIZERS, "load"), kind, path, **spec)
 
+    def _engine(self) -> Any:
+        if not isinstance(self.engine, str):
+            return self.engine
+        address = self.engine.partition(":")[2] or None
+        return _entry_point(_ENGINES, "ray")(address, progress=False)
+
     def table_reader(self) -> Any:
         if not any(path.endswith(".parquet") for path in self.paths):
             return None
@@ -142,6 +158,7 @@ class RawShards:
                 os.path.join(path_to_cache, "raw"), text_key=self.text_key,
                 append_eod=self.append_eod, piece_size=self.piece_size,
                 table_reader=self.table_reader(), threads=self.workers,
+                engine=self._engine(),
                 description=None if description is None else {
                     "spec": description, **_tokenizer_identity(self.tokenizer_factory())},
             )

@@ -60,7 +60,7 @@ from megadata_core.preprocess.plan import (
 )
 from megadata_core.preprocess.reading import open_input
 from megadata_core.preprocess.remote import is_remote
-from megadata_core.preprocess.tasks import TaskRunner, runner_pool
+from megadata_core.preprocess.tasks import Engine, TaskRunner, runner_pool
 from megadata_core.preprocess.threads import threads_for_native
 from megadata_core.preprocess.workdir import (
     manifest_path,
@@ -121,6 +121,8 @@ class RawCorpus:
         piece_size: bytes per piece.
         description: what identifies the tokenizer (default: its repr, vocab size, EOD).
         table_reader: for parquet shards.
+        engine: runs the pieces instead (an Engine of ``preprocess_tasks``, e.g. Ray's),
+            given them in the order the readers need them.
         threads: cores a piece is tokenized on: threads of this process for a native
             encoder (default: the usable cores), processes for a Python one (default:
             this process's producer thread alone).
@@ -138,8 +140,10 @@ class RawCorpus:
         description: Any = None,
         table_reader: TableReader | None = None,
         threads: int | None = None,
+        engine: Engine | None = None,
     ) -> None:
         self.shards = shard_paths(paths)
+        self.engine = engine
         if any(is_table(path) for path in self.shards) and table_reader is None:
             raise DataError(f"{next(p for p in self.shards if is_table(p))}: parquet shards "
                             "need a table reader (pip install 'megadata-core[parquet]')")
@@ -326,14 +330,16 @@ class RawCorpus:
             if not self._wanted or self._wanted[0][0] != [index]:
                 self._wanted.insert(0, [[index], 0, 1])
 
-    def _next(self) -> int | None:
-        """The next piece to make: an order's urgent pieces first (in the order wanted),
-        then the order least far along; then any piece left."""
+    def _next(self, done: set[int] | None = None) -> int | None:
+        """The next piece to make (not in ``done``, default: the pieces made): an
+        order's urgent pieces first (in the order wanted), then the order least far
+        along; then any piece left."""
+        done = self._done if done is None else done
         with self._lock:
             best, best_rank = None, None
             for number, entry in enumerate(self._wanted):
                 order, cursor, urgent = entry
-                while cursor < len(order) and order[cursor] in self._done:
+                while cursor < len(order) and order[cursor] in done:
                     cursor += 1
                 entry[1] = cursor
                 if cursor == len(order):
@@ -343,7 +349,7 @@ class RawCorpus:
                     best, best_rank = order[cursor], rank
             self._wanted = [entry for entry in self._wanted if entry[1] < len(entry[0])]
             if best is None:
-                while self._rest < self.pieces and self._rest in self._done:
+                while self._rest < self.pieces and self._rest in done:
                     self._rest += 1
                 best = self._rest if self._rest < self.pieces else None
             return best
@@ -389,13 +395,16 @@ class RawCorpus:
             self._remove_strays()
             for shard in range(len(self.shards)):
                 self._merge_if_complete(shard)
-            threads, pool = self._threads(), None
+            threads = self._threads()
             native = getattr(runner.tools()[0], "block_encoder", None) is not None
-            with contextlib.ExitStack() as stack:
-                if self.threads is not None and threads > 1 and not native:
-                    # a Python encoder asked for N workers: processes, not threads
-                    pool = stack.enter_context(runner_pool(runner, threads, "spawn"))
-                self._make_pieces(runner, threads, pool)
+            if self.engine is not None:
+                self._make_pieces_on(self.engine, runner)
+            elif self.threads is not None and threads > 1 and not native:
+                # a Python encoder asked for N workers: processes, not threads
+                with runner_pool(runner, threads, "spawn") as pool:
+                    self._make_pieces(runner, threads, pool)
+            else:
+                self._make_pieces(runner, threads, None)
             if len(self._done) == self.pieces:
                 self._write_corpus()
         except _StopRequestedError:
@@ -409,6 +418,31 @@ class RawCorpus:
         finally:
             os.close(handle)
 
+    def _make_pieces_on(self, engine: Engine, runner: TaskRunner) -> None:
+        """Make the pieces not yet made on ``engine``, given them in the order wanted now."""
+        order: list[int] = []
+        scheduled = set(self._done)
+        while (index := self._next(scheduled)) is not None:
+            order.append(index)
+            scheduled.add(index)
+        results = engine(runner, [self.tasks[index] for index in order])
+        try:
+            for manifest in results:
+                self._made(int(manifest["index"]), manifest)
+                if self._stop:
+                    raise _StopRequestedError()
+        finally:
+            close = getattr(results, "close", None)
+            if close is not None:
+                close()
+
+    def _made(self, index: int, manifest: dict) -> None:
+        with self._lock:
+            self._done.add(index)
+        made = int(manifest["tokens"][self.text_key])
+        self._made_tokens.append((time.monotonic(), made))
+        self._merge_if_complete(int(self.piece_shard[index]))
+
     def _make_pieces(self, runner: TaskRunner, threads: int, pool) -> None:
         """Make the pieces not yet made, in the order wanted, each on ``threads`` of this
         process (a native encoder) or over the processes of ``pool``."""
@@ -421,11 +455,7 @@ class RawCorpus:
                 manifest = runner(self.tasks[index], pool=pool)
             else:
                 manifest = runner(self.tasks[index], threads=threads)
-            with self._lock:
-                self._done.add(index)
-            made = int(manifest["tokens"][self.text_key])
-            self._made_tokens.append((time.monotonic(), made))
-            self._merge_if_complete(int(self.piece_shard[index]))
+            self._made(index, manifest)
 
     def _threads(self) -> int:
         return self.threads if self.threads is not None else threads_for_native()
@@ -519,7 +549,7 @@ class RawCorpus:
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.update(_runner=None, _lock=None, _thread=None, _pid=-1, _error=None,
+        state.update(_runner=None, _lock=None, _thread=None, _pid=-1, _error=None, engine=None,
                      _wanted=[], _done=set(), _made_tokens=[])
         return state
 
