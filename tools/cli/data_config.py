@@ -28,6 +28,10 @@ BLEND_FIELDS = (
     "per_split_data_args_path",
 )
 SIZE_FIELDS = ("train_samples", "valid_samples", "test_samples")
+#: GPTDataConfig's own blend fields, ``(members, weights)`` pairs as it takes them: what
+#: holds a raw-shards member (``{"raw": "shards/*.jsonl", "tokenizer": {...}}``), which no
+#: data path names. Not in :func:`base_config`; incompatible with the data paths.
+PAIR_FIELDS = ("blend", "blend_per_split")
 _GPT_FIELDS = {field.name for field in dataclasses.fields(GPTDataConfig)} - {
     "blend",
     "blend_per_split",
@@ -53,7 +57,8 @@ def base_config() -> ml_collections.ConfigDict:
 
 
 #: Every field a data config may hold.
-FIELDS = frozenset((*BLEND_FIELDS, *SIZE_FIELDS, *_GPT_FIELDS, "mock", "vocab_size"))
+FIELDS = frozenset((*BLEND_FIELDS, *SIZE_FIELDS, *PAIR_FIELDS, *_GPT_FIELDS, "mock",
+                    "vocab_size"))
 
 
 def check_fields(values: dict[str, Any]) -> None:
@@ -65,6 +70,19 @@ def check_fields(values: dict[str, Any]) -> None:
         raise DataError(f"config.{name}: no such data config field{hint}")
 
 
+def _plain(value: Any) -> Any:
+    """``value`` with every ConfigDict in it (a raw member written as one, or a dict that
+    ml_collections made one) a dict, inside lists and tuples too: the core reads members
+    as Mappings, which a ConfigDict is not (``to_dict`` leaves those in lists as they are)."""
+    if isinstance(value, ml_collections.ConfigDict):
+        value = value.to_dict()
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(item) for item in value)
+    return value
+
+
 def _field_type(name: str) -> type:
     return {"path_to_cache": str, "eod_id": int}.get(name, str)
 
@@ -72,16 +90,30 @@ def _field_type(name: str) -> type:
 def to_gpt_config(config: ml_collections.ConfigDict) -> tuple[GPTDataConfig, list, dict]:
     """``(GPTDataConfig, sizes [train, valid, test], extras {"mock", "vocab_size"})``.
 
-    Blend fields use Megatron's command-line forms (``data_path = "0.3 /a 0.7 /b"``,
-    per-split paths, a data-args file); ``blend_schedule`` is the text form
-    (``"0: 0.8 /a 0.2 /b; 50B: 0.5 /a 0.5 /c"``) or a file of it (one stage per line), and
+    ``blend`` / ``blend_per_split`` (set on the config, not in :func:`base_config`) are
+    GPTDataConfig's pairs, ``([member, ...], [weight, ...] or None)``, a member a prefix
+    or a raw-shards dict (``{"raw": "shards/*.jsonl", "tokenizer": {"type": "bytes"}}``,
+    a dict or a ConfigDict); the other blend fields use Megatron's command-line forms
+    (``data_path = "0.3 /a 0.7 /b"``, per-split paths, a data-args file);
+    ``blend_schedule`` is the text form (``"0: 0.8 /a 0.2 /b; 50B: 0.5 /a 0.5 /c"``) or a
+    file of it (one stage per line), and
     splits with Megatron's legacy default (``"969, 30, 1"``) when no split is given, as
     a data path does. A field that is none of these (a typo) is a DataError naming it and
     the closest field.
     """
     values: dict[str, Any] = config.to_dict()
     check_fields(values)
+    pairs = {name: _plain(values.pop(name, None)) for name in PAIR_FIELDS}
     blend = blend_from_args(**{name: values.pop(name, None) for name in BLEND_FIELDS})
+    for name, pair in pairs.items():
+        if pair is None:
+            continue
+        if blend["blend"] is not None or blend["blend_per_split"] is not None:
+            raise DataError(
+                f"config.{name}: give the blend as config.{name} or as Megatron's data paths "
+                f"({', '.join(n for n in BLEND_FIELDS if n != 'split')}), not both"
+            )
+        blend[name] = pair
     schedule = values.get("blend_schedule")
     if isinstance(schedule, str) and os.path.isfile(schedule):
         with open(schedule, encoding="utf-8") as file:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from absl import flags
 from ml_collections import config_flags
 
-from megadata_cli.data_config import BLEND_FIELDS, SIZE_FIELDS, to_gpt_config
+from megadata_cli.data_config import BLEND_FIELDS, PAIR_FIELDS, SIZE_FIELDS, to_gpt_config
 from megadata_core import DataError
 
 FLAGS = flags.FLAGS
@@ -56,6 +56,10 @@ def gpt_config():
     if config is None:
         raise DataError("config: give --config=configs/<name>.py")
     overrides = {name: FLAGS[name].value for name in BLEND_FIELDS if FLAGS[name].present}
+    replaced = bool(set(overrides) - {"split"}) or FLAGS["blend_schedule"].present
+    for name in PAIR_FIELDS:  # a config's own blend pair (raw members) is replaced too
+        if replaced and name in config:
+            config[name] = None
     if set(overrides) - {"split"}:  # Megatron's data paths replace the config's whole blend
         for name in BLEND_FIELDS:
             config[name] = overrides.get(name)
