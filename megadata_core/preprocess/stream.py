@@ -265,11 +265,11 @@ class RawCorpus:
             prefix, first, stop = where
             try:
                 corpus = IndexedDataset(prefix)
+                corpus.token_view()  # mapped now: the piece files may go once merged
             except (FileNotFoundError, DataError):
                 if self._shard_record(int(self.piece_shard[index])) is None:
                     raise
                 continue
-            corpus.token_view()  # mapped now: the piece files may go once merged
             return corpus, first, len(corpus) if stop is None else stop
         raise DataError(f"{self.directory}: piece {index} could not be opened")
 

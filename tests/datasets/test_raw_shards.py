@@ -388,3 +388,37 @@ def test_a_blend_schedule_reads_raw_members_in_its_stages(tmp_path):
     again = mdc.build_datasets(config, [240, None, None])[0]
     assert np.array_equal(again.__getitems__(np.arange(140, 240))["tokens"],
                           train.__getitems__(np.arange(140, 240))["tokens"])
+
+
+def test_a_piece_merged_away_while_it_is_opened_is_read_from_its_shard(tmp_path, monkeypatch):
+    """The race explore mode found: a reader opened a piece's own .idx, and the producer
+    merged the piece into its shard and removed its .bin before the reader mapped it."""
+    shards = write_shards(tmp_path, counts=(120, 60))
+    train = build(shards, tmp_path / "cache", tokenizer=slow_factory(0.001), window=8,
+                  first_window=8)[0]
+    corpus = train.corpus
+
+    def unmerged() -> int | None:
+        return next((i for i in range(corpus.pieces)
+                     if (found := corpus.locate(i)) is not None and found[2] is None), None)
+
+    ends = time.monotonic() + 60
+    while (piece := unmerged()) is None and time.monotonic() < ends:
+        time.sleep(0.005)
+    corpus.stop()  # a piece made, its shard not merged yet
+    assert piece is not None and unmerged() is not None
+    piece = unmerged()
+    merged_meanwhile = []
+
+    class MergedWhileOpened(mdc.IndexedDataset):
+        def token_view(self):
+            if self.path_prefix == corpus._piece_prefix(piece) and not merged_meanwhile:
+                merged_meanwhile.append(True)
+                finish(train)  # the producer merges the shard, the piece's files go
+                return super().token_view()
+            return super().token_view()
+
+    monkeypatch.setattr(raw_stream, "IndexedDataset", MergedWhileOpened)
+    opened, first, stop = corpus.open_piece(piece)
+    assert merged_meanwhile
+    assert (opened.path_prefix, first, stop) == corpus.locate(piece)
