@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from megadata_core import modes
+from megadata_core.cache.keys import gpt_description
 from megadata_core.datasets.blended_dataset import read_members
 from megadata_core.datasets.config import GPTDataConfig
 from megadata_core.datasets.gpt_arrays import drops_last
@@ -180,6 +181,18 @@ class RawShardsDataset:
         starts = np.asarray(self._starts, np.int64)
         window = np.searchsorted(starts, positions, side="right") - 1
         return window, positions - starts[window]
+
+    def description(self) -> dict:
+        """Every input of the samples (a loader's state carries its hash, so a restore
+        onto other data is refused): the corpus, the split's pieces, the raw order and
+        window, and what a GPT dataset's description holds."""
+        description = gpt_description(
+            self.config, self.split,
+            {"count": len(self.pieces), "pieces": [int(self.pieces[0]), int(self.pieces[-1])]},
+            self.num_samples, self.corpus.describe(), drop_last=drops_last(self.config, self.split))
+        description.update(kind="megadata.RawShardsDataset", window=self.raw.window,
+                           first_window=self.raw.first_window, **self.order.describe())
+        return description
 
     # -- samples ----------------------------------------------------------------------
 

@@ -218,10 +218,6 @@ def test_grain_batched_dataset_resumes_across_workers_and_layouts(data, tmp_path
         _equal(next(it), to_maxtext(expected))
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason=(
-    "core: RawShardsDataset has no description(), so fingerprint() is None for a "
-    "raw member and for any blend holding one; a checkpoint made over one seed restores "
-    "silently onto another (both adapters compare fingerprints, None == None)"))
 def test_grain_state_of_other_seed_is_refused(data, tmp_path):
     _, grain_source = _grain()
     other = build([raw_shards(data["shards"])], None, tmp_path / "cache", [4000, 50, None],
@@ -403,9 +399,6 @@ def test_torch_workers_become_the_producer_when_none_runs(data, tmp_path):
     _check(got, want)
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason=(
-    "core: RawShardsDataset has no description(), so StatefulLoader's fingerprint is "
-    "None and a state saved over seed 1 loads onto seed 2"))
 def test_torch_state_of_other_seed_is_refused(data, tmp_path):
     _, torch_data = _torch()
     other = build([raw_shards(data["shards"])], None, tmp_path / "cache", [4000, 50, None],
