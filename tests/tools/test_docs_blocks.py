@@ -40,6 +40,7 @@ PAGES = (
     "docs/gpt-samples.md",
     "docs/packing.md",
     "docs/blends.md",
+    "docs/raw-shards.md",
     "docs/object-storage.md",
     "docs/adapters.md",
     "docs/megatron.md",
