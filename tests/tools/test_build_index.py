@@ -189,3 +189,31 @@ def test_blend_schedule_dry_run_matches_the_build(corpora):
             row = next(line for line in out.split("valid:")[0].splitlines()
                        if member.indexed.path_prefix[-40:] in line)
             assert f" {count:,} " in row and f" {len(member):,} " in row
+
+
+def test_a_raw_member_is_planned_and_built_with_what_is_known_of_it(tmp_path):
+    from raw_shards_helpers import write_shards
+
+    shards = write_shards(tmp_path, counts=(200, 200))
+    rng = np.random.default_rng(1)
+    write_corpus(str(tmp_path / "a"), rng.integers(5, 200, 300), rng, low=1, vocab=256, eod=256)
+    raw = {"raw": shards, "tokenizer": {"type": "bytes"}, "window": 2, "piece_size": 8192}
+    blend = f"([{raw!r}, {str(tmp_path / 'a')!r}], [0.5, 0.5])"
+    config = tmp_path / "config.py"
+    config.write_text(
+        "from megadata_cli.data_config import base_config\n\n"
+        "def get_config():\n"
+        "    c = base_config()\n"
+        f"    c.blend = {blend}\n"
+        "    c.split = '90,10,0'\n    c.sequence_length = 64\n    c.eod_id = 256\n"
+        f"    c.path_to_cache = {str(tmp_path / 'cache')!r}\n"
+        "    c.train_samples, c.valid_samples = 300, 20\n"
+        "    return c\n"
+    )
+    for flags in (["--dry_run"], []):
+        result = _run(f"--config={config}", *flags)
+        assert result.returncode == 0, result.stderr
+        row = next(line for line in result.stdout.splitlines() if "raw:/" in line)
+        assert row.split()[-6:] == ["?", "0.5000", "151", "151", "?", "?"]
+        assert "are known once its shards are tokenized" in \
+            result.stdout.replace("\n  ", " ")

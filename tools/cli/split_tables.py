@@ -51,9 +51,17 @@ def _normalized(weights) -> list[float]:
     return [float(weight) / total for weight in weights]
 
 
+def _raw_row(name: str, requested: int | None, built: int, weight: float | None = None) -> Row:
+    """A raw-shards member's row: what it holds is known once its shards are tokenized
+    (documents, epochs and tokens print as ``?``)."""
+    return Row(name, -1, weight, requested, built, -1, -1)
+
+
 def _planned_row(job, indexed, config) -> Row:
     """A member's row from the plan and its .idx alone (nothing is built): the builder's
     own sizing (:func:`megadata_core.build.member_size`)."""
+    if isinstance(job.prefix, mdc.RawShards):
+        return _raw_row(str(job.prefix), job.num_samples, job.num_samples or 0)
     size = member_size(indexed.sequence_lengths, job, config)
     return Row(
         indexed.path_prefix, size.documents, None, job.num_samples, size.samples,
@@ -71,9 +79,9 @@ def planned_tables(recipes, config) -> list[Table]:
             continue
         rows = []
         for job in recipe.jobs:
-            if job.prefix not in opened:
+            if job.prefix not in opened and not isinstance(job.prefix, mdc.RawShards):
                 opened[job.prefix] = IndexedDataset(job.prefix)
-            rows.append(_planned_row(job, opened[job.prefix], config))
+            rows.append(_planned_row(job, opened.get(job.prefix), config))
         if recipe.kind == "schedule":
             tables.append(_planned_schedule(recipe, rows, config))
         elif recipe.kind == "single":
@@ -103,6 +111,9 @@ def _planned_schedule(recipe, rows: list[Row], config) -> Table:
     _, starts, weights = schedule_arrays(config.blend_schedule)
     reads = stage_counts(starts, weights, recipe.size, config.blend_order_mode).sum(axis=0)
     for row, count in zip(rows, reads.tolist()):
+        if row.documents < 0:  # a raw member: one dataset of the reads
+            row.requested, row.built, row.weight = count, count, count / max(1, recipe.size)
+            continue
         if row.built == 0 and count:
             raise DataError(f"blend_schedule: the {recipe.jobs[0].split} split reads "
                             f"{count} samples of {row.prefix!r}, whose split holds none")
@@ -114,7 +125,9 @@ def _planned_schedule(recipe, rows: list[Row], config) -> Table:
 
 
 def _built_row(dataset, weight: float | None = None) -> Row:
-    """A member's row from the built GPTDataset (or EpochChain)."""
+    """A member's row from the built GPTDataset (or EpochChain, or raw member)."""
+    if isinstance(dataset, mdc.RawShardsDataset):
+        return _raw_row(str(dataset.raw), dataset.num_samples, len(dataset), weight)
     documents = len(dataset.indices)
     lengths = dataset.indexed.sequence_lengths
     epochs = dataset.epochs
@@ -154,6 +167,10 @@ def built_tables(datasets) -> list[Table]:
     return tables
 
 
+def _known(value: int) -> str:
+    return "?" if value < 0 else f"{value:,}"
+
+
 def _count(samples: int | None) -> str:
     return "1 epoch" if samples is None else f"{samples:,}"
 
@@ -179,9 +196,9 @@ def print_tables(tables: list[Table], sizes, config) -> None:
         for row in table.rows:
             weight = "-" if row.weight is None else f"{row.weight:.4f}"
             print(
-                f"  {row.prefix[-40:]:<40} {row.documents:>10,} {weight:>7} "
-                f"{_count(row.requested):>11} {row.built:>11,} {row.epochs:>6} "
-                f"{row.tokens:>15,}"
+                f"  {row.prefix[-40:]:<40} {_known(row.documents):>10} {weight:>7} "
+                f"{_count(row.requested):>11} {row.built:>11,} {_known(row.epochs):>6} "
+                f"{_known(row.tokens):>15}"
             )
         if table.realized is not None:
             shares = " ".join(f"{share:.4f}" for share in table.realized)
@@ -206,6 +223,10 @@ def print_tables(tables: list[Table], sizes, config) -> None:
             "passes of one epoch each (or of the fewest epochs that hold a sample), every "
             "pass shuffled with its own seed, as many as the reads need.",
         ) + notes[1:]
+    if any(row.documents < 0 for table in tables for row in table.rows):
+        notes += ("raw: a member of raw text shards holds the samples asked of it; its "
+                  "documents, epochs and tokens (?) are known once its shards are tokenized "
+                  "(megadata-inspect corpus on its cache directory).",)
     if config.packing_mode.packed:
         notes = notes[:1] + (
             "built: a dataset holds whole epochs of B samples, B = the bins of "
