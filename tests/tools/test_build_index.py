@@ -213,7 +213,7 @@ def test_a_raw_member_is_planned_and_built_with_what_is_known_of_it(tmp_path):
     for flags in (["--dry_run"], []):
         result = _run(f"--config={config}", *flags)
         assert result.returncode == 0, result.stderr
-        row = next(line for line in result.stdout.splitlines() if "raw:/" in line)
+        row = next(line for line in result.stdout.splitlines() if "and 1 more" in line)
         assert row.split()[-6:] == ["?", "0.5000", "151", "151", "?", "?"]
         assert "are known once its shards are tokenized" in \
             result.stdout.replace("\n  ", " ")
