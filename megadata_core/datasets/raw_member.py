@@ -21,7 +21,8 @@ from typing import Any
 
 from megadata_core import modes
 from megadata_core.errors import DataError
-from megadata_core.preprocess.stream import RawCorpus, shard_paths
+from megadata_core.preprocess.raw_directory import shard_paths
+from megadata_core.preprocess.stream import RawCorpus
 
 _TOKENIZERS = "megadata.tokenizers"  # entry points: load(kind, path=None, **options)
 _TABLES = "megadata.tables"  # entry points: a TableReader class per format

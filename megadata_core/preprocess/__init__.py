@@ -9,7 +9,9 @@ adapters fill with real tokenizers; one JSON line to its texts; a chunk to token
 fingerprint; ``remote``: inputs by URL), ``workdir`` (the staging directory of a run,
 shards and manifests of a resumable run), ``tasks`` (one task to its shards; the local
 engine), ``pipeline`` (the one driver, :func:`preprocess_tasks`, on any engine;
-:func:`preprocess_jsonl` on this machine's processes).
+:func:`preprocess_jsonl` on this machine's processes); raw shards tokenized in the
+background into a cache while readers read them: ``raw_directory`` (the cache's layout,
+merged shards, the finished corpus) and ``stream`` (the producer and the waits).
 """
 
 from megadata_core.preprocess.encoding import (

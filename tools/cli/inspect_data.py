@@ -49,7 +49,7 @@ from megadata_cli import data_flags, progress_bars, tool_main
 from megadata_cli.split_tables import SPLITS, build_splits, built_tables, plan_splits, print_tables
 from megadata_core import DataError, IndexedDataset, modes
 from megadata_core.datasets import inspection
-from megadata_core.preprocess import stream
+from megadata_core.preprocess import raw_directory
 
 COMMANDS = ("corpus", "config", "samples", "order", "batch", "where")
 TOKENIZER_TYPES = ["bytes", "huggingface", "tiktoken"]
@@ -117,7 +117,7 @@ def _wrote(paths: list[str]) -> None:
 
 def raw_corpus(directory: str) -> None:
     """The state of a directory of raw shards tokenized into a cache."""
-    status = stream.directory_status(directory)
+    status = raw_directory.directory_status(directory)
     print(f"raw corpus {directory}")
     print(f"  shards     {len(status['shards']):,} ({len(status['merged']):,} merged)")
     print(f"  pieces     {status['pieces_made']:,} of {status['pieces']:,} tokenized")
