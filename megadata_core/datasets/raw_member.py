@@ -188,3 +188,11 @@ def raw_member(value: object, field: str) -> RawShards | None:
     if isinstance(value, Mapping) and "raw" in value:
         return RawShards.from_dict(value, field)
     return None
+
+
+def stop_raw_corpora() -> None:
+    """Stop the background tokenizers of this process (each after the block it is on) and
+    forget its raw corpora: a later build opens them anew, and what was made is kept."""
+    for corpus in list(_CORPORA.values()):
+        corpus.stop()
+    _CORPORA.clear()

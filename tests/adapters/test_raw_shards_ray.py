@@ -52,6 +52,4 @@ def test_a_ray_engine_makes_the_same_corpus_and_samples(cluster, tmp_path):
         for suffix in (".bin", ".idx"):
             assert filecmp.cmp(here.corpus.shard_prefix(k) + suffix,
                                on_ray.corpus.shard_prefix(k) + suffix, shallow=False)
-    for corpus in list(raw_member._CORPORA.values()):
-        corpus.stop()
-    raw_member._CORPORA.clear()
+    raw_member.stop_raw_corpora()

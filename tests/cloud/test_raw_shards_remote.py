@@ -14,10 +14,9 @@ from megadata_core.preprocess import ByteTokenizer
 
 @pytest.fixture(autouse=True)
 def _fresh_corpora():
+    """Each test opens its corpora anew (a process keeps one per cache directory)."""
     yield
-    for corpus in list(raw_member._CORPORA.values()):
-        corpus.stop()
-    raw_member._CORPORA.clear()
+    raw_member.stop_raw_corpora()
 
 
 def _samples(shards, cache, count: int = 40) -> np.ndarray:
@@ -41,7 +40,7 @@ def test_a_replaced_object_is_refused_by_name(store, tmp_path):
     inputs = _write_inputs(tmp_path)
     urls = _upload(store, tmp_path, {"jsonl": inputs["jsonl"]})
     _samples([urls["jsonl"]], tmp_path / "cache")
-    raw_member._CORPORA.clear()
+    raw_member.stop_raw_corpora()
     store.put(f"inputs/{tmp_path.name}/in.jsonl", inputs["jsonl"].replace(b"document", b"Doc"))
     with pytest.raises(mdc.DataError, match=f"{urls['jsonl']}: raw shard changed"):
         _samples([urls["jsonl"]], tmp_path / "cache")

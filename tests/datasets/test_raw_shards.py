@@ -36,6 +36,13 @@ def build(shards, cache, *, tokenizer=ByteTokenizer, sizes=(200, None, None), sp
     return mdc.build_datasets(config, list(sizes))
 
 
+@pytest.fixture(autouse=True)
+def _fresh_corpora():
+    """Each test opens its corpora anew (a process keeps one per cache directory)."""
+    yield
+    raw_member.stop_raw_corpora()
+
+
 def finish(dataset, timeout: float = 60.0) -> None:
     """Wait until the dataset's corpus is complete (the background tokenizer ends)."""
     corpus = dataset.corpus
@@ -52,15 +59,6 @@ def same(first: list[dict], second: list[dict]) -> bool:
     return len(first) == len(second) and all(
         a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
         for a, b in zip(first, second))
-
-
-@pytest.fixture(autouse=True)
-def _fresh_corpora():
-    """Each test opens its corpora anew (the process keeps one per directory)."""
-    yield
-    for corpus in list(raw_member._CORPORA.values()):
-        corpus.stop()
-    raw_member._CORPORA.clear()
 
 
 def test_the_streamed_corpus_is_megadata_preprocess_of_each_shard(tmp_path):
@@ -95,7 +93,7 @@ def test_a_later_run_reads_the_finished_corpus_without_tokenizing(tmp_path):
     first = build(shards, tmp_path / "cache")[0]
     expected = batches(first, 10, size=8)
     finish(first)
-    raw_member._CORPORA.clear()
+    raw_member.stop_raw_corpora()
 
     def refuse():
         raise AssertionError("tokenized again")
@@ -137,7 +135,7 @@ def test_a_killed_run_resumes_with_the_same_batches(tmp_path):
     assert [str(int(b["tokens"].sum())) for b in batches(resumed, 3)] == printed[:-1]
     later = batches(resumed, 20, start=12)
     finish(resumed)
-    raw_member._CORPORA.clear()
+    raw_member.stop_raw_corpora()
     fresh = mdc.build_datasets(config.with_random_seed(7), [400, None, None])[0]
     assert same(batches(fresh, 20, start=12), later)
     leftovers = [name for name in os.listdir(directory / "pieces")]
@@ -232,7 +230,7 @@ def test_a_changed_shard_is_refused_by_name(tmp_path):
     shards = write_shards(tmp_path)
     train = build(shards, tmp_path / "cache")[0]
     finish(train)
-    raw_member._CORPORA.clear()
+    raw_member.stop_raw_corpora()
     with open(shards[2], "ab") as stream:
         stream.write(b'{"text": "one more"}\n')
     with pytest.raises(mdc.DataError, match=r"shard2\.jsonl: raw shard changed"):
@@ -321,9 +319,7 @@ def test_every_document_once_per_epoch_and_no_sample_twice(tmp_path_factory, cou
         assert sorted(shuffle.tolist()) == list(range(len(dataset)))
     assert sorted(seen) == list(range(train.corpus.pieces))
     assert len(train) == train._starts[-1]
-    for corpus in list(raw_member._CORPORA.values()):
-        corpus.stop()
-    raw_member._CORPORA.clear()
+    raw_member.stop_raw_corpora()
 
 
 def test_a_tokenizer_named_as_preprocessing_names_it_gives_megadata_preprocess_bytes(tmp_path):
@@ -384,7 +380,7 @@ def test_a_blend_schedule_reads_raw_members_in_its_stages(tmp_path):
     members = train.__getitems__(np.arange(240))["dataset_id"]
     assert np.bincount(members[:100], minlength=2).tolist() == [90, 10]
     assert np.bincount(members[100:], minlength=2)[1] > 110
-    raw_member._CORPORA.clear()
+    raw_member.stop_raw_corpora()
     again = mdc.build_datasets(config, [240, None, None])[0]
     assert np.array_equal(again.__getitems__(np.arange(140, 240))["tokens"],
                           train.__getitems__(np.arange(140, 240))["tokens"])
