@@ -1,7 +1,7 @@
 """The benchmark suites of ``python tools/bench.py SUITE``, one module each.
 
 ``format``, ``gpt``, ``builder``, ``blend``, ``loaders``, ``cloud``, ``megatron``,
-``preprocess``, ``packing``, ``scale``, ``walk``, ``schedule``, ``provenance``
+``preprocess``, ``packing``, ``scale``, ``walk``, ``schedule``, ``provenance``, ``stream``
 (:data:`SUITES`); the
 harness they share (:mod:`bench.harness`: the report, measuring, comparing), the cache
 states they time (:mod:`bench.cache_states`) and the peers' imports (:mod:`bench.peers`).
@@ -25,6 +25,7 @@ from bench.preprocess_scale import suite_preprocess_scale
 from bench.provenance import suite_provenance
 from bench.scale import suite_scale
 from bench.schedule import suite_schedule
+from bench.stream import suite_stream
 from bench.walk import suite_walk
 
 # Adding a suite: write ``def suite_x(bench: Bench) -> None`` and list it here.
@@ -43,4 +44,5 @@ SUITES: dict[str, Callable[[Bench], None]] = {
     "walk": suite_walk,
     "schedule": suite_schedule,
     "provenance": suite_provenance,
+    "stream": suite_stream,
 }
