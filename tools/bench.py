@@ -36,6 +36,9 @@ Suites (the first positional argument; ``--only`` picks items within one):
              build and reads against a static blend
     provenance  inspect_data.py batch --step and where at 1,000 prefixes and 100M (1B
              when named) documents; the read cost of source_ids (peer: without)
+    stream   raw shards streamed (RawShards): time to a first 32x4097 batch from raw JSON
+             lines (85 MB-10 GB) beside megadata-preprocess + build and HF datasets
+             streaming, the background tokenizer's tokens/s and headroom, shuffle quality
 
 The first positional argument names the suite; a suite is one function in
 ``bench.SUITES`` (tools/bench/: one module per suite, the shared harness, the peers'

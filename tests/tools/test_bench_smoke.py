@@ -263,3 +263,17 @@ def test_bench_schedule_smoke(tmp_path):
     # Levanter: figures when its overlay venv exists in the bench cache, else n/a and why
     assert "note: schedule: Levanter (" in out
     assert "check schedule: Levanter's staged mixture serves no (dataset, index) twice" in out
+
+
+def test_bench_stream_smoke(tmp_path):
+    out = _run_suite("stream", tmp_path, "--sizes", "85M")
+    for metric in (
+        "first batch 32x4097, ",
+        "ours vs megadata-preprocess --workers 2 + build_datasets (s)",
+        "background tokenizer, workers=2",
+        "headroom over a 200,000 tokens/s trainer",
+        "distinct shard files per batch of 256 samples",
+        "mean |served rank - file rank| / N",
+    ):
+        assert metric in out, f"missing row {metric!r}:\n{out}"
+    assert "check shuffle: each piece is in one window of the epoch: yes" in out
