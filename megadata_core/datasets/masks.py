@@ -57,7 +57,8 @@ which document every token of every sample comes from.
 
 * ``document_ids`` int32 [B, S]: the document (sequence id in its corpus, the value of
   ``document_index`` / ``piece_document``) of each of the S tokens (``tokens``, i.e. the
-  first S positions of the sample's text), -1 on padding.
+  first S positions of the sample's text), -1 on padding. A raw-shards member's are int64
+  ``piece << 32 | sequence within the piece`` (:mod:`.raw_shards`).
 * ``dataset_ids`` int32 [B, S]: the member of the blend (index into the blend's
   prefixes) the token comes from, -1 on padding; 0 for a split of one dataset. A GPT
   dataset makes it 0 / -1; a blend puts its member ids in (:func:`with_member_ids`).

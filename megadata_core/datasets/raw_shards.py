@@ -14,7 +14,9 @@ built with the window's seed: the packing mode cuts it (concat or best_fit, docu
 masking, THD), and its samples are shuffled. Sample ``k`` of the split is a pure function
 of the config, the seed, the shard list and the shards' bytes: a read waits for the
 pieces it needs (one progress line every few seconds of waiting), never for more, and
-resuming at any consumed-samples count reads the same samples.
+resuming at any consumed-samples count reads the same samples. With ``source_ids`` a
+document is named by its piece and its sequence within it (int64 ``piece << 32 |
+sequence``): known before the pieces around it are tokenized.
 """
 
 from __future__ import annotations
@@ -63,8 +65,6 @@ class RawShardsDataset:
     def __init__(self, raw: RawShards, corpus: RawCorpus, pieces: np.ndarray,
                  num_samples: int | None, config: GPTDataConfig, split: str = "train",
                  *, token_dtype: Any = np.int32) -> None:
-        if config.source_ids:
-            raise DataError(f"source_ids: not available for raw shards ({raw}) yet")
         self.raw, self.corpus, self.config, self.split = raw, corpus, config, split
         self.pieces = np.asarray(pieces, np.int64)
         if not len(self.pieces):
@@ -76,7 +76,7 @@ class RawShardsDataset:
         self._first_epoch = len(self.order.epoch_windows(
             len(self.pieces), raw.window, config.random_seed, split, 0, raw.first_window))
         self._starts = [0]  # first sample of each window, in read order (grows)
-        self._windows: OrderedDict[int, GPTDataset] = OrderedDict()
+        self._windows: OrderedDict[int, _Window] = OrderedDict()
         self._layouts: dict[int, list[np.ndarray]] = {}
         self._buffers = BufferPool()
         self._locks: dict[int, threading.RLock] = {}  # per process: see _lock
@@ -147,16 +147,16 @@ class RawShardsDataset:
         if samples and len(self._windows) < _OPEN_WINDOWS:
             self._windows[window] = self._build(window, chain, config)
 
-    def _build(self, window: int, chain: CorpusChain, config: GPTDataConfig) -> GPTDataset:
+    def _build(self, window: int, chain: CorpusChain, config: GPTDataConfig) -> _Window:
         dataset = GPTDataset(chain, range(len(chain)), None, config, self.split,
                              token_dtype=self.token_dtype)
         expected = self._starts[window + 1] - self._starts[window]
         if len(dataset) != expected:
             raise DataError(f"raw shards: window {window} holds {len(dataset)} samples, "
                             f"sized as {expected}")
-        return dataset
+        return _Window(dataset, self._window_pieces(window), chain)
 
-    def _window(self, window: int) -> GPTDataset:
+    def _window(self, window: int) -> _Window:
         dataset = self._windows.get(window)
         if dataset is None:
             dataset = self._build(window, self._chain(window), self._window_config(window))
@@ -229,6 +229,32 @@ class RawShardsDataset:
     def __repr__(self) -> str:
         return (f"RawShardsDataset({self.raw}, split={self.split}, pieces={len(self.pieces)}, "
                 f"window={self.raw.window}, samples={len(self)})")
+
+
+class _Window:
+    """One window's GPT dataset, its ``document_ids`` (``source_ids``) turned from
+    sequence ids of the window's chain into the raw member's own: ``piece << 32 |
+    sequence within the piece`` (int64; -1 on padding), the same whichever window or
+    epoch reads the document."""
+
+    def __init__(self, dataset: GPTDataset, pieces: np.ndarray, chain: CorpusChain) -> None:
+        self.dataset, self.config = dataset, dataset.config
+        self._pieces = np.asarray(pieces, np.int64)
+        sizes = [stop - first for _, first, stop in chain.parts]
+        self._firsts = np.cumsum([0, *sizes[:-1]]).astype(np.int64)  # [parts] in the chain
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitems__(self, samples) -> dict[str, np.ndarray]:
+        batch = self.dataset.__getitems__(samples)
+        local = batch.get("document_ids")
+        if local is not None:
+            local = np.asarray(local, np.int64)
+            part = np.searchsorted(self._firsts, local, side="right") - 1
+            own = (self._pieces[part] << 32) | (local - self._firsts[part])
+            batch["document_ids"] = np.where(local < 0, -1, own)
+        return batch
 
 
 def split_pieces(corpus: RawCorpus, bookend: tuple[float, float]) -> np.ndarray:

@@ -279,8 +279,7 @@ def test_what_raw_members_refuse(tmp_path):
         mdc.GPTDataConfig(random_seed=1, sequence_length=8, split="1,0,0",
                           blend=([{"raw": shards, "tokenizer": ByteTokenizer, "wndow": 2}], None))
     raw = mdc.RawShards(shards, ByteTokenizer)
-    for options, message in (({"path_to_cache": None}, "path_to_cache"),
-                             ({"source_ids": True}, "source_ids")):
+    for options, message in (({"path_to_cache": None}, "path_to_cache"),):
         config = mdc.GPTDataConfig(**{"random_seed": 1, "sequence_length": 8,
                                       "split": "1,0,0", "blend": ([raw], None), "eod_id": 256,
                                       "path_to_cache": str(tmp_path), **options})
@@ -306,7 +305,7 @@ def test_every_document_once_per_epoch_and_no_sample_twice(tmp_path_factory, cou
         return
     seen = []
     for window_number in range(train._first_epoch):
-        dataset = train._window(window_number) if (
+        dataset = train._window(window_number).dataset if (
             train._starts[window_number + 1] > train._starts[window_number]) else None
         pieces = train._window_pieces(window_number).tolist()
         seen.extend(pieces)
@@ -418,3 +417,34 @@ def test_a_piece_merged_away_while_it_is_opened_is_read_from_its_shard(tmp_path,
     opened, first, stop = corpus.open_piece(piece)
     assert merged_meanwhile
     assert (opened.path_prefix, first, stop) == corpus.locate(piece)
+
+
+@pytest.mark.parametrize("packing", ["concat", "best_fit"])
+def test_source_ids_name_each_token_s_piece_and_sequence(tmp_path, packing):
+    shards = write_shards(tmp_path)
+    prefix = str(tmp_path / "plain")
+    preprocess_jsonl(shards[:1], prefix, ByteTokenizer, append_eod=True)
+    raw = mdc.RawShards(shards, ByteTokenizer, window=2, piece_size=4096)
+    config = mdc.GPTDataConfig(
+        random_seed=6, sequence_length=32, split="100,0,0", path_to_cache=str(tmp_path),
+        eod_id=256, source_ids=True, packing=packing,
+        blend=([raw, f"{prefix}_text_document"], [0.7, 0.3]))
+    train = mdc.build_datasets(config, [150, None, None])[0]
+    batch = train.__getitems__(np.arange(150))
+    raw_dataset = train.datasets[0]
+    finish(raw_dataset)
+    corpus = raw_dataset.corpus
+    tokens, members, documents = batch["tokens"], batch["dataset_ids"], batch["document_ids"]
+    assert documents.dtype == np.int64 and set(np.unique(members).tolist()) <= {-1, 0, 1}
+    checked = 0
+    for row in np.flatnonzero((members == 0).any(axis=1)):
+        for document in np.unique(documents[row][members[row] == 0]).tolist():
+            piece, sequence = document >> 32, document & 0xFFFFFFFF
+            where, first, _ = corpus.locate(piece)
+            text = mdc.IndexedDataset(where)[first + sequence].tolist()
+            run = tokens[row][documents[row] == document].tolist()
+            assert any(text[k:k + len(run)] == run for k in range(len(text) - len(run) + 1))
+            checked += 1
+    assert checked > 50
+    again = mdc.build_datasets(config, [150, None, None])[0]  # a later run: the same ids
+    assert np.array_equal(again.__getitems__(np.arange(150))["document_ids"], documents)
