@@ -67,8 +67,14 @@ def main(argv: list[str]) -> None:
     """Child: build the raw member over ``shards`` into ``cache`` with a slow tokenizer
     (``workers`` processes; 0: the producer thread), print a line per batch read, then
     keep producing until killed."""
+    import signal
+
     import megadata_core as mdc
 
+    # A trainer's Ctrl-C: Python's own handler, SIGINT not blocked (a parent that ignores
+    # or blocks SIGINT, as a test runner's worker may, leaves it so in the child).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     cache, window, workers, *shards = argv
     raw = mdc.RawShards(shards, slow_factory(0.002), window=int(window), piece_size=4096,
                         workers=int(workers) or None)
