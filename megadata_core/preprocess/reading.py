@@ -131,7 +131,9 @@ def read_blocks(stream: BinaryIO, block_bytes: int, limit: int = -1) -> Iterator
     """Whole lines of ``stream`` in blocks of about ``block_bytes`` (a longer line is one
     block of its own), up to ``limit`` bytes when not negative (a plan's byte range ends on
     a line end). A plain local file is mapped, each block copied from the map once (as
-    any mapped read, a file truncated while it is read ends the process with SIGBUS)."""
+    any mapped read, a file truncated while it is read ends the process with SIGBUS), and
+    the mapped pages behind the blocks given are released as it goes: resident memory
+    holds the blocks in flight, whatever the file's size."""
     if _plain_file(stream):
         yield from _mapped_blocks(stream, block_bytes, limit)
         return
@@ -168,6 +170,24 @@ def _plain_file(stream) -> TypeGuard[io.BufferedReader]:
         return False
 
 
+_RELEASE_BYTES = 8 << 20  # released in runs of at least this (one call per few blocks)
+
+
+def _release_pages(mapped: mmap.mmap, released: int, position: int) -> int:
+    """Drop this process' mapping of the whole pages in [released, position) (the pages
+    stay in the page cache; a read of them maps them again), when that run is at least
+    _RELEASE_BYTES; returns the new start of the pages still mapped. Without a mapped read
+    releasing its pages, a 2 GB input's whole file stayed resident: 2.07 GB of RssFile."""
+    done = position - position % mmap.PAGESIZE
+    if done - released < _RELEASE_BYTES or not hasattr(mmap, "MADV_DONTNEED"):
+        return released
+    try:
+        mapped.madvise(mmap.MADV_DONTNEED, released, done - released)
+    except OSError:  # (a platform refusing the advice: the pages stay, as before)
+        return released
+    return done
+
+
 def _mapped_blocks(stream: io.BufferedReader, block_bytes: int, limit: int) -> Iterator[bytes]:
     """``read_blocks`` of a regular file through ``mmap``: the blocks end where the
     stream's reads would end them; the stream is left after the last byte given."""
@@ -178,6 +198,7 @@ def _mapped_blocks(stream: io.BufferedReader, block_bytes: int, limit: int) -> I
         return
     with mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         position = start
+        released = start - start % mmap.PAGESIZE  # mapped pages before it: given back
         try:
             while position < end:
                 stop = min(position + block_bytes, end)
@@ -190,6 +211,7 @@ def _mapped_blocks(stream: io.BufferedReader, block_bytes: int, limit: int) -> I
                     cut = cut or end
                 yield mapped[position:cut]
                 position = cut
+                released = _release_pages(mapped, released, position)
         finally:  # (a generator closed after its file was: nothing to leave it at)
             if not stream.closed:
                 stream.seek(position)

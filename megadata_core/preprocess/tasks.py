@@ -1,9 +1,11 @@
 """Running one planned task: read its records, tokenize, write its shards, then its manifest.
 
 :class:`TaskRunner` is picklable (it carries factories, not a tokenizer) and builds its
-tokenizer once per process, so any engine can ship it to workers: the local process pool
-(:func:`local_engine`; with fewer tasks than processes, each task's blocks are spread over
-them in order) or Ray (``adapters/engines/ray_preprocess.py``). An engine is a callable
+tokenizer once per process, so any engine can ship it to workers: the local engine
+(:func:`local_engine`: a tokenizer with a native block encoder runs its ``workers`` as
+threads of this process; any other, a process pool, where with fewer tasks than
+processes each task's blocks are spread over them in order) or Ray
+(``adapters/engines/ray_preprocess.py``). An engine is a callable
 ``engine(runner, tasks) -> iterator of manifests`` (any order; the driver puts them in
 plan order).
 """
@@ -118,6 +120,13 @@ class TaskRunner:
             self._tools = (self.tokenizer_factory(), splitter)
         return self._tools
 
+    def native_blocks(self) -> bool:
+        """Whether this runner's blocks go to a native block encoder (it releases the GIL:
+        threads of one process run them side by side); builds the tokenizer here."""
+        if self.splitter_factory is not None:
+            return False
+        return getattr(self.tools()[0], "block_encoder", None) is not None
+
     def __call__(self, task: Task, threads: int = 1, pool: ProcessPool | None = None) -> dict:
         """Write the task's shards (one per partition and key) and manifest; returns the
         manifest. ``pool``: processes holding this runner that tokenize its blocks."""
@@ -132,7 +141,7 @@ class TaskRunner:
                 key: stack.enter_context(IndexedDatasetWriter(
                     shard_prefix(self.directory, task, key, self.level, name), self.dtype))
                 for key in self.json_keys} for name in names]
-            parts = (self._table_parts(task, pool) if task.kind == "rows"
+            parts = (self._table_parts(task, threads, pool) if task.kind == "rows"
                      else self._line_parts(task, threads, pool))
             for first, part in parts:
                 where = self.parts.of(task, first, part.line_offsets)
@@ -243,14 +252,17 @@ class TaskRunner:
                 remaining -= len(block)
         return count
 
-    def _table_parts(self, task: Task, pool: ProcessPool | None = None):
-        """(first row within the task, tokenized row group) of a rows task, in order."""
+    def _table_parts(self, task: Task, threads: int = 1, pool: ProcessPool | None = None):
+        """(first row within the task, tokenized row group) of a rows task, in order (on
+        ``threads`` when the tokenizer has a native block encoder, or on ``pool``)."""
+        if threads > 1 and not self.native_blocks():
+            threads = 1
         rows = None
         if self.parts.count > 1 and self.table_reader is not None:
             rows = np.cumsum([0, *self.table_reader.row_group_rows(task.path)])
         with contextlib.ExitStack() as stack:
             groups = range(task.start, task.stop)
-            for group, part in _in_order(stack, self, task, groups, None, 1, pool):
+            for group, part in _in_order(stack, self, task, groups, None, threads, pool):
                 yield (0 if rows is None else int(rows[group] - rows[task.start])), part
 
 
@@ -311,6 +323,7 @@ def _init_pool(runner: TaskRunner) -> None:
     global _RUNNER
     _RUNNER = runner
     runner.on_part = None  # (a forked copy: the driver reports the parts)
+    runner._tools = None  # (built in this process, as a spawned one does: not the driver's)
 
 
 def _run_pooled(task: Task, *item):
@@ -348,17 +361,30 @@ def runner_pool(runner: TaskRunner, size: int, start_method: str | None = None) 
     return ProcessPool(size, _run_pooled, _init_pool, (runner,), start_method)
 
 
+def native_threads(workers: int) -> int:
+    """Block threads of one process for ``workers`` with a native block encoder: the
+    usable cores (at most 4, :func:`~megadata_core.preprocess.threads.threads_for_native`)
+    or ``workers`` if more. One worker already encodes on every usable core, so more
+    workers on the same cores add no thread: 2 workers run as fast as 1, never slower."""
+    return max(int(workers), block_threads.threads_for_native())
+
+
 def local_engine(workers: int = 1, start_method: str | None = None) -> Engine:
-    """Run tasks in this process (``workers == 1``) or a pool of ``workers`` processes
-    (``start_method`` default: the platform's; spawn for inputs by URL), each taking the
-    next task as it finishes one (:class:`~megadata_core.preprocess.processes.ProcessPool`:
-    an error or Ctrl-C stops them at once)."""
+    """Run tasks in this process, task after task, each one's blocks on threads
+    (``workers == 1``, or a tokenizer with a native block encoder: ``native_threads
+    (workers)`` threads, no process started, no block or ids sent through a pipe), or
+    else in a pool of ``workers`` processes (``start_method`` default: the platform's;
+    spawn for inputs by URL), each taking the next task as it finishes one
+    (:class:`~megadata_core.preprocess.processes.ProcessPool`: an error or Ctrl-C stops
+    them at once)."""
     if not isinstance(workers, int) or workers < 1:
         raise DataError(f"workers: {workers!r} must be an integer >= 1")
 
     def run(runner: TaskRunner, tasks: Sequence[Task]) -> Iterator[dict]:
-        if workers == 1 or not tasks:  # here: blocks on the usable cores
-            here = block_threads.threads_for_native()
+        if not tasks:
+            return
+        if workers == 1 or runner.native_blocks():  # here: blocks on threads
+            here = native_threads(workers)
             yield from (runner(task, threads=here) for task in tasks)
             return
         method = start_method
