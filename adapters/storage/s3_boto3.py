@@ -1,14 +1,17 @@
-"""``s3://`` corpora read through boto3, as megatron-core reads them (opt-in).
+"""``s3://`` corpora read through boto3, as megatron-core reads them.
 
-TensorStore serves ``s3://`` by default (the ``tensorstore`` extra: coalesced ranges
-issued together, faster on object stores: ``tools/bench.py cloud``). With
-``MEGADATA_S3_CLIENT=boto3`` in the environment, ``s3://`` objects are read with
+TensorStore serves ``s3://`` by default in megadata's API (the ``tensorstore`` extra:
+coalesced ranges issued together, faster on object stores: ``tools/bench.py cloud``).
+The Megatron drop-in opens its corpora under ``client_default("boto3")``, so there boto3
+is the default; ``MEGADATA_S3_CLIENT`` (``boto3`` or ``tensorstore``) overrides either
+default. With boto3 chosen, ``s3://`` objects are read with
 ``boto3.client("s3")`` instead, called as megatron-core's ``_S3BinReader`` and its
 ``object_storage_utils`` call it:
 
 * ``head_object`` for an object's existence and size;
 * ``download_file`` for the local copy of a ``.idx`` (memory-mapped, as Megatron reads its
-  ``path_to_idx_cache`` copy; kept under ``$MEGADATA_S3_CACHE``, default
+  ``path_to_idx_cache`` copy; in the drop-in at that path, megatron-core's
+  ``get_index_cache_path``; otherwise under ``$MEGADATA_S3_CACHE``, default
   ``~/.cache/megadata/s3``, named after the object's size and ETag);
 * ``get_object(Bucket=, Key=, Range="bytes=A-B")`` (B inclusive) for the ``.bin``, a block
   of ``$MEGADATA_S3_BLOCK_BYTES`` (megatron-core's ``bin_chunk_nbytes``, default 256 MiB)
@@ -23,14 +26,43 @@ the block holding the last byte the index needs is read to confirm it.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import os
 import threading
+from collections.abc import Iterator
 
 from megadata_core.errors import DataError
 from megadata_core.files import atomic as temporary
 
 CLIENT_ENV = "MEGADATA_S3_CLIENT"  # "tensorstore" (default) or "boto3"
+CHOICES = ("tensorstore", "boto3")
+# The client chosen where MEGADATA_S3_CLIENT is unset: TensorStore for megadata's API,
+# boto3 inside the Megatron drop-in (its opens run under ``client_default("boto3")``).
+_default_client: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "megadata_s3_default_client", default="tensorstore"
+)
+# Where the .idx objects opened now are copied (URL -> local path): the drop-in's
+# ``ObjectStorageConfig.path_to_idx_cache`` copies, as megatron-core caches them.
+_idx_copies: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "megadata_s3_idx_copies", default=None
+)
+
+
+@contextlib.contextmanager
+def client_default(choice: str, idx_copies: dict[str, str] | None = None) -> Iterator[None]:
+    """Within the block, ``s3://`` opens use ``choice`` where ``MEGADATA_S3_CLIENT`` is
+    unset, and a boto3 .idx named in ``idx_copies`` is copied to its path there."""
+    if choice not in CHOICES:
+        raise DataError(f"client_default: {choice!r} is not 'tensorstore' or 'boto3'")
+    token = _default_client.set(choice)
+    copies = _idx_copies.set(dict(idx_copies or {}))
+    try:
+        yield
+    finally:
+        _idx_copies.reset(copies)
+        _default_client.reset(token)
 CACHE_ENV = "MEGADATA_S3_CACHE"  # where local copies of .idx objects go
 BLOCK_ENV = "MEGADATA_S3_BLOCK_BYTES"
 #: megatron-core's ``ObjectStorageConfig.bin_chunk_nbytes`` default.
@@ -39,7 +71,7 @@ DEFAULT_BLOCK_BYTES = 256 * 1024 * 1024
 
 def _boto3():
     try:
-        import boto3
+        import boto3  # type: ignore[import-untyped]
     except ModuleNotFoundError:
         raise DataError(
             f"{CLIENT_ENV}=boto3: s3:// reads through boto3 need it installed "
@@ -71,6 +103,8 @@ class Boto3Source:
         self._client_object = None
         self._block: tuple[int, bytes] | None = None  # (start, bytes) of the last block
         self._lock = threading.Lock()
+        # megatron-core's path_to_idx_cache copy of this object, if the opener named one
+        self.idx_copy = (_idx_copies.get() or {}).get(self.path)
 
     def _client(self):
         if self._client_object is None:
@@ -149,6 +183,8 @@ class Boto3Source:
         object version (size and ETag; an object whose head says neither is fetched at
         every call and its copy named after its content)."""
         head = self._head()
+        if self.idx_copy:
+            return self._megatron_copy(head)
         directory = os.environ.get(CACHE_ENV) or os.path.join(
             os.path.expanduser("~"), ".cache", "megadata", "s3"
         )
@@ -176,6 +212,34 @@ class Boto3Source:
             raise
         return path
 
+    def _megatron_copy(self, head: dict) -> str:
+        """The copy at megatron-core's ``path_to_idx_cache`` path: kept where it is there
+        (and as long as the object, where its head gives a size), else downloaded with
+        ``download_file`` to a temporary name beside it and renamed."""
+        path = str(self.idx_copy)
+        length = head.get("ContentLength")
+        if os.path.isfile(path) and (length is None or os.path.getsize(path) == int(length)):
+            return path
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        temporary.remove_stale(directory, ["download"])
+        fd, temp = temporary.create_file(directory, "download")
+        os.close(fd)
+        try:
+            self._call("download_file", self._client().download_file, self.bucket, self.key,
+                       temp)
+            if length is not None and os.path.getsize(temp) != int(length):
+                raise DataError(
+                    f"{self.path}: download_file wrote {os.path.getsize(temp)} bytes, "
+                    f"head_object says {int(length)}"
+                )
+            os.replace(temp, path)
+        except BaseException:
+            if os.path.exists(temp):
+                os.unlink(temp)
+            raise
+        return path
+
     def _copy_path(self, directory: str, stamp: str) -> str:
         name = hashlib.sha256(f"{self.path}\0{stamp}".encode()).hexdigest()[:40] + ".idx"
         return os.path.join(directory, name)
@@ -195,9 +259,10 @@ class Boto3Source:
 
 
 def open_source(url: str):
-    """The ``megadata.storage`` entry point for ``s3://``: TensorStore's source, or with
-    ``MEGADATA_S3_CLIENT=boto3`` a :class:`Boto3Source`."""
-    choice = os.environ.get(CLIENT_ENV, "tensorstore").strip().lower() or "tensorstore"
+    """The ``megadata.storage`` entry point for ``s3://``: ``MEGADATA_S3_CLIENT``'s choice
+    where set, else TensorStore's source (a :class:`Boto3Source` inside the Megatron
+    drop-in, whose opens run under :func:`client_default`)."""
+    choice = os.environ.get(CLIENT_ENV, "").strip().lower() or _default_client.get()
     if choice == "boto3":
         return Boto3Source(url)
     if choice != "tensorstore":

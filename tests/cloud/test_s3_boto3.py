@@ -112,7 +112,7 @@ def test_megatron_drop_in_reads_through_megatrons_own_test_client(
     pytest.importorskip("torch", reason="the Megatron drop-in serves torch tensors")
     from megadata_adapters.trainers.megatron_datasets import indexed_dataset
 
-    monkeypatch.setenv(s3_boto3.CLIENT_ENV, "boto3")
+    monkeypatch.delenv(s3_boto3.CLIENT_ENV, raising=False)  # boto3 is the drop-in's default
     monkeypatch.setenv(s3_boto3.CACHE_ENV, str(tmp_path / "s3-cache"))
     monkeypatch.setattr(boto3, "client", _MegatronsTestClient)
     prefix = local_corpora["code"]
@@ -121,6 +121,60 @@ def test_megatron_drop_in_reads_through_megatrons_own_test_client(
                                             object_storage_config=config)
     local = indexed_dataset.IndexedDataset(prefix, multimodal=False, mmap=True)
     assert isinstance(remote.bin_reader, indexed_dataset._S3BinReader)
+    assert type(remote.corpus._bin_source).__name__ == "Boto3Source"
     assert len(remote) == len(local)
     for index in range(len(local)):
         assert (remote[index] == local[index]).all()
+    # megatron-core's cache path, os.path.join(path_to_idx_cache, URL path): with an
+    # absolute key that is the .idx itself, which exists, so nothing is downloaded
+    cached = indexed_dataset.get_index_cache_path("s3://" + prefix + ".idx", config)
+    assert cached == prefix + ".idx"
+    assert not os.path.exists(tmp_path / "s3-cache")  # not megadata's own cache
+    assert not os.path.exists(tmp_path / "idx")
+
+
+
+def test_drop_in_defaults_to_boto3_and_megadata_to_tensorstore(via_boto3, monkeypatch, tmp_path):
+    """Unset: the drop-in reads through boto3 and caches the .idx at path_to_idx_cache;
+    megadata's own API keeps TensorStore. MEGADATA_S3_CLIENT=tensorstore overrides the
+    drop-in's choice."""
+    pytest.importorskip("torch", reason="the Megatron drop-in serves torch tensors")
+    from megadata_adapters.trainers.megatron_datasets import indexed_dataset
+
+    monkeypatch.delenv(s3_boto3.CLIENT_ENV)
+    url = f"s3://{BUCKET}/corpora/web"
+    config = indexed_dataset.ObjectStorageConfig(path_to_idx_cache=str(tmp_path / "idx"))
+    ds = indexed_dataset.IndexedDataset(url, mmap=False, object_storage_config=config)
+    assert type(ds.corpus._bin_source).__name__ == "Boto3Source"
+    cached = tmp_path / "idx" / BUCKET / "corpora" / "web.idx"
+    assert cached.is_file()
+    assert [n for n in os.listdir(cached.parent) if n.endswith(".tmp")] == []
+    again = indexed_dataset.IndexedDataset(url, mmap=False, object_storage_config=config)
+    assert len(again) == len(ds) and (again[0] == ds[0]).all()
+    assert indexed_dataset.IndexedDataset.exists(url)
+    assert not indexed_dataset.IndexedDataset.exists(f"s3://{BUCKET}/nothing/here")
+    pytest.importorskip("tensorstore")
+    assert type(s3_boto3.open_source(url + ".bin")).__name__ != "Boto3Source"
+    monkeypatch.setenv(s3_boto3.CLIENT_ENV, "tensorstore")
+    other = indexed_dataset.IndexedDataset(url, mmap=False, object_storage_config=config)
+    assert type(other.corpus._bin_source).__name__ != "Boto3Source"
+
+
+def test_a_cached_idx_of_the_wrong_size_is_fetched_again(via_boto3, monkeypatch, tmp_path):
+    pytest.importorskip("torch", reason="the Megatron drop-in serves torch tensors")
+    from megadata_adapters.trainers.megatron_datasets import indexed_dataset
+
+    monkeypatch.delenv(s3_boto3.CLIENT_ENV)
+    cached = tmp_path / "idx" / BUCKET / "corpora" / "web.idx"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"MMIDIDX\x00\x00 truncated")
+    config = indexed_dataset.ObjectStorageConfig(path_to_idx_cache=str(tmp_path / "idx"))
+    ds = indexed_dataset.IndexedDataset(f"s3://{BUCKET}/corpora/web", mmap=False,
+                                        object_storage_config=config)
+    assert len(ds) > 0 and cached.stat().st_size > 20
+
+
+def test_client_default_names_a_bad_choice():
+    with pytest.raises(mdc.DataError, match="client_default: 'botocore' is not"):
+        with s3_boto3.client_default("botocore"):
+            pass

@@ -32,10 +32,11 @@ def s3_corpus(tmp_path_factory):
         server.stop()
 
 
-@pytest.fixture
-def s3(s3_corpus, monkeypatch, tmp_path):
-    """The corpus prefixes with TensorStore sent to the moto server (no host credentials,
-    a private .idx cache)."""
+@pytest.fixture(params=["default", "tensorstore"])
+def s3(s3_corpus, monkeypatch, tmp_path, request):
+    """The corpus prefixes with the drop-in's default client (boto3, MEGADATA_S3_CLIENT
+    unset) or TensorStore (MEGADATA_S3_CLIENT=tensorstore) sent to the moto server (no
+    host credentials, a private .idx cache)."""
     from megadata_adapters.storage import tensorstore_bins
 
     server, remote, local = s3_corpus
@@ -50,6 +51,10 @@ def s3(s3_corpus, monkeypatch, tmp_path):
     tensorstore_bins.configure(cache_dir=str(tmp_path / "megadata_idx"))
     # configure() writes os.environ directly; have monkeypatch restore it afterwards
     monkeypatch.setenv(tensorstore_bins.OPTIONS_ENV, os.environ[tensorstore_bins.OPTIONS_ENV])
+    if request.param == "default":
+        monkeypatch.delenv("MEGADATA_S3_CLIENT", raising=False)
+    else:
+        monkeypatch.setenv("MEGADATA_S3_CLIENT", request.param)
     return remote, local
 
 
@@ -61,6 +66,11 @@ def test_indexed_dataset_reads_equal_local(s3, tmp_path):
                                    object_storage_config=config)
     mine = module.IndexedDataset(local, multimodal=False, mmap=True)
     assert isinstance(theirs.bin_reader, module._S3BinReader)
+    boto3_read = type(theirs.corpus._bin_source).__name__ == "Boto3Source"
+    assert boto3_read == ("MEGADATA_S3_CLIENT" not in os.environ)
+    # boto3: the .idx cached where megatron-core caches it (path_to_idx_cache + bucket/key)
+    cached = tmp_path / "idx_cache" / BUCKET / "data" / "corpus.idx"
+    assert cached.is_file() == boto3_read
     assert module.IndexedDataset.exists(remote)
     assert not module.IndexedDataset.exists(remote + "_missing")
     assert len(theirs) == len(mine) > 0

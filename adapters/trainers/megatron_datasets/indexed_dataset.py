@@ -5,14 +5,16 @@ the same constructor, ``index`` (an :class:`_IndexReader`), ``bin_reader`` (one 
 reader classes below, chosen as Megatron chooses), ``[i]``, ``[i:j]``, ``get`` and the
 array properties, with megadata's validation at open (a damaged corpus is a DataError
 naming the file and field, where megatron-core reads garbage or crashes). ``s3://``
-prefixes read through megadata's byte sources (TensorStore), ``msc://`` ones through the
-Multi-Storage Client (:mod:`megadata_adapters.storage.msc_bins`).
+prefixes read through ``boto3.client("s3")`` as megatron-core reads them (the .idx copied
+under ``path_to_idx_cache``; ``MEGADATA_S3_CLIENT=tensorstore`` for TensorStore),
+``msc://`` ones through the Multi-Storage Client (:mod:`megadata_adapters.storage.msc_bins`).
 :class:`IndexedDatasetBuilder` writes through :class:`megadata_core.IndexedDatasetWriter`
 (byte-identical files, written under temporary names and renamed at ``finalize``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from abc import ABC, abstractmethod
 from enum import Enum
@@ -25,6 +27,8 @@ from megadata_adapters.trainers.megatron_datasets.object_storage_utils import ( 
     ObjectStorageConfig,
     S3Config,
     dataset_exists,
+    drop_in_reads,
+    get_index_cache_path,
     get_object_storage_access,
     is_object_storage_path,
 )
@@ -227,15 +231,16 @@ class _FileBinReader(_SourceBinReader):
 
 
 class _S3BinReader(_SourceBinReader):
-    """An ``s3://`` .bin read through megadata's byte source for s3 (TensorStore): each
-    read fetches exactly its range (no ``bin_chunk_nbytes`` block cache)."""
+    """An ``s3://`` .bin read through megadata's byte source for s3: boto3's
+    ``get_object`` blocks (``MEGADATA_S3_CLIENT=tensorstore``: TensorStore's exact ranges)."""
 
     def __init__(self, bin_path: str, object_storage_config: ObjectStorageConfig) -> None:
         require(
             object_storage_config.bin_chunk_nbytes > 0,
             f"bin_chunk_nbytes: {object_storage_config.bin_chunk_nbytes} must be > 0",
         )
-        super().__init__(bin_path)
+        with drop_in_reads():
+            super().__init__(bin_path)
 
 
 class _MultiStorageClientBinReader(_SourceBinReader):
@@ -309,7 +314,14 @@ class IndexedDataset:
         self.sequences_per_dataset = sequences_per_dataset
         self.dtype_code = dtype_code
         if corpus is None:
-            corpus = mdc.IndexedDataset(path_prefix, multimodal=self.multimodal, mmap=self.mmap)
+            copies = {}
+            if remote and object_storage_config and object_storage_config.path_to_idx_cache:
+                idx_path = get_idx_path(path_prefix)
+                copies[idx_path] = get_index_cache_path(idx_path, object_storage_config)
+            with drop_in_reads(copies) if remote else contextlib.nullcontext():
+                corpus = mdc.IndexedDataset(
+                    path_prefix, multimodal=self.multimodal, mmap=self.mmap
+                )
         self.corpus = corpus
         self._bin_reader: _BinReader | None = None
         self.index = _IndexReader._of(corpus)

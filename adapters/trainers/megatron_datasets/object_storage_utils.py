@@ -1,14 +1,17 @@
 """``megatron.core.datasets.object_storage_utils``: object-storage paths and the .idx cache.
 
-``s3://`` objects are read through megadata's byte sources: TensorStore's (the
-``tensorstore`` extra; endpoints and credentials from the usual AWS variables), or with
-``MEGADATA_S3_CLIENT=boto3`` boto3's, called as megatron-core calls it
-(megadata_adapters.storage.s3_boto3); ``msc://`` paths through its Multi-Storage Client
-source (megadata_adapters.storage.msc_bins).
+``s3://`` objects are read with ``boto3.client("s3")``, called as megatron-core calls it
+(megadata_adapters.storage.s3_boto3, with megadata's checks: every range covered, the
+.bin as long as its index needs); ``MEGADATA_S3_CLIENT=tensorstore`` chooses TensorStore's
+source instead. An ``s3://`` .idx is copied to :func:`get_index_cache_path` under
+``path_to_idx_cache`` (temporary name, then rename) and read from there, as megatron-core
+caches it. ``msc://`` paths go through its Multi-Storage Client source
+(megadata_adapters.storage.msc_bins).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -83,7 +86,23 @@ def parse_s3_path(path: str) -> tuple[str, str]:
     return bucket, key
 
 
+def drop_in_reads(idx_copies: dict[str, str] | None = None) -> contextlib.AbstractContextManager:
+    """The context the drop-in opens object-storage corpora in: boto3 for ``s3://``
+    (unless ``MEGADATA_S3_CLIENT`` says otherwise), each .idx of ``idx_copies`` copied to
+    its path."""
+    try:
+        from megadata_adapters.storage import s3_boto3
+    except ModuleNotFoundError:  # pragma: no cover (the adapters ship together)
+        return contextlib.nullcontext()
+    return s3_boto3.client_default("boto3", idx_copies)
+
+
 def _exists(url: str) -> bool:
+    with drop_in_reads():
+        return _exists_now(url)
+
+
+def _exists_now(url: str) -> bool:
     try:
         source = open_source(url)
         try:
@@ -112,7 +131,8 @@ def _download(url: str, local_path: str) -> None:
     """The whole object at ``url`` to ``local_path`` (temp file, then rename)."""
     directory = os.path.dirname(os.path.abspath(local_path))
     os.makedirs(directory, exist_ok=True)
-    source = open_source(url)
+    with drop_in_reads():
+        source = open_source(url)
     try:
         write_atomically(local_path, lambda out: out.write(bytes(source.read(0, source.size()))))
     finally:
