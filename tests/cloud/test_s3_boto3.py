@@ -178,3 +178,26 @@ def test_client_default_names_a_bad_choice():
     with pytest.raises(mdc.DataError, match="client_default: 'botocore' is not"):
         with s3_boto3.client_default("botocore"):
             pass
+
+
+class _ShortDownloadClient(_MegatronsTestClient):
+    """Megatron's double whose head_object gives a size that download_file falls short of."""
+
+    def head_object(self, Bucket, Key):  # noqa: N803
+        super().head_object(Bucket, Key)
+        return {"ContentLength": os.path.getsize(os.path.join("/", Bucket, Key)) + 8}
+
+
+def test_a_short_idx_download_is_a_data_error_and_leaves_no_copy(
+    local_corpora, monkeypatch, tmp_path
+):
+    monkeypatch.delenv(s3_boto3.CLIENT_ENV, raising=False)
+    monkeypatch.setattr(boto3, "client", _ShortDownloadClient)
+    url = "s3://" + local_corpora["code"] + ".idx"
+    target = tmp_path / "idx" / "code.idx"
+    with s3_boto3.client_default("boto3", {url: str(target)}):
+        source = s3_boto3.open_source(url)
+    assert source.idx_copy == str(target)
+    with pytest.raises(mdc.DataError, match=r"download_file wrote \d+ bytes, head_object says"):
+        source.local_copy()
+    assert os.listdir(target.parent) == []
