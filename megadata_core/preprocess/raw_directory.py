@@ -41,6 +41,7 @@ from megadata_core.preprocess.plan import TableReader, Task, input_identities, p
 from megadata_core.preprocess.remote import is_remote
 from megadata_core.preprocess.workdir import (
     manifest_path,
+    remove_task_files,
     shard_prefix,
     staging_for,
     write_json,
@@ -184,20 +185,17 @@ class RawDirectory:
             raise DataError(f"{path}: raw shard changed while it was being tokenized "
                             f"(size, mtime {old[1:]} planned, {new[1:]} now)")
 
-    def _remove_strays(self) -> None:
-        """Partial files of a producer that died (this one holds the lock)."""
+    def _clean_shard(self, shard: int) -> None:
+        """The partial files of shard ``shard``'s unmade pieces, left by a producer that
+        died (this one holds the shard's claim now, so nobody else writes them)."""
         pieces = os.path.join(self.directory, "pieces")
-        keep = set()
-        for index in self._done:
-            if self._shard_record(int(self.piece_shard[index])) is None:
-                prefix = os.path.basename(self._piece_prefix(index))
-                keep |= {f"{prefix}.bin", f"{prefix}.idx", f"{self.tasks[index].name}.json"}
-        for entry in os.scandir(pieces):
-            if entry.name not in keep:
-                if entry.is_dir(follow_symlinks=False):
-                    temp_files.remove_tree(entry.path)
-                else:
-                    os.unlink(entry.path)
+        labels = []
+        for index in np.flatnonzero(self.piece_shard == shard).tolist():
+            prefix = os.path.basename(self._piece_prefix(index))
+            labels += [f"{prefix}.bin", f"{prefix}.idx", f"{self.tasks[index].name}.json"]
+            if index not in self._done:
+                remove_task_files(pieces, self.tasks[index])
+        temp_files.remove_stale(pieces, labels)
         temp_files.remove_stale(os.path.join(self.directory, "shards"), ["merge.partial"])
 
     def _merge_if_complete(self, shard: int) -> None:

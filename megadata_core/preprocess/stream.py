@@ -7,13 +7,21 @@ lines, a compressed file, or row groups), made into its directory under a cache
 (:mod:`megadata_core.preprocess.raw_directory`: the layout, the merged shards, the
 finished corpus).
 
-One producer per directory (an ``fcntl.flock`` on ``producer.lock``, dropped by the
-kernel when its holder dies): a background thread that makes pieces in the order the
-readers need them (:meth:`RawCorpus.want`), each on the usable cores
+One producer per host and directory (an ``fcntl.flock`` on ``producer.{host}.lock``,
+dropped by the kernel when its holder dies): a background thread that makes pieces in
+the order the readers need them (:meth:`RawCorpus.want`), each on the usable cores
 (``TaskRunner(task, threads=n)``, the preprocessing fast path). A reader waiting for a
 piece (:meth:`RawCorpus.wait`) that finds no producer alive becomes one, so a killed
 producer's work goes on and nothing finished is made twice. A producer's error is
 written to ``error.json`` and raised by every reader.
+
+Hosts that share the directory (a shared file system) share the work by shard: a
+producer makes a piece only while it holds its shard's claim
+(:class:`~megadata_core.files.claims.Claims` under ``claims/``), skips the pieces of
+shards other hosts hold (their readers find them made there), merges the shards it
+holds, and takes over a shard whose holder stopped beating for ``lease`` seconds. The
+host is ``$MEGADATA_HOST_ID`` when set (several "hosts" on one machine), else the
+machine and its PID namespace.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import numpy as np
 from megadata_core.errors import DataError
 from megadata_core.files import atomic as temp_files
 from megadata_core.files.atomic import try_exclusive
+from megadata_core.files.claims import DEFAULT_LEASE_S, Claims
 from megadata_core.format import IndexedDataset, optimal_dtype
 from megadata_core.preprocess.encoding import Tokenizer
 from megadata_core.preprocess.plan import TableReader, input_identities, is_table
@@ -51,6 +60,7 @@ from megadata_core.preprocess.threads import threads_for_native
 from megadata_core.preprocess.workdir import write_json
 
 _WAIT_NOTE_SECONDS = 5.0  # between two progress lines of one wait
+_POLL_S = 0.25  # between two looks at the shards other hosts hold, when idle
 
 # The producers of this process, stopped (between blocks) when the interpreter exits.
 _PRODUCERS: weakref.WeakSet = weakref.WeakSet()
@@ -95,8 +105,12 @@ class RawCorpus(RawDirectory):
         table_reader: TableReader | None = None,
         threads: int | None = None,
         engine: Engine | None = None,
+        lease: float | None = None,
     ) -> None:
         self.shards = shard_paths(paths)
+        if lease is None:
+            lease = float(os.environ.get("MEGADATA_CLAIM_LEASE_S", DEFAULT_LEASE_S))
+        self.lease = lease
         self.engine = engine
         if any(is_table(path) for path in self.shards) and table_reader is None:
             raise DataError(f"{next(p for p in self.shards if is_table(p))}: parquet shards "
@@ -135,6 +149,10 @@ class RawCorpus(RawDirectory):
         self._stop = False
         self._records: dict[int, dict] = {}
         self._made_tokens: list[tuple[float, int]] = []  # (time, tokens made) per piece
+        self._claims: Claims | None = None
+        self._foreign: set[int] = set()  # shards other hosts hold (skipped meanwhile)
+        #: the pieces this process tokenized (not those found made by another host)
+        self.made_here: list[int] = []
         _CORPORA.add(self)
 
     def open_piece(self, index: int, on_wait: Callable[[int, float], None] | None = None
@@ -207,10 +225,11 @@ class RawCorpus(RawDirectory):
                 self._wanted.insert(0, [[index], 0, 1])
 
     def _next(self, done: set[int] | None = None) -> int | None:
-        """The next piece to make (not in ``done``, default: the pieces made): an
-        order's urgent pieces first (in the order wanted), then the order least far
-        along; then any piece left."""
+        """The next piece to make (not in ``done``, default: the pieces made; not of a
+        shard another host holds): an order's urgent pieces first (in the order wanted),
+        then the order least far along; then any piece left."""
         done = self._done if done is None else done
+        shards, foreign = self.piece_shard, self._foreign
         with self._lock:
             best, best_rank = None, None
             for number, entry in enumerate(self._wanted):
@@ -218,6 +237,9 @@ class RawCorpus(RawDirectory):
                 while cursor < len(order) and order[cursor] in done:
                     cursor += 1
                 entry[1] = cursor
+                while cursor < len(order) and (order[cursor] in done
+                                               or shards[order[cursor]] in foreign):
+                    cursor += 1  # (skipped for now, not for good)
                 if cursor == len(order):
                     continue
                 rank = (0 if cursor < urgent else 1, cursor / len(order), number)
@@ -227,7 +249,10 @@ class RawCorpus(RawDirectory):
             if best is None:
                 while self._rest < self.pieces and self._rest in done:
                     self._rest += 1
-                best = self._rest if self._rest < self.pieces else None
+                rest = self._rest
+                while rest < self.pieces and (rest in done or shards[rest] in foreign):
+                    rest += 1
+                best = rest if rest < self.pieces else None
             return best
 
     def _producing(self) -> bool:
@@ -240,7 +265,7 @@ class RawCorpus(RawDirectory):
         if self._producing() or self.complete():
             return self._producing()
         try:
-            handle = try_exclusive(os.path.join(self.directory, "producer.lock"))
+            handle = try_exclusive(os.path.join(self.directory, f"producer.{host_id()}.lock"))
         except BlockingIOError:
             return False
         except OSError as error:
@@ -268,9 +293,9 @@ class RawCorpus(RawDirectory):
                 os.unlink(os.path.join(self.directory, "error.json"))
             runner = self._make_runner()
             self._done = {i for i in range(self.pieces) if self.locate(i) is not None}
-            self._remove_strays()
-            for shard in range(len(self.shards)):
-                self._merge_if_complete(shard)
+            self._claims = Claims(os.path.join(self.directory, "claims"), self.lease,
+                                  owner=f"{temp_files.writer_id()}/{host_id()}")
+            self._foreign = set()
             threads = self._threads()
             native = getattr(runner.tools()[0], "block_encoder", None) is not None
             if self.engine is not None:
@@ -281,7 +306,7 @@ class RawCorpus(RawDirectory):
                     self._make_pieces(runner, threads, pool)
             else:
                 self._make_pieces(runner, threads, None)
-            if len(self._done) == self.pieces:
+            if self._all_merged() and not self.complete():
                 self._write_corpus()
         except _StopRequestedError:
             pass
@@ -292,6 +317,8 @@ class RawCorpus(RawDirectory):
             with contextlib.suppress(OSError):
                 write_json(os.path.join(self.directory, "error.json"), {"message": message})
         finally:
+            if self._claims is not None:
+                self._claims.close()
             os.close(handle)
 
     def _make_pieces_on(self, engine: Engine, runner: TaskRunner) -> None:
@@ -317,20 +344,77 @@ class RawCorpus(RawDirectory):
             self._done.add(index)
         made = int(manifest["tokens"][self.text_key])
         self._made_tokens.append((time.monotonic(), made))
-        self._merge_if_complete(int(self.piece_shard[index]))
+        self._merge_held(int(self.piece_shard[index]))
+
+    def _merge_held(self, shard: int) -> None:
+        """Merge shard ``shard`` (held) once all its pieces are made, then let it go."""
+        self._merge_if_complete(shard)
+        if self._shard_record(shard) is not None and self._claims is not None:
+            self._claims.release(f"shard{shard:05d}")
+
+    def _claim(self, shard: int) -> bool:
+        """Whether this producer holds shard ``shard`` (claimed now if free or expired;
+        its partial files from a dead holder removed then)."""
+        claims = self._claims
+        if claims is None:
+            return True
+        name = f"shard{shard:05d}"
+        if claims.holds(name):
+            return True
+        if not claims.try_claim(name):
+            self._foreign.add(shard)
+            return False
+        self._foreign.discard(shard)
+        pieces = np.flatnonzero(self.piece_shard == shard).tolist()
+        with self._lock:  # made by the holder before: found now
+            self._done.update(i for i in pieces if self.locate(i) is not None)
+        self._clean_shard(shard)
+        return True
+
+    def _all_merged(self) -> bool:
+        return all(self._shard_record(shard) is not None for shard in range(len(self.shards)))
+
+    def _look_at_foreign(self) -> None:
+        """What other hosts made of the shards they hold; the unmerged shards whose
+        pieces are all made, and the shards whose holders stopped, claimed."""
+        for shard in range(len(self.shards)):
+            if self._shard_record(shard) is not None:
+                self._foreign.discard(shard)
+                continue
+            pieces = np.flatnonzero(self.piece_shard == shard).tolist()
+            with self._lock:
+                self._done.update(i for i in pieces if self.locate(i) is not None)
+            if shard in self._foreign or all(i in self._done for i in pieces):
+                self._foreign.discard(shard)
+                if self._claim(shard):
+                    self._merge_held(shard)
 
     def _make_pieces(self, runner: TaskRunner, threads: int, pool) -> None:
         """Make the pieces not yet made, in the order wanted, each on ``threads`` of this
-        process (a native encoder) or over the processes of ``pool``."""
+        process (a native encoder) or over the processes of ``pool``; the pieces of
+        shards other hosts hold are theirs to make until their claims expire."""
+        looked = time.monotonic()
         while not self._stop:
             index = self._next()
-            if index is None:
-                return
+            if index is None or time.monotonic() - looked > self.lease / 4:
+                if index is None and self._all_merged():
+                    return
+                if index is None:
+                    time.sleep(_POLL_S)
+                self._look_at_foreign()
+                looked = time.monotonic()
+                continue
+            if not self._claim(int(self.piece_shard[index])):
+                continue
+            if index in self._done:  # made by the shard's previous holder
+                self._merge_held(int(self.piece_shard[index]))
+                continue
             self._check_identity(self.tasks[index].path)
             if pool is not None:
                 manifest = runner(self.tasks[index], pool=pool)
             else:
                 manifest = runner(self.tasks[index], threads=threads)
+            self.made_here.append(index)
             self._made(index, manifest)
 
     def _threads(self) -> int:
@@ -357,7 +441,7 @@ class RawCorpus(RawDirectory):
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.update(_runner=None, _lock=None, _thread=None, _pid=-1, _error=None, engine=None,
-                     _wanted=[], _done=set(), _made_tokens=[])
+                     _wanted=[], _done=set(), _made_tokens=[], _claims=None, _foreign=set())
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -367,6 +451,13 @@ class RawCorpus(RawDirectory):
 
     def __repr__(self) -> str:
         return f"RawCorpus({len(self.shards)} shards, {self.pieces} pieces, {self.directory})"
+
+
+def host_id() -> str:
+    """Which host this process is on, for the producer lock: ``$MEGADATA_HOST_ID``, else
+    the machine and its PID namespace (as temporary names record it)."""
+    named = os.environ.get("MEGADATA_HOST_ID", "")
+    return named if named else temp_files.writer_id().split("@", 1)[1]
 
 
 def _after_fork_in_child() -> None:
