@@ -123,7 +123,10 @@ flags.DEFINE_bool("keep_newlines", False,
                   "(without it: accepted and ignored, as Megatron does).")
 flags.DEFINE_string("lang", "english", "Language of the sentence splitter (NLTK name).")
 flags.DEFINE_enum("sentence_splitter", "auto", list(ENGINES), "auto, nltk (punkt) or sentencex.")
-flags.DEFINE_integer("workers", 1, "Tokenizer processes.", lower_bound=1)
+flags.DEFINE_integer(
+    "workers", 1,
+    "Tokenizers: threads of this process for a native encoder, processes for a Python one.",
+    lower_bound=1)
 flags.DEFINE_integer(
     "partitions", 1,
     "Megatron's --partitions: input line i goes to partition i mod K, so the corpus holds lines "
@@ -151,7 +154,7 @@ flags.DEFINE_bool(
 )
 flags.DEFINE_enum(
     "engine", "local", ["local", "ray"],
-    "Engine of the plan: local (a process pool of --workers; one task's blocks spread over "
+    "Engine of the plan: local (--workers threads or processes; one task's blocks spread over "
     "them when there are fewer tasks) or ray (one Ray task per planned task; --ray_address; "
     "resumable, --task_size default 256)."
 )
