@@ -27,3 +27,14 @@ def test_sigint_at_random_moments_of_a_ray_run(tmp_path):
                               rerun_args=["--task_size", "0.25"])
     print(f"ray (seed {seed}): {summary(outcomes)}")
     assert any(o.status == 130 for o in outcomes)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_sigint_at_the_moment_that_once_left_two_processes(tmp_path):
+    """Explore mode once saw two processes of the run outlive the grace 1.63 s after the
+    start (the cluster starting): replayed at that moment."""
+    source = write_input(tmp_path / "in.jsonl", documents=4000)
+    args = ["--engine", "ray", "--task_size", "0.25"]
+    outcomes = interrupt_runs(tmp_path, source, args, 1, 0, moments=[1.63],
+                              rerun_args=["--task_size", "0.25"])
+    print(f"ray at 1.63 s: {summary(outcomes)}")

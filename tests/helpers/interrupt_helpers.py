@@ -168,12 +168,13 @@ def run_tool(command: list[str], cwd: Path) -> float:
 
 def interrupt_runs(
     work: Path, source: Path, args: list[str], count: int, seed: int,
-    rerun_args: list[str] | None = None,
+    rerun_args: list[str] | None = None, moments: list[float] | None = None,
 ) -> list[Outcome]:
     """``count`` interrupted runs of ``preprocess_data.py --input source ... args`` in
     ``work/out`` (see the module docstring), each followed by an uninterrupted rerun
     (with ``rerun_args`` instead of ``args`` if given) when it left anything; returns
-    the outcomes."""
+    the outcomes. The moments are drawn from ``seed``, or are ``moments`` (seconds after
+    the start: a replayed case); each is printed before its SIGINT, with the seed."""
     base = [sys.executable, str(TOOL), "--input", str(source), "--noprogress"]
     (work / "clean").mkdir()
     clean_prefix = work / "clean" / "o"
@@ -186,13 +187,16 @@ def interrupt_runs(
     rerun = [*base, "--output_prefix", str(prefix), *(args if rerun_args is None else rerun_args)]
     rng = random.Random(seed)
     outcomes = []
-    for number in range(count):
+    for number in range(count if moments is None else len(moments)):
         before = snapshot(out)
-        outcome = interrupt_at(command, work, rng.uniform(0, 0.9 * duration))
+        delay = rng.uniform(0, 0.9 * duration) if moments is None else moments[number]
+        print(f"seed {seed}: SIGINT {number} at {delay:.2f} s", flush=True)
+        outcome = interrupt_at(command, work, delay)
         outcomes.append(outcome)
         if outcome.finished_s is not None:  # runs go faster than the clean one did (the
             duration = outcome.finished_s  # machine's load changes): moments follow them
-        where = (f"SIGINT {number} at {outcome.delay:.2f} s: exit status {outcome.status}, "
+        where = (f"seed {seed}, SIGINT {number} at {outcome.delay:.2f} s: exit status "
+                 f"{outcome.status}, "
                  f"stderr {outcome.stderr!r}")
         assert "Traceback" not in outcome.stderr, where
         if outcome.status == 0:  # the run had ended when the signal came
