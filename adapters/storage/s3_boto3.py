@@ -195,33 +195,19 @@ class Boto3Source:
             path = self._copy_path(directory, stamp)
             if os.path.isfile(path) and os.path.getsize(path) == int(head["ContentLength"]):
                 return path
-        temporary.remove_stale(directory, ["download"])  # a killed download's leftovers
-        fd, temp = temporary.create_file(directory, "download")
-        os.close(fd)
-        try:
-            self._call("download_file", self._client().download_file, self.bucket, self.key,
-                       temp)
+        with self._downloaded(directory, head.get("ContentLength")) as temp:
             if stamp is None:
                 with open(temp, "rb") as stream:
                     stamp = hashlib.sha256(stream.read()).hexdigest()
             path = self._copy_path(directory, stamp)
             os.replace(temp, path)
-        except BaseException:
-            if os.path.exists(temp):
-                os.unlink(temp)
-            raise
         return path
 
-    def _megatron_copy(self, head: dict) -> str:
-        """The copy at megatron-core's ``path_to_idx_cache`` path: kept where it is there
-        (and as long as the object, where its head gives a size), else downloaded with
-        ``download_file`` to a temporary name beside it and renamed."""
-        path = str(self.idx_copy)
-        length = head.get("ContentLength")
-        if os.path.isfile(path) and (length is None or os.path.getsize(path) == int(length)):
-            return path
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
+    @contextlib.contextmanager
+    def _downloaded(self, directory: str, length) -> Iterator[str]:
+        """The object fetched with ``download_file`` to a temporary name in ``directory``
+        (a killed download's leftovers removed first), checked against ``length`` (the
+        head's size, if known); removed unless the block renamed it."""
         temporary.remove_stale(directory, ["download"])
         fd, temp = temporary.create_file(directory, "download")
         os.close(fd)
@@ -233,11 +219,23 @@ class Boto3Source:
                     f"{self.path}: download_file wrote {os.path.getsize(temp)} bytes, "
                     f"head_object says {int(length)}"
                 )
-            os.replace(temp, path)
-        except BaseException:
+            yield temp
+        finally:
             if os.path.exists(temp):
                 os.unlink(temp)
-            raise
+
+    def _megatron_copy(self, head: dict) -> str:
+        """The copy at megatron-core's ``path_to_idx_cache`` path: kept where it is there
+        (and as long as the object, where its head gives a size), else downloaded with
+        ``download_file`` to a temporary name beside it and renamed."""
+        path = str(self.idx_copy)
+        length = head.get("ContentLength")
+        if os.path.isfile(path) and (length is None or os.path.getsize(path) == int(length)):
+            return path
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        with self._downloaded(directory, length) as temp:
+            os.replace(temp, path)
         return path
 
     def _copy_path(self, directory: str, stamp: str) -> str:
