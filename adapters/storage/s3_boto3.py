@@ -22,6 +22,12 @@ What boto3 brings is its own configuration: profiles, SSO, roles and endpoints f
 cover the bytes asked for (a short answer is a DataError naming the object), and a
 ``.bin`` must hold the bytes its index refers to. Where ``head_object`` gives no size,
 the block holding the last byte the index needs is read to confirm it.
+
+:class:`S3SharedStore` is the ``megadata.shared_stores`` entry point for ``s3://``: the
+store that hosts without a shared file system share claims and tokenized pieces through
+(:mod:`megadata_core.files.claims`). Its exclusive creation is a conditional
+``put_object(..., IfNoneMatch="*")`` (S3's conditional writes; a store that ignores the
+condition would let two claimants win, so the first creation is checked by a second).
 """
 
 from __future__ import annotations
@@ -268,3 +274,103 @@ def open_source(url: str):
     from megadata_adapters.storage import tensorstore_bins
 
     return tensorstore_bins.open_source(url)
+
+
+class S3SharedStore:
+    """Objects under ``s3://bucket/prefix/`` read and written with ``boto3.client("s3")``
+    (a :class:`~megadata_core.files.claims.SharedStore`). Pickles as its URL."""
+
+    def __init__(self, url: str) -> None:
+        self.url = str(url).rstrip("/")
+        rest = self.url.split("://", 1)[1]
+        self.bucket, _, prefix = rest.partition("/")
+        if not self.bucket:
+            raise DataError(f"{url}: a shared store needs s3://bucket/prefix")
+        self.prefix = f"{prefix}/" if prefix else ""
+        self._client_object = None
+        self._lock = threading.Lock()
+
+    def _client(self):
+        with self._lock:
+            if self._client_object is None:
+                self._client_object = self._call("", "making a client", _boto3().client,
+                                                 "s3")
+            return self._client_object
+
+    def _call(self, name: str, what: str, function, *args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except Exception as error:  # boto3's and botocore's own errors
+            raise DataError(f"{self.url}/{name}: {what} failed: {type(error).__name__}: "
+                            f"{error}") from None
+
+    def create(self, name: str, body: bytes) -> bool:
+        client = self._client()
+        try:
+            client.put_object(Bucket=self.bucket, Key=self.prefix + name, Body=body,
+                              IfNoneMatch="*")
+        except Exception as error:
+            if _error_code(error) in ("PreconditionFailed", "ConditionalRequestConflict",
+                                      "412", "409"):
+                return False
+            raise DataError(f"{self.url}/{name}: conditional put_object failed: "
+                            f"{type(error).__name__}: {error}") from None
+        return True
+
+    def write(self, name: str, body: bytes) -> None:
+        self._call(name, "put_object", self._client().put_object, Bucket=self.bucket,
+                   Key=self.prefix + name, Body=body)
+
+    def read(self, name: str) -> bytes | None:
+        try:
+            answer = self._client().get_object(Bucket=self.bucket, Key=self.prefix + name)
+            return answer["Body"].read()
+        except Exception as error:
+            if _error_code(error) in ("NoSuchKey", "404"):
+                return None
+            raise DataError(f"{self.url}/{name}: get_object failed: {type(error).__name__}: "
+                            f"{error}") from None
+
+    def names(self, prefix: str) -> list[str]:
+        pages = self._call(prefix, "list_objects_v2",
+                           self._client().get_paginator("list_objects_v2").paginate,
+                           Bucket=self.bucket, Prefix=self.prefix + prefix)
+        found: list[str] = []
+        try:
+            for page in pages:
+                found += [item["Key"][len(self.prefix):] for item in page.get("Contents", [])]
+        except Exception as error:
+            raise DataError(f"{self.url}/{prefix}: list_objects_v2 failed: "
+                            f"{type(error).__name__}: {error}") from None
+        return found
+
+    def upload(self, path: str, name: str) -> None:
+        self._call(name, "upload_file", self._client().upload_file, path, self.bucket,
+                   self.prefix + name)
+
+    def download(self, name: str, path: str) -> bool:
+        try:
+            self._client().download_file(self.bucket, self.prefix + name, path)
+        except Exception as error:
+            if _error_code(error) in ("NoSuchKey", "404"):
+                return False
+            raise DataError(f"{self.url}/{name}: download_file failed: "
+                            f"{type(error).__name__}: {error}") from None
+        return True
+
+    def __getstate__(self) -> dict:
+        return {"url": self.url}
+
+    def __setstate__(self, state: dict) -> None:
+        type(self).__init__(self, state["url"])
+
+    def __repr__(self) -> str:
+        return f"S3SharedStore({self.url!r})"
+
+
+def _error_code(error: Exception) -> str:
+    """botocore's error code of ``error`` ('' for another kind of error)."""
+    response = getattr(error, "response", None)
+    if not isinstance(response, dict):
+        return ""
+    return str(response.get("Error", {}).get("Code", ""))

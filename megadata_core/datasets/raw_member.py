@@ -52,6 +52,10 @@ class RawShards:
             Ray cluster: the one this process joined, else ``RAY_ADDRESS``'s, else a
             local one), ``"ray:ADDRESS"``, or an Engine of ``preprocess_tasks``.
         order: the raw order's name (``"windows"``).
+        shared: where hosts that share no file system share the tokenizing: an object
+            store prefix (``"s3://bucket/prefix"``) or a directory, holding the shard
+            claims and the pieces made (each host keeps its own copy in its cache).
+            None: hosts that share the cache directory share it there.
     """
 
     paths: Any
@@ -64,6 +68,7 @@ class RawShards:
     workers: int | None = None
     engine: Any = None
     order: str = "windows"
+    shared: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "paths", tuple(shard_paths(self.paths)))
@@ -85,6 +90,9 @@ class RawShards:
         if not isinstance(self.text_key, str) or not self.text_key:
             raise DataError(f"raw shards: text_key {self.text_key!r} must be a JSON key")
         modes.raw_order(self.order)
+        if self.shared is not None and (not isinstance(self.shared, (str, os.PathLike))
+                                        or not os.fspath(self.shared)):
+            raise DataError(f"raw shards: shared {self.shared!r} must be a URL or a directory")
         engine = self.engine
         if engine is not None and not callable(engine) and not (
                 isinstance(engine, str) and (engine == "ray" or engine.startswith("ray:"))):
@@ -99,7 +107,7 @@ class RawShards:
         if paths is None:
             raise DataError(f"{field}: {value!r} is not a raw member (no 'raw' key)")
         known = {"tokenizer", "text_key", "append_eod", "window", "first_window",
-                 "piece_size", "workers", "engine", "order"}
+                 "piece_size", "workers", "engine", "order", "shared"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise DataError(f"{field}: raw member keys {unknown} are not among {sorted(known)}")
@@ -159,7 +167,7 @@ class RawShards:
                 os.path.join(path_to_cache, "raw"), text_key=self.text_key,
                 append_eod=self.append_eod, piece_size=self.piece_size,
                 table_reader=self.table_reader(), threads=self.workers,
-                engine=self._engine(),
+                engine=self._engine(), shared=self.shared,
                 description=None if description is None else {
                     "spec": description, **_tokenizer_identity(self.tokenizer_factory())},
             )

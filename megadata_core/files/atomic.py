@@ -128,6 +128,13 @@ def _writer_is_dead(pid: int, host: str) -> bool:
     return False
 
 
+def writer_is_dead(writer: str) -> bool:
+    """Whether ``writer`` (a :func:`writer_id`, ``pid@host``) is a process of this host
+    (machine and PID namespace) that no longer runs; False where that cannot be told."""
+    pid, found, host = writer.partition("@")
+    return bool(found) and pid.isdigit() and _writer_is_dead(int(pid), host)
+
+
 def remove_stale(directory: str, labels: Iterable[str]) -> list[str]:
     """Remove the temporaries in ``directory`` of ``labels`` whose writer is dead.
 

@@ -22,6 +22,14 @@ shards other hosts hold (their readers find them made there), merges the shards 
 holds, and takes over a shard whose holder stopped beating for ``lease`` seconds. The
 host is ``$MEGADATA_HOST_ID`` when set (several "hosts" on one machine), else the
 machine and its PID namespace.
+
+Hosts that share no file system share a store instead (``shared``: an object store
+prefix such as ``s3://bucket/prefix``, or a directory;
+:func:`~megadata_core.files.claims.open_store`): the claims live there, each piece made
+is uploaded there (its files, then its manifest with their sizes and sha256), and every
+host copies the pieces others made into its own cache directory, checks them against
+that manifest, and merges every shard itself. The first host records the plan there; a
+host whose shards were cut differently is refused.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ import numpy as np
 from megadata_core.errors import DataError
 from megadata_core.files import atomic as temp_files
 from megadata_core.files.atomic import try_exclusive
-from megadata_core.files.claims import DEFAULT_LEASE_S, Claims
+from megadata_core.files.claims import DEFAULT_LEASE_S, Claims, open_store
 from megadata_core.format import IndexedDataset, optimal_dtype
 from megadata_core.preprocess.encoding import Tokenizer
 from megadata_core.preprocess.plan import TableReader, input_identities, is_table
@@ -57,7 +65,7 @@ from megadata_core.preprocess.reading import open_input
 from megadata_core.preprocess.remote import is_remote
 from megadata_core.preprocess.tasks import Engine, TaskRunner, runner_pool
 from megadata_core.preprocess.threads import threads_for_native
-from megadata_core.preprocess.workdir import write_json
+from megadata_core.preprocess.workdir import file_records, manifest_path, write_json
 
 _WAIT_NOTE_SECONDS = 5.0  # between two progress lines of one wait
 _POLL_S = 0.25  # between two looks at the shards other hosts hold, when idle
@@ -90,6 +98,10 @@ class RawCorpus(RawDirectory):
         threads: cores a piece is tokenized on: threads of this process for a native
             encoder (default: the usable cores), processes for a Python one (default:
             this process's producer thread alone).
+        lease: seconds before a stopped host's shard claim is taken over (default
+            ``$MEGADATA_CLAIM_LEASE_S``, else 30).
+        shared: a store the hosts share instead of the cache directory (``s3://bucket/
+            prefix`` or a directory): claims and pieces go through it.
     """
 
     def __init__(
@@ -106,6 +118,7 @@ class RawCorpus(RawDirectory):
         threads: int | None = None,
         engine: Engine | None = None,
         lease: float | None = None,
+        shared: str | None = None,
     ) -> None:
         self.shards = shard_paths(paths)
         if lease is None:
@@ -135,6 +148,13 @@ class RawCorpus(RawDirectory):
         self.key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
         self.directory = os.path.join(os.path.abspath(root), self.key)
         self.tasks = self._plan(int(piece_size))
+        self.shared = None if shared is None else os.fspath(shared)
+        self._store = (None if self.shared is None
+                       else open_store(f"{self.shared.rstrip('/')}/{self.key}"))
+        self._listed: tuple[float, set[str]] = (-1.0, set())  # (when, piece manifests)
+        self._fetching = threading.Lock()
+        if self._store is not None:
+            self._check_shared_plan()
         shard_index = {path: k for k, path in enumerate(self.shards)}
         #: int64 [pieces]: the shard of each piece
         self.piece_shard = np.array([shard_index[t.path] for t in self.tasks], np.int64)
@@ -178,7 +198,7 @@ class RawCorpus(RawDirectory):
         started = noted = time.monotonic()
         pause = 0.002
         while True:
-            found = self.locate(index)
+            found = self._find(index)
             if found is not None:
                 return found
             self._raise_error()
@@ -293,7 +313,9 @@ class RawCorpus(RawDirectory):
                 os.unlink(os.path.join(self.directory, "error.json"))
             runner = self._make_runner()
             self._done = {i for i in range(self.pieces) if self.locate(i) is not None}
-            self._claims = Claims(os.path.join(self.directory, "claims"), self.lease,
+            claims_store = (os.path.join(self.directory, "claims") if self.shared is None
+                            else open_store(f"{self.shared.rstrip('/')}/{self.key}/claims"))
+            self._claims = Claims(claims_store, self.lease,
                                   owner=f"{temp_files.writer_id()}/{host_id()}")
             self._foreign = set()
             threads = self._threads()
@@ -344,6 +366,8 @@ class RawCorpus(RawDirectory):
             self._done.add(index)
         made = int(manifest["tokens"][self.text_key])
         self._made_tokens.append((time.monotonic(), made))
+        if self._store is not None:
+            self._publish(index)
         self._merge_held(int(self.piece_shard[index]))
 
     def _merge_held(self, shard: int) -> None:
@@ -361,13 +385,17 @@ class RawCorpus(RawDirectory):
         name = f"shard{shard:05d}"
         if claims.holds(name):
             return True
+        if self._store is not None and self._fetched_whole(shard):
+            return False  # published by other hosts: merged here, never tokenized again
         if not claims.try_claim(name):
             self._foreign.add(shard)
             return False
         self._foreign.discard(shard)
+        self._listed = (-1.0, set())  # listed again: what the last holder published first
         pieces = np.flatnonzero(self.piece_shard == shard).tolist()
+        found = [i for i in pieces if self._find(i) is not None]
         with self._lock:  # made by the holder before: found now
-            self._done.update(i for i in pieces if self.locate(i) is not None)
+            self._done.update(found)
         self._clean_shard(shard)
         return True
 
@@ -381,9 +409,13 @@ class RawCorpus(RawDirectory):
             if self._shard_record(shard) is not None:
                 self._foreign.discard(shard)
                 continue
+            if self._store is not None and self._fetched_whole(shard):
+                self._foreign.discard(shard)
+                continue
             pieces = np.flatnonzero(self.piece_shard == shard).tolist()
+            found = [i for i in pieces if self._find(i) is not None]
             with self._lock:
-                self._done.update(i for i in pieces if self.locate(i) is not None)
+                self._done.update(found)
             if shard in self._foreign or all(i in self._done for i in pieces):
                 self._foreign.discard(shard)
                 if self._claim(shard):
@@ -428,7 +460,7 @@ class RawCorpus(RawDirectory):
             objects=[item for item in input_identities(
                 [p for p in self.shards if is_remote(p)])],
         )
-        runner.digests = False
+        runner.digests = self._store is not None  # (a fetched piece is checked by them)
 
         def on_part(task, part) -> None:
             if self._stop:
@@ -441,13 +473,115 @@ class RawCorpus(RawDirectory):
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.update(_runner=None, _lock=None, _thread=None, _pid=-1, _error=None, engine=None,
-                     _wanted=[], _done=set(), _made_tokens=[], _claims=None, _foreign=set())
+                     _wanted=[], _done=set(), _made_tokens=[], _claims=None, _foreign=set(),
+                     _listed=(-1.0, set()), _fetching=None)
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._fetching = threading.Lock()
         _CORPORA.add(self)
+
+    # -- the shared store -------------------------------------------------------------
+
+    def _check_shared_plan(self) -> None:
+        """Record the pieces in the shared store, or check them against those recorded
+        there (hosts must cut the same shards into the same pieces)."""
+        assert self._store is not None
+        body = json.dumps({"tasks": [task.as_list() for task in self.tasks]}).encode()
+        if self._store.create("plan.json", body):
+            return
+        stored = self._store.read("plan.json")
+        if stored != body:
+            raise DataError(
+                f"{self._store.url}/plan.json: the shared store's pieces were cut from "
+                "other shards than this host's (a shard differs between hosts, or its "
+                "copy here changed); give every host the same shards")
+
+    def _published(self) -> set[str]:
+        """The piece manifests in the shared store (listed at most every 0.25 s)."""
+        assert self._store is not None
+        when, names = self._listed
+        if time.monotonic() - when >= _POLL_S:
+            names = set(self._store.names("pieces/"))
+            self._listed = (time.monotonic(), names)
+        return names
+
+    def _find(self, index: int) -> tuple[str, int, int | None] | None:
+        """:meth:`locate`, after copying piece ``index`` from the shared store when
+        another host published it there."""
+        found = self.locate(index)
+        if found is not None or self._store is None:
+            return found
+        if f"pieces/{self.tasks[index].name}.json" not in self._published():
+            return None
+        with self._fetching:
+            found = self.locate(index)
+            if found is None and self._fetch(index):
+                found = self.locate(index)
+        return found
+
+    def _fetch(self, index: int) -> bool:
+        """Copy piece ``index``'s files from the shared store into ``pieces/``, each
+        checked against the size and sha256 its manifest there gives, then the manifest
+        (last); False when it is not there."""
+        assert self._store is not None
+        task = self.tasks[index]
+        where = f"{self._store.url}/pieces/{task.name}.json"
+        body = self._store.read(f"pieces/{task.name}.json")
+        if body is None:
+            return False
+        try:
+            manifest = json.loads(body)
+            files = dict(manifest["files"])
+            matches = manifest["task"] == task.as_list()
+        except (ValueError, KeyError, TypeError):
+            raise DataError(f"{where}: not a piece manifest") from None
+        if not matches:
+            raise DataError(f"{where}: the manifest of another piece ({manifest['task']!r}, "
+                            f"not {task.as_list()!r})")
+        pieces = os.path.join(self.directory, "pieces")
+        for name, (size, digest) in sorted(files.items()):
+            handle, temp = temp_files.create_file(pieces, "fetch")
+            os.close(handle)
+            try:
+                if not self._store.download(f"pieces/{name}", temp):
+                    raise DataError(f"{self._store.url}/pieces/{name}: missing, though "
+                                    f"{where} names it")
+                got = next(iter(file_records([temp]).values()))
+                if list(got) != [size, digest]:
+                    raise DataError(
+                        f"{self._store.url}/pieces/{name}: {got[0]} bytes of sha256 "
+                        f"{got[1]}, its manifest says {size} bytes of sha256 {digest}")
+                os.replace(temp, os.path.join(pieces, name))
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temp)
+        write_json(manifest_path(pieces, task), manifest)
+        return True
+
+    def _fetched_whole(self, shard: int) -> bool:
+        """Whether every piece of ``shard`` is here (copied from the shared store if
+        published there), the shard then merged here."""
+        pieces = np.flatnonzero(self.piece_shard == shard).tolist()
+        if not all(self._find(i) is not None for i in pieces):
+            return False
+        with self._lock:
+            self._done.update(pieces)
+        with self._fetching:
+            self._merge_if_complete(shard)
+        return True
+
+    def _publish(self, index: int) -> None:
+        """Upload piece ``index``'s files to the shared store, then its manifest."""
+        assert self._store is not None
+        pieces = os.path.join(self.directory, "pieces")
+        path = manifest_path(pieces, self.tasks[index])
+        manifest = read_json(path)
+        for name in sorted(manifest["files"]):
+            self._store.upload(os.path.join(pieces, name), f"pieces/{name}")
+        self._store.upload(path, f"pieces/{os.path.basename(path)}")
 
     def __repr__(self) -> str:
         return f"RawCorpus({len(self.shards)} shards, {self.pieces} pieces, {self.directory})"

@@ -1,9 +1,11 @@
-"""Hosts sharing one cache directory share the tokenizing by shard claims: each shard is
-tokenized once, a killed holder's shard is taken over and finished, and every host reads
-the samples a single process reads."""
+"""Hosts sharing one cache directory, or one S3 bucket (moto's server on 127.0.0.1) with a
+cache directory each, share the tokenizing by shard claims: each shard is tokenized
+once, a killed holder's shard is taken over and finished, and every host reads the
+samples a single process reads."""
 
 from __future__ import annotations
 
+import contextlib
 import filecmp
 import json
 import os
@@ -16,6 +18,7 @@ import pytest
 from raw_shards_helpers import batches, write_shards
 
 import megadata_core as mdc
+from loopback.object_stores import MotoS3Server
 from megadata_core.datasets import raw_member
 from megadata_core.files.claims import Claims
 from megadata_core.preprocess import ByteTokenizer
@@ -41,11 +44,15 @@ def single_process(shards, cache) -> tuple[list[int], str]:
     return sums, directory
 
 
-def start_hosts(shards, cache, out, delay: float) -> list[subprocess.Popen]:
+def start_hosts(shards, cache, out, delay: float, shared: dict | None = None
+                ) -> list[subprocess.Popen]:
+    """``HOSTS`` host processes over one cache directory, or (``shared``: the store's
+    environment) one cache directory each, ``{cache}{k}``, sharing the store."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([HELPERS, *sys.path]),
-           "MEGADATA_CLAIM_LEASE_S": str(LEASE_S)}
-    return [subprocess.Popen([sys.executable, CHILD, str(cache), str(out / f"host{k}.json"),
-                              str(delay), *shards], env={**env, "MEGADATA_HOST_ID": f"h{k}"})
+           "MEGADATA_CLAIM_LEASE_S": str(LEASE_S), **(shared or {})}
+    return [subprocess.Popen([sys.executable, CHILD, f"{cache}{k}" if shared else str(cache),
+                              str(out / f"host{k}.json"), str(delay), *shards],
+                             env={**env, "MEGADATA_HOST_ID": f"h{k}"})
             for k in range(HOSTS)]
 
 
@@ -110,10 +117,82 @@ def test_a_killed_claim_holder_s_shard_is_taken_over_and_finished_identical(
 
 def _holder(path) -> str | None:
     try:
-        body = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return _owner(path.read_text())
+    except OSError:
+        return None
+
+
+def _owner(text: str | bytes) -> str | None:
+    try:
+        body = json.loads(text)
+    except ValueError:
         return None
     return None if body["released"] else body["owner"].rsplit("/", 1)[1]
+
+
+@pytest.fixture(scope="module")
+def bucket():
+    """moto's S3 server with a bucket, and the environment that points boto3 at it."""
+    server = MotoS3Server()
+    try:
+        client = server.client()
+        client.create_bucket(Bucket="shared")
+        yield client, {"AWS_ENDPOINT_URL_S3": server.endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                       "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                       "RAW_HOSTS_SHARED": "s3://shared/run"}
+    finally:
+        server.stop()
+
+
+def _bucket_names(client, prefix: str) -> list[str]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket="shared", Prefix=prefix)
+    return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+
+def test_four_hosts_sharing_a_bucket_tokenize_each_shard_once_and_read_the_same_batches(
+        tmp_path, reference, bucket):
+    client, environment = bucket
+    shards, sums, alone = reference
+    environment = {**environment, "RAW_HOSTS_SHARED": "s3://shared/once"}
+    children = start_hosts(shards, tmp_path / "cache", tmp_path, 0.002, environment)
+    found = results(children, tmp_path, range(HOSTS))
+    made = sorted(index for result in found.values() for index in result["made"])
+    pieces = len(mdc.preprocess.plan_tasks(shards, 4096))
+    assert made == list(range(pieces))  # every piece tokenized once, by whichever host
+    assert sum(1 for result in found.values() if result["made"]) >= 2
+    assert all(result["sums"] == sums for result in found.values())
+    for k in range(HOSTS):  # every host merged every shard itself, byte for byte
+        same_shards(os.path.join(f"{tmp_path / 'cache'}{k}", "raw", os.path.basename(alone)),
+                    alone)
+    key = os.path.basename(alone)
+    claims = _bucket_names(client, f"once/{key}/claims/")
+    assert claims and all(_owner(client.get_object(Bucket="shared", Key=name)["Body"].read())
+                          is None for name in claims)  # every claim released
+
+
+def test_a_killed_claim_holder_s_shard_is_finished_through_the_bucket(
+        tmp_path, reference, bucket):
+    client, environment = bucket
+    shards, sums, alone = reference
+    environment = {**environment, "RAW_HOSTS_SHARED": "s3://shared/killed"}
+    children = start_hosts(shards, tmp_path / "cache", tmp_path, 0.004, environment)
+    prefix = f"killed/{os.path.basename(alone)}/claims/"
+    ends = time.monotonic() + 60
+    held = []
+    while time.monotonic() < ends and not held:  # host 0 holds a claim of an unmerged shard
+        for name in _bucket_names(client, prefix):
+            with contextlib.suppress(client.exceptions.NoSuchKey):
+                if _owner(client.get_object(Bucket="shared", Key=name)["Body"].read()) == "h0":
+                    held.append(name)
+        time.sleep(0.01)
+    assert held, "host 0 never held a claim"
+    children[0].send_signal(signal.SIGKILL)
+    found = results(children, tmp_path, range(1, HOSTS))
+    assert all(result["sums"] == sums for result in found.values())
+    assert all(result["complete"] for result in found.values())
+    for k in range(1, HOSTS):
+        same_shards(os.path.join(f"{tmp_path / 'cache'}{k}", "raw", os.path.basename(alone)),
+                    alone)
 
 
 def test_a_claim_is_exclusive_until_released_or_expired(tmp_path):
@@ -138,3 +217,72 @@ def test_a_claim_is_exclusive_until_released_or_expired(tmp_path):
 def test_a_lease_that_is_no_number_of_seconds_is_refused(tmp_path):
     with pytest.raises(mdc.DataError, match="claim lease"):
         Claims(str(tmp_path), lease=0)
+
+
+def _read(shards, cache, shared, batches_count: int = 10) -> list[int]:
+    raw = mdc.RawShards(shards, ByteTokenizer, window=2, piece_size=4096, shared=shared)
+    config = mdc.GPTDataConfig(random_seed=7, sequence_length=32, split="100,0,0", eod_id=256,
+                               blend=([raw], None), path_to_cache=str(cache))
+    try:
+        train = mdc.build_datasets(config, [400, None, None])[0]
+        sums = [int(batch["tokens"].sum()) for batch in batches(train, batches_count)]
+        ends = time.monotonic() + 60
+        while not train.corpus.complete() and time.monotonic() < ends:
+            train.corpus._raise_error()
+            time.sleep(0.02)
+        return sums
+    finally:
+        raw_member.stop_raw_corpora()
+
+
+def test_a_second_host_reads_what_the_first_published_in_a_shared_directory(tmp_path,
+                                                                            reference):
+    shards, sums, alone = reference
+    assert _read(shards, tmp_path / "one", tmp_path / "shared") == sums
+    calls = []
+    original = ByteTokenizer.encode
+
+    def counted(self, text):
+        calls.append(text)
+        return original(self, text)
+
+    ByteTokenizer.encode = counted
+    try:  # another cache, the same shared store: nothing is tokenized again
+        assert _read(shards, tmp_path / "two", tmp_path / "shared") == sums
+    finally:
+        ByteTokenizer.encode = original
+    assert calls == []
+    same_shards(os.path.join(tmp_path, "two", "raw", os.path.basename(alone)), alone)
+
+
+def test_a_piece_in_the_shared_store_unlike_its_manifest_is_refused(tmp_path, reference):
+    shards, sums, alone = reference
+    _read(shards, tmp_path / "one", tmp_path / "shared", 1)
+    pieces = tmp_path / "shared" / os.path.basename(alone) / "pieces"
+    victim = sorted(pieces.glob("*.bin"))[3]
+    data = bytearray(victim.read_bytes())
+    data[0] ^= 1
+    victim.write_bytes(bytes(data))
+    with pytest.raises(mdc.DataError, match=f"{victim.name}: .* its manifest says"):
+        _read(shards, tmp_path / "two", tmp_path / "shared")
+    left = os.listdir(os.path.join(tmp_path, "two", "raw", os.path.basename(alone), "pieces"))
+    assert victim.name not in left and not any("fetch" in name for name in left)
+
+
+def test_hosts_whose_shards_were_cut_differently_are_refused(tmp_path):
+    shards = write_shards(tmp_path, counts=(60, 40), seed=1)
+    _read(shards, tmp_path / "one", tmp_path / "shared", 1)
+    write_shards(tmp_path, counts=(90, 40), seed=1)  # the first shard differs on host two
+    with pytest.raises(mdc.DataError, match="plan.json: the shared store's pieces were cut"):
+        _read(shards, tmp_path / "two", tmp_path / "shared", 1)
+
+
+@pytest.mark.parametrize("shared, message", [
+    (5, "shared 5 must be a URL or a directory"),
+    ("", "shared '' must be a URL or a directory"),
+    ("nosuch://bucket/run", "no shared store for nosuch://"),
+])
+def test_a_shared_store_that_is_none_is_refused(tmp_path, shared, message):
+    shards = write_shards(tmp_path, counts=(20,), seed=1)
+    with pytest.raises(mdc.DataError, match=message):
+        _read(shards, tmp_path / "one", shared, 1)

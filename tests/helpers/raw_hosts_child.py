@@ -2,7 +2,8 @@
 SHARDS...`` with ``$MEGADATA_HOST_ID`` set. It builds the raw member over ``SHARDS`` into
 ``CACHE`` with a tokenizer of ``DELAY`` seconds per text, reads ten batches, waits until
 every shard is merged (by whichever host), and writes to ``OUT`` the batches' token sums
-and the pieces this process tokenized."""
+and the pieces this process tokenized. With ``$RAW_HOSTS_SHARED`` set, the hosts share
+that store (an ``s3://`` prefix) instead of ``CACHE``."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ CONFIG = dict(random_seed=7, sequence_length=32, split="100,0,0", eod_id=256)
 
 def main(argv: list[str]) -> None:
     cache, out, delay, *shards = argv
-    raw = mdc.RawShards(shards, slow_factory(float(delay)), window=2, piece_size=4096)
+    raw = mdc.RawShards(shards, slow_factory(float(delay)), window=2, piece_size=4096,
+                        shared=os.environ.get("RAW_HOSTS_SHARED") or None)
     config = mdc.GPTDataConfig(blend=([raw], None), path_to_cache=cache, **CONFIG)
     train = mdc.build_datasets(config, [400, None, None])[0]
     sums = [int(batch["tokens"].sum()) for batch in batches(train, 10)]
