@@ -344,22 +344,38 @@ class RawCorpus(RawDirectory):
             os.close(handle)
 
     def _make_pieces_on(self, engine: Engine, runner: TaskRunner) -> None:
-        """Make the pieces not yet made on ``engine``, given them in the order wanted now."""
-        order: list[int] = []
-        scheduled = set(self._done)
-        while (index := self._next(scheduled)) is not None:
-            order.append(index)
-            scheduled.add(index)
-        results = engine(runner, [self.tasks[index] for index in order])
-        try:
-            for manifest in results:
-                self._made(int(manifest["index"]), manifest)
-                if self._stop:
-                    raise _StopRequestedError()
-        finally:
-            close = getattr(results, "close", None)
-            if close is not None:
-                close()
+        """Make the pieces not yet made on ``engine``: in waves of every piece of the
+        shards this producer could claim, given in the order wanted now; then, once
+        other hosts' shards are free or expired, the next wave."""
+        while not self._stop:
+            order: list[int] = []
+            scheduled = set(self._done)
+            while (index := self._next(scheduled)) is not None:
+                scheduled.add(index)
+                shard = int(self.piece_shard[index])
+                if not self._claim(shard):
+                    continue
+                if index in self._done:  # made by the shard's previous holder
+                    self._merge_held(shard)
+                    continue
+                order.append(index)
+            if not order:
+                if self._all_merged():
+                    return
+                time.sleep(_POLL_S)
+                self._look_at_foreign()
+                continue
+            results = engine(runner, [self.tasks[index] for index in order])
+            try:
+                for manifest in results:
+                    self.made_here.append(int(manifest["index"]))
+                    self._made(int(manifest["index"]), manifest)
+                    if self._stop:
+                        raise _StopRequestedError()
+            finally:
+                close = getattr(results, "close", None)
+                if close is not None:
+                    close()
 
     def _made(self, index: int, manifest: dict) -> None:
         with self._lock:
@@ -453,8 +469,11 @@ class RawCorpus(RawDirectory):
         return self.threads if self.threads is not None else threads_for_native()
 
     def _make_runner(self) -> TaskRunner:
+        # the fingerprint names the corpus and its directory: an engine's workers keep one
+        # runner per fingerprint, and two raw corpora (or hosts) must not share one
+        fingerprint = hashlib.sha256(f"{self.key}\0{self.directory}".encode()).hexdigest()
         runner = TaskRunner(
-            os.path.join(self.directory, "pieces"), "", self.tokenizer_factory,
+            os.path.join(self.directory, "pieces"), fingerprint[:20], self.tokenizer_factory,
             [self.text_key], LEVEL, self.dtype, self.append_eod, False, open_input,
             self.table_reader,
             objects=[item for item in input_identities(

@@ -53,3 +53,31 @@ def test_a_ray_engine_makes_the_same_corpus_and_samples(cluster, tmp_path):
             assert filecmp.cmp(here.corpus.shard_prefix(k) + suffix,
                                on_ray.corpus.shard_prefix(k) + suffix, shallow=False)
     raw_member.stop_raw_corpora()
+
+
+def test_hosts_sharing_a_store_on_ray_tokenize_each_piece_once(cluster, tmp_path):
+    """Two hosts (a cache each, one shared store) whose pieces go to the same cluster:
+    each piece is made once, by the host that claimed its shard, and both read the same
+    samples as the in-process producer."""
+    shards = write_shards(tmp_path, counts=(120, 90, 140, 60), seed=5)
+    expected = _train(shards, tmp_path / "here").__getitems__(np.arange(300))["tokens"]
+    raw_member.stop_raw_corpora()
+    hosts = []
+    for name in ("a", "b"):
+        raw = mdc.RawShards(shards, ByteTokenizer, window=2, piece_size=4096, engine="ray",
+                            shared=str(tmp_path / "shared"))
+        config = mdc.GPTDataConfig(random_seed=9, sequence_length=32, blend=([raw], None),
+                                   split="100,0,0", path_to_cache=str(tmp_path / name),
+                                   eod_id=256)
+        hosts.append(mdc.build_datasets(config, [300, None, None])[0])
+    for dataset in hosts:
+        assert np.array_equal(dataset.__getitems__(np.arange(300))["tokens"], expected)
+    ends = time.monotonic() + 120
+    while not all(dataset.corpus.complete() for dataset in hosts):
+        assert time.monotonic() < ends
+        for dataset in hosts:
+            dataset.corpus._raise_error()
+        time.sleep(0.05)
+    made = sorted(index for dataset in hosts for index in dataset.corpus.made_here)
+    assert made == list(range(hosts[0].corpus.pieces))
+    raw_member.stop_raw_corpora()
