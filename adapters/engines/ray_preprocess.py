@@ -8,19 +8,25 @@ cluster's CPUs), lets Ray retry a task whose worker died (``max_retries``; a Dat
 is not retried: it would fail again) and shows a tqdm bar on the driver: tasks,
 documents, MB/s. A local cluster it started is shut down on the way out, after an error
 or a Ctrl-C too (its processes block SIGINT, so a terminal's Ctrl-C reaches only the
-driver, which stops them in order). Each worker process builds the tokenizer once
-and keeps it for the tasks of the same plan. The workers import megadata (and the
-modules the factories live in): a local cluster gets the driver's ``sys.path`` as
-PYTHONPATH; on an existing cluster they must be installed on every node.
+driver, which stops them in order). Meanwhile the driver is a child subreaper (Linux),
+so a Ray process orphaned by a stop cut short comes back to it: after ``ray.shutdown()``
+whatever is left of what the run started is stopped and reaped, and the cluster's
+temporary directory (its own, under ``$TMPDIR``) is removed. Each worker process builds
+the tokenizer once and keeps it for the tasks of the same plan. The workers import
+megadata (and the modules the factories live in): a local cluster gets the driver's
+``sys.path`` as PYTHONPATH; on an existing cluster they must be installed on every node.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 
@@ -65,22 +71,57 @@ def ray_engine(
     def run(runner: TaskRunner, tasks: Sequence[Task]) -> Iterator[dict]:
         ray = _ray()
         started_here = not ray.is_initialized()
+        local = started_here and address is None and not os.environ.get("RAY_ADDRESS")
         finished = False
-        others = {pid for pid, _ in _descendants()} if started_here else set()
+        others = {row[0] for row in _family()} if started_here else set()  # (not ours)
+        subreaper = temp_dir = None
         try:
             if started_here:
-                _init(ray, address, num_cpus)
+                with interrupts_deferred():  # (what is set is known to the clean-up)
+                    subreaper = _set_subreaper()
+                    if local:  # a cluster of our own: its files in a directory of our own
+                        temp_dir = tempfile.mkdtemp(prefix="mdray", dir=_temp_root())
+                _init(ray, address, num_cpus, temp_dir)
             yield from _run_all(ray, runner, tasks, max_in_flight, max_retries, progress)
             finished = True
         finally:
-            if started_here:  # (also after a Ctrl-C during init: what it started stops)
-                with interrupts_deferred():  # a Ctrl-C now waits for the cluster to stop
-                    _shut_down(ray, others, quiet=not finished)
+            # (also after a Ctrl-C during init: what it started stops). A Ctrl-C now waits
+            # for the clean-up; one that came before the wait took hold does it again.
+            interrupted = done = False
+            while started_here and not done:
+                try:
+                    with interrupts_deferred():
+                        try:
+                            _shut_down(ray, others, quiet=not finished or interrupted)
+                        finally:
+                            _restore_subreaper(subreaper)
+                            if temp_dir is not None:
+                                shutil.rmtree(temp_dir, ignore_errors=True)
+                        done = True
+                except KeyboardInterrupt:
+                    interrupted = True
+            if interrupted:
+                raise KeyboardInterrupt
 
     return run
 
 
-def _init(ray, address: str | None, num_cpus: int | None) -> None:
+#: Ray's socket paths (``{temp}/session_{date}_{time}_{pid}/sockets/plasma_store``) must
+#: fit AF_UNIX's 107 bytes: a longer ``$TMPDIR`` is replaced by /tmp.
+_TEMP_ROOT_MAX = 28
+#: How long a process left after ``ray.shutdown()`` has to end on SIGTERM (then SIGKILL).
+_TERM_GRACE_S = 0.5
+#: The stop of what is left gives up after this (a process that keeps spawning).
+_STOP_LIMIT_S = 10.0
+_PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
+
+
+def _temp_root() -> str:
+    root = tempfile.gettempdir()
+    return root if len(root) <= _TEMP_ROOT_MAX else "/tmp"
+
+
+def _init(ray, address: str | None, num_cpus: int | None, temp_dir: str | None) -> None:
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     env = {"PYTHONPATH": os.pathsep.join(paths)} if address is None else {}
     try:
@@ -88,39 +129,81 @@ def _init(ray, address: str | None, num_cpus: int | None) -> None:
             address=address, num_cpus=num_cpus, include_dashboard=False,
             runtime_env={"env_vars": env} if env else None, log_to_driver=False,
             logging_level=logging.ERROR,  # not "Started a local Ray instance" on stderr
+            **({"_temp_dir": temp_dir} if temp_dir is not None else {}),
         )
     except ConnectionError as error:
         raise DataError(f"--ray_address: cannot connect to {address!r} ({error})") from None
 
 
-def _shut_down(ray, others: set[int], quiet: bool) -> None:
-    """Stop the local cluster this driver started, and any of its processes that outlive
-    ``ray.shutdown()`` (its agents, when a Ctrl-C cut ``ray.init`` short): this process's
-    descendants but ``others``, those it had before. ``quiet`` (the run was cut short):
-    Ray's messages about the tasks it drops go to /dev/null."""
-    family = [(pid, started) for pid, started in _descendants() if pid not in others]
-    with _stderr_to_devnull() if quiet else contextlib.nullcontext():
-        ray.shutdown()
-    for pid, started in family:
-        if _start_time(pid) == started:  # still that process (not a reused pid)
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-
-
-def _start_time(pid: int) -> int | None:
-    """When process ``pid`` started (clock ticks since boot), or None if it is gone."""
+def _prctl(option: int, value: int | ctypes.c_int) -> bool:
+    """Linux's ``prctl(option, value)``; False where it failed or there is none."""
+    if not sys.platform.startswith("linux"):
+        return False
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stream:
-            fields = stream.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return int(fields[19]) if fields[0] not in (b"Z", b"X") else None
+        libc = ctypes.CDLL(None, use_errno=True)
+        argument = ctypes.byref(value) if isinstance(value, ctypes.c_int) else ctypes.c_ulong(value)
+        return libc.prctl(ctypes.c_int(option), argument, ctypes.c_ulong(0), ctypes.c_ulong(0),
+                          ctypes.c_ulong(0)) == 0
+    except (OSError, AttributeError):
+        return False
 
 
-def _descendants() -> list[tuple[int, int]]:
-    """``(pid, start time)`` of every live descendant of this process (/proc; none
-    elsewhere)."""
-    children: dict[int, list[int]] = {}
+def _set_subreaper() -> bool:
+    """Make this process a child subreaper (an orphaned descendant is reparented to it,
+    not to init); True if it was not one and now is."""
+    flag = ctypes.c_int(0)
+    if not _prctl(_PR_GET_CHILD_SUBREAPER, flag) or flag.value:
+        return False
+    return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def _restore_subreaper(was_set: bool | None) -> None:
+    if was_set:
+        _prctl(_PR_SET_CHILD_SUBREAPER, 0)
+
+
+def _shut_down(ray, others: set[int], quiet: bool) -> None:
+    """Stop the local cluster this driver started, then any of its processes that outlive
+    ``ray.shutdown()`` (its agents or workers, when a Ctrl-C cut ``ray.init`` short): this
+    process's descendants but ``others``, those it had before. ``quiet`` (the run was cut
+    short): Ray's messages about the tasks it drops go to /dev/null."""
+    try:
+        with _stderr_to_devnull() if quiet else contextlib.nullcontext():
+            ray.shutdown()
+    finally:
+        _stop_descendants(others)
+
+
+def _stop_descendants(others: set[int]) -> None:
+    """SIGTERM each descendant of this process but ``others``, SIGKILL it if it is alive
+    ``_TERM_GRACE_S`` later, reap those that are this process's children (no zombie is
+    left), and look again until none is left: a stopped process's children come to this
+    one, the subreaper. Gives up after ``_STOP_LIMIT_S``."""
+    me = os.getpid()
+    termed: dict[tuple[int, int], float] = {}  # (pid, start time) -> when SIGTERM went
+    give_up = time.monotonic() + _STOP_LIMIT_S
+    while True:  # (a zombie of another's is its parent's to reap, or ours once it ends)
+        family = [(pid, started, zombie) for pid, parent, started, zombie in _family()
+                  if pid not in others and (parent == me or not zombie)]
+        if not family or time.monotonic() > give_up:
+            return
+        now = time.monotonic()
+        for pid, started, zombie in family:
+            if zombie:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+                continue
+            sent = termed.setdefault((pid, started), now)
+            if sent == now or now - sent >= _TERM_GRACE_S:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM if sent == now else signal.SIGKILL)
+        time.sleep(0.01)
+
+
+def _family() -> list[tuple[int, int, int, bool]]:
+    """``(pid, parent pid, start time, is a zombie)`` of every descendant of this process,
+    zombies included (/proc; none elsewhere)."""
+    children: dict[int, list[tuple[int, int, bool]]] = {}
     try:
         entries = [int(name) for name in os.listdir("/proc") if name.isdigit()]
     except OSError:
@@ -128,17 +211,17 @@ def _descendants() -> list[tuple[int, int]]:
     for pid in entries:
         try:
             with open(f"/proc/{pid}/stat", "rb") as stream:
-                parent = int(stream.read().rsplit(b")", 1)[1].split()[1])
+                fields = stream.read().rsplit(b")", 1)[1].split()
+            parent, started = int(fields[1]), int(fields[19])
         except (OSError, IndexError, ValueError):
             continue
-        children.setdefault(parent, []).append(pid)
+        children.setdefault(parent, []).append((pid, started, fields[0] in (b"Z", b"X")))
     found, stack = [], [os.getpid()]
     while stack:
-        for child in children.get(stack.pop(), []):
-            started = _start_time(child)
-            if started is not None:
-                found.append((child, started))
-                stack.append(child)
+        parent = stack.pop()
+        for child, started, zombie in children.get(parent, []):
+            found.append((child, parent, started, zombie))
+            stack.append(child)
     return found
 
 
