@@ -26,7 +26,8 @@ machine and its PID namespace.
 Hosts that share no file system share a store instead (``shared``: an object store
 prefix such as ``s3://bucket/prefix``, or a directory;
 :func:`~megadata_core.files.claims.open_store`): the claims live there, each piece made
-is uploaded there (its files, then its manifest with their sizes and sha256), and every
+is uploaded there (its files to ``pieces/``, then its manifest with their sizes and
+sha256 to ``manifests/``: listed alone, to see what is published), and every
 host copies the pieces others made into its own cache directory, checks them against
 that manifest, and merges every shard itself. The first host records the plan there; a
 host whose shards were cut differently is refused.
@@ -519,11 +520,12 @@ class RawCorpus(RawDirectory):
                 "copy here changed); give every host the same shards")
 
     def _published(self) -> set[str]:
-        """The piece manifests in the shared store (listed at most every 0.25 s)."""
+        """The piece manifests in the shared store, ``manifests/{task}.json`` (listed at
+        most every 0.25 s)."""
         assert self._store is not None
         when, names = self._listed
         if time.monotonic() - when >= _POLL_S:
-            names = set(self._store.names("pieces/"))
+            names = set(self._store.names("manifests/"))
             self._listed = (time.monotonic(), names)
         return names
 
@@ -533,7 +535,7 @@ class RawCorpus(RawDirectory):
         found = self.locate(index)
         if found is not None or self._store is None:
             return found
-        if f"pieces/{self.tasks[index].name}.json" not in self._published():
+        if f"manifests/{self.tasks[index].name}.json" not in self._published():
             return None
         with self._fetching:
             found = self.locate(index)
@@ -547,8 +549,8 @@ class RawCorpus(RawDirectory):
         (last); False when it is not there."""
         assert self._store is not None
         task = self.tasks[index]
-        where = f"{self._store.url}/pieces/{task.name}.json"
-        body = self._store.read(f"pieces/{task.name}.json")
+        where = f"{self._store.url}/manifests/{task.name}.json"
+        body = self._store.read(f"manifests/{task.name}.json")
         if body is None:
             return False
         try:
@@ -600,7 +602,7 @@ class RawCorpus(RawDirectory):
         manifest = read_json(path)
         for name in sorted(manifest["files"]):
             self._store.upload(os.path.join(pieces, name), f"pieces/{name}")
-        self._store.upload(path, f"pieces/{os.path.basename(path)}")
+        self._store.upload(path, f"manifests/{os.path.basename(path)}")
 
     def __repr__(self) -> str:
         return f"RawCorpus({len(self.shards)} shards, {self.pieces} pieces, {self.directory})"
