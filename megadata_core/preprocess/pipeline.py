@@ -32,7 +32,8 @@ import numpy as np
 from megadata_core.errors import DataError
 from megadata_core.files import atomic as temp_files
 from megadata_core.files.atomic import interrupts_deferred, write_atomically
-from megadata_core.format import merge_datasets, optimal_dtype
+from megadata_core.files.claims import DEFAULT_LEASE_S, Claims
+from megadata_core.format import IndexedDataset, merge_datasets, optimal_dtype
 from megadata_core.format.reader import bin_path_of, idx_path_of
 from megadata_core.preprocess.encoding import MAX_EXAMPLES, SentenceSplitter, Tokenizer
 from megadata_core.preprocess.plan import (
@@ -58,6 +59,7 @@ from megadata_core.preprocess.workdir import (
     manifest_path,
     open_work_directory,
     remove_strays,
+    remove_task_partials,
     shard_files,
     shard_prefix,
     staging_for,
@@ -67,6 +69,8 @@ from megadata_core.preprocess.workdir import (
 
 #: Bytes per task of a run without ``task_size`` (a file smaller is one task).
 _DEFAULT_TASK_SIZE = 256 << 20
+#: In a work directory: the claims of its tasks and merge, and the mark of a published run.
+_CLAIMS, _PUBLISHED = "claims", "published.json"
 
 
 @dataclass
@@ -167,6 +171,7 @@ def preprocess_tasks(
     progress: Callable[[int, int], None] | None = None,
     merge_progress: Callable[[int], object] | None = None,
     keep_empty: bool = False,
+    claim_batch: int = 1,
     chunk_lines: int = CHUNK_LINES,
     chunk_bytes: int = CHUNK_BYTES,
 ) -> PreprocessSummary:
@@ -202,6 +207,13 @@ def preprocess_tasks(
 
     ``progress(documents, bytes)`` gets running totals after each block of a task run in
     this process, else after each task; ``merge_progress(1)`` after each shard merged.
+    With a ``task_size`` several drivers (on machines sharing the file system) may run the
+    same command at once: each claims up to ``claim_batch`` tasks at a time
+    (``{output_prefix}.work/claims/``, lease ``$MEGADATA_CLAIM_LEASE_S``, default 30 s),
+    runs them on its engine, skips tasks others hold or finished, and takes over a task
+    whose holder stopped beating; the holder of the ``merge`` claim merges and publishes,
+    the others wait for that and return the same summary.
+
     Outputs get their final names only at the end (``workdir.Staging``), so on any error,
     or after a kill, nothing corpus-like is left; an output directory that cannot be
     written is a DataError before any tokenizing.
@@ -261,20 +273,42 @@ def preprocess_tasks(
         }
         plan = plan_command(paths, tasks, options, identities)
         runner.fingerprint = fingerprint(plan)
-        run.enter_context(driver_lock(directory))  # one driver per directory, to the end
-        summary, manifests = _run_plan(runner, tasks, plan, engine, progress, started, finals)
+        claims = None
+        if staging is None:  # a shared work directory: tasks by claims
+            if not isinstance(claim_batch, int) or claim_batch < 1:
+                raise DataError(f"claim_batch: {claim_batch!r} must be an integer >= 1")
+            open_work_directory(directory, plan, runner.fingerprint)
+            with contextlib.suppress(FileNotFoundError):  # a rerun merges again
+                os.unlink(os.path.join(directory, _PUBLISHED))
+            claims = Claims(os.path.join(directory, _CLAIMS), _lease(), owner=_owner())
+            run.callback(claims.close)
+        else:
+            run.enter_context(driver_lock(directory))  # the staging's one driver
+        summary, manifests = _run_plan(runner, tasks, plan, engine, progress, started, finals,
+                                       claims, claim_batch)
+        if manifests is None:
+            return summary
         order = [(k, task) for k in ([None] if partitions == 1 else range(partitions))
                  for task in tasks]
         shards = {key: [shard_prefix(directory, task, key, level, k) for k, task in order]
                   for key in keys}
+        if claims is not None and not _take_merge(claims, directory, finals, merge, keys):
+            summary.partition_prefixes = shards if (keep_shards or not merge) else kept
+            if not merge:
+                summary.data_args_paths = {key: f"{finals[key]}.data_args" for key in keys}
+                summary.output_prefixes = {}
+            summary.seconds = time.perf_counter() - started
+            return summary  # merged and published by another driver
         if not merge:
-            remove_strays(directory, _names(directory, tasks, keys, level, 1))
+            remove_strays(directory, _names(directory, tasks, keys, level, 1)
+                          | {_CLAIMS, _PUBLISHED})
             for key in keys:
                 path = f"{finals[key]}.data_args"
                 _write_data_args(path, shards[key], tasks, manifests, key)
                 summary.data_args_paths[key] = path
             summary.output_prefixes = {}  # nothing written under the corpus names
             summary.partition_prefixes = shards
+            _mark_published(directory, runner.fingerprint)
             return summary
         with staging_for(output_prefix, names) if staging is None else \
                 contextlib.nullcontext(staging) as out:
@@ -283,7 +317,11 @@ def preprocess_tasks(
                        movable=staging is not None)
             out.publish(names)
             summary.partition_prefixes = shards if keep_shards else kept
+        if claims is not None:
+            _mark_published(directory, runner.fingerprint)
         if task_size is not None and not keep_shards:
+            if claims is not None:
+                claims.close()  # (no beat rewrites a claim in the removed directory)
             with contextlib.suppress(FileNotFoundError), interrupts_deferred():
                 temp_files.remove_tree(directory)
     summary.seconds = time.perf_counter() - started
@@ -291,36 +329,88 @@ def preprocess_tasks(
 
 
 def _run_plan(runner: TaskRunner, tasks, plan: dict, engine: Engine | None, progress,
-              started: float, finals: dict[str, str]) -> tuple[PreprocessSummary, dict]:
-    """Run the tasks of ``plan`` not yet done in ``runner.directory`` (its driver lock
-    held); the summary and the manifests by task index."""
+              started: float, finals: dict[str, str], claims: Claims | None = None,
+              batch: int = 1) -> tuple[PreprocessSummary, dict | None]:
+    """Run the tasks of ``plan`` not yet done in ``runner.directory``: all of them (its
+    driver lock held), or with ``claims`` those this driver claims, ``batch`` at a time,
+    until every task has a manifest (by whichever driver); the summary and the manifests
+    by task index (None: another driver published the outputs and removed the directory
+    before this one saw every manifest; the summary then counts the published corpora's
+    documents and tokens only)."""
     directory, keys, level = runner.directory, runner.json_keys, runner.level
-    with contextlib.ExitStack() as stack:
+    manifests: dict[int, dict] = {}
+    totals = [0, 0]
+    reported: set[int] = set()
+
+    def report(task, documents: int, nbytes: int) -> None:
+        totals[0] += documents
+        totals[1] += nbytes
+        if progress is not None:
+            progress(totals[0], totals[1])
+
+    def found(task) -> bool:  # finished (here before, or by another driver)
+        manifest = verified_manifest(directory, task, keys, level, runner.fingerprint,
+                                     runner.parts.count)
+        if manifest is not None:
+            manifests[task.index] = manifest
+            totals[0] += manifest["documents"]
+            totals[1] += manifest["bytes"]
+        return manifest is not None
+
+    def on_part(task, part) -> None:  # a task run in this process: after each block
+        reported.add(task.index)
+        report(task, part.documents, part.nbytes)
+
+    if claims is None:
         open_work_directory(directory, plan, runner.fingerprint)
-        manifests: dict[int, dict] = {}
         for task in tasks:
-            manifest = verified_manifest(directory, task, keys, level, runner.fingerprint,
-                                         runner.parts.count)
-            if manifest is not None:
-                manifests[task.index] = manifest
+            found(task)
         remove_strays(directory, _names(directory, [tasks[i] for i in manifests], keys, level,
                                         runner.parts.count))
-        pending = [task for task in tasks if task.index not in manifests]
-        totals = [sum(m["documents"] for m in manifests.values()),
-                  sum(m["bytes"] for m in manifests.values())]
-        reported: set[int] = set()
+        _run_tasks(runner, engine, tasks, [t for t in tasks if t.index not in manifests],
+                   manifests, reported, report, on_part)
+    else:
+        poll = min(1.0, claims.lease / 4)
+        while True:
+            pending = [task for task in tasks if task.index not in manifests and not found(task)]
+            if not pending:
+                break
+            if _removed(directory):  # published by another driver meanwhile
+                return _published_summary(finals, keys, started), None
+            held = []
+            for task in pending:
+                if len(held) == batch:
+                    break
+                if not claims.try_claim(task.name):
+                    continue  # another driver's, until its claim expires
+                if _removed(directory):  # (the claim's file remade it: removed again)
+                    claims.close()
+                    with contextlib.suppress(OSError):
+                        temp_files.remove_tree(directory)
+                    return _published_summary(finals, keys, started), None
+                if found(task):  # finished by the holder just before
+                    claims.release(task.name)
+                    continue
+                remove_task_partials(directory, task)  # a stopped holder's partial files
+                held.append(task)
+            if not held:
+                time.sleep(poll)  # every task left is held by others
+                continue
+            _run_tasks(runner, engine, tasks, held, manifests, reported, report, on_part,
+                       claims)
+    missing = [task.describe() for task in tasks if task.index not in manifests]
+    if missing:
+        raise DataError(f"engine finished without tasks: {', '.join(missing[:5])}")
+    return _summary(tasks, manifests, keys, started, finals), manifests
 
-        def report(task, documents: int, nbytes: int) -> None:
-            totals[0] += documents
-            totals[1] += nbytes
-            if progress is not None:
-                progress(totals[0], totals[1])
 
-        def on_part(task, part) -> None:  # a task run in this process: after each block
-            reported.add(task.index)
-            report(task, part.documents, part.nbytes)
-
+def _run_tasks(runner: TaskRunner, engine: Engine | None, tasks, pending, manifests: dict,
+               reported: set, report, on_part, claims: Claims | None = None) -> None:
+    """Run ``pending`` on ``engine``, each manifest into ``manifests`` (its claim released
+    then)."""
+    with contextlib.ExitStack() as stack:
         runner.on_part = on_part
+        stack.callback(setattr, runner, "on_part", None)
         results = (engine or local_engine(1))(runner, pending)
         if hasattr(results, "close"):  # on the way out at once: an error or Ctrl-C
             stack.callback(results.close)  # stops the engine's workers
@@ -336,11 +426,74 @@ def _run_plan(runner: TaskRunner, tasks, plan: dict, engine: Engine | None, prog
             manifests[index] = manifest
             if index not in reported:
                 report(tasks[index], manifest["documents"], manifest["bytes"])
-        runner.on_part = None
-        missing = [task.describe() for task in tasks if task.index not in manifests]
-        if missing:
-            raise DataError(f"engine finished without tasks: {', '.join(missing[:5])}")
-        return _summary(tasks, manifests, keys, started, finals), manifests
+            if claims is not None:
+                claims.release(tasks[index].name)
+
+
+def _removed(directory: str) -> bool:
+    return not os.path.exists(os.path.join(directory, "plan.json"))
+
+
+def _published_summary(finals: Mapping[str, str], keys, started: float) -> PreprocessSummary:
+    """The documents and tokens of the published corpora (their runs' line counts went
+    with their work directory)."""
+    tokens, documents = {}, 0
+    for key in keys:
+        corpus = IndexedDataset(finals[key])
+        tokens[key] = int(np.sum(corpus.sequence_lengths, dtype=np.int64))
+        documents = max(documents, len(corpus.document_indices) - 1)
+    return PreprocessSummary(
+        documents=documents, tokens=sum(tokens.values()), tokens_per_key=tokens, bad_lines=0,
+        bad_line_kinds={}, bad_line_examples=[], blank_lines=0, bytes=0,
+        seconds=time.perf_counter() - started, output_prefixes=dict(finals),
+        partition_prefixes={key: [] for key in keys},
+    )
+
+
+def _lease() -> float:
+    text = os.environ.get("MEGADATA_CLAIM_LEASE_S", "")
+    try:
+        return float(text) if text else DEFAULT_LEASE_S
+    except ValueError:
+        raise DataError(f"$MEGADATA_CLAIM_LEASE_S: {text!r} is not a number of seconds") from None
+
+
+def _owner() -> str:
+    """``pid@host/host id`` (``stream.host_id``: ``$MEGADATA_HOST_ID`` or the machine)."""
+    from megadata_core.preprocess.stream import host_id
+
+    return f"{temp_files.writer_id()}/{host_id()}"
+
+
+def _published(directory: str, finals: Mapping[str, str], merge: bool, keys) -> bool:
+    """Whether a driver has published this run's outputs (its work directory removed, or
+    marked, with the outputs in place)."""
+    if _removed(directory):
+        return True
+    if not os.path.exists(os.path.join(directory, _PUBLISHED)):
+        return False
+    wanted = ([idx_path_of(finals[key]) for key in keys] if merge
+              else [f"{finals[key]}.data_args" for key in keys])
+    return all(os.path.exists(path) for path in wanted)
+
+
+def _take_merge(claims: Claims, directory: str, finals, merge: bool, keys) -> bool:
+    """Wait until this driver holds the ``merge`` claim (True: it merges) or another has
+    published the outputs (False)."""
+    while True:
+        if _published(directory, finals, merge, keys):
+            return False
+        if claims.try_claim("merge"):
+            if _published(directory, finals, merge, keys):
+                claims.release("merge")
+                return False
+            return True
+        time.sleep(min(1.0, claims.lease / 4))
+
+
+def _mark_published(directory: str, fingerprint: str) -> None:
+    write_atomically(os.path.join(directory, _PUBLISHED),
+                     lambda stream: stream.write(fingerprint.encode()))
 
 
 def _merge(staging, shards: list[str], kept: list[str], final: str, merge_progress,

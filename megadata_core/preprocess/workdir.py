@@ -10,7 +10,12 @@ its files and the plan, and rebuilds any other.
 A work directory made by a different command is refused with a DataError naming the
 differences (it is never deleted on a guess: it may be hours of someone's work).
 
-One driver at a time: :func:`driver_lock` holds an ``fcntl.flock`` on ``driver.lock``
+Several drivers (on several machines) may share a work directory: each runs a task only
+while it holds the task's claim (``claims/``, :class:`~megadata_core.files.claims.Claims`),
+cleans only the partial files of tasks it holds (:func:`remove_task_partials`), and the
+outputs are merged by the one holding the ``merge`` claim, which then writes
+``published.json``. A run without a task size keeps its shards in its staging directory:
+:func:`driver_lock` holds an ``fcntl.flock`` on ``driver.lock``
 (its text: the holder's ``pid@host``) for the whole run, and a second driver is refused
 with a DataError naming the holder. The kernel drops the lock when its holder dies
 (``kill -9`` included), so a dead driver's lock file is simply taken over.
@@ -199,6 +204,17 @@ def remove_task_files(directory: str, task: Task) -> None:
                 os.unlink(os.path.join(directory, name))
             except FileNotFoundError:
                 pass
+
+
+def remove_task_partials(directory: str, task: Task) -> None:
+    """Remove what an attempt at ``task`` left (its manifest, shards and the hidden
+    temporaries of its writers, on any host): only for a task whose claim this driver
+    holds, so no other driver is writing them."""
+    stems = (f"{task.name}_", f".{task.name}_", f".{task.name}.json.")
+    for name in [f"{task.name}.json", *sorted(os.listdir(directory))]:
+        if name == f"{task.name}.json" or name.startswith(stems):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
 
 
 def remove_strays(directory: str, keep: set[str]) -> list[str]:
