@@ -201,9 +201,11 @@ def interrupt_at(command: list[str], cwd: Path, delay: float | When,
         try:
             _, stderr = process.communicate(timeout=WATCHDOG_S)
         except subprocess.TimeoutExpired:
+            alive = "alive" if process.poll() is None else f"ended ({process.returncode})"
             raise AssertionError(
                 f"{' '.join(command[2:])}: still running {WATCHDOG_S} s after a SIGINT sent "
-                f"{sent - started:.2f} s after its start"
+                f"{sent - started:.2f} s after its start (the tool {alive}; the run's "
+                f"processes: {_processes(process.pid, temp)})"
             ) from None
         exit_s = time.monotonic() - sent
         end = time.monotonic() + grace_s
