@@ -10,7 +10,8 @@ tokenizes to nothing gives a document with zero sequences (and no EOD).
 :func:`preprocess_tasks` plans the inputs into tasks (``plan``), runs the tasks not yet
 done on an engine (``tasks``), and merges the shards in plan order, so the output bytes
 do not depend on the engine, the worker count or the task size. With a ``task_size`` the
-shards live in ``{output_prefix}.work/`` and a killed run, rerun, resumes (``workdir``);
+shards live in ``{output_prefix}.work/``, a killed run, rerun, resumes (``workdir``), and
+several drivers (on machines sharing it) split the tasks by claims, one of them merging;
 without, in the run's staging directory. :func:`preprocess_jsonl` is the same driver on
 this machine's processes.
 Only numpy and the standard library are used here; real tokenizers live in
@@ -377,7 +378,7 @@ def _run_plan(runner: TaskRunner, tasks, plan: dict, engine: Engine | None, prog
                 break
             if _removed(directory):  # published by another driver meanwhile
                 return _published_summary(finals, keys, started), None
-            held = []
+            held: list = []
             for task in pending:
                 if len(held) == batch:
                     break
