@@ -172,7 +172,7 @@ def preprocess_tasks(
     progress: Callable[[int, int], None] | None = None,
     merge_progress: Callable[[int], object] | None = None,
     keep_empty: bool = False,
-    claim_batch: int = 1,
+    claim_batch: int | None = None,
     chunk_lines: int = CHUNK_LINES,
     chunk_bytes: int = CHUNK_BYTES,
 ) -> PreprocessSummary:
@@ -209,7 +209,9 @@ def preprocess_tasks(
     ``progress(documents, bytes)`` gets running totals after each block of a task run in
     this process, else after each task; ``merge_progress(1)`` after each shard merged.
     With a ``task_size`` several drivers (on machines sharing the file system) may run the
-    same command at once: each claims up to ``claim_batch`` tasks at a time
+    same command at once: each claims up to ``claim_batch`` tasks at a time (None: every
+    free task, one engine call as a driver alone makes; several drivers want their own
+    parallelism here)
     (``{output_prefix}.work/claims/``, lease ``$MEGADATA_CLAIM_LEASE_S``, default 30 s),
     runs them on its engine, skips tasks others hold or finished, and takes over a task
     whose holder stopped beating; the holder of the ``merge`` claim merges and publishes,
@@ -276,7 +278,8 @@ def preprocess_tasks(
         runner.fingerprint = fingerprint(plan)
         claims = None
         if staging is None:  # a shared work directory: tasks by claims
-            if not isinstance(claim_batch, int) or claim_batch < 1:
+            if claim_batch is not None and (not isinstance(claim_batch, int)
+                                            or claim_batch < 1):
                 raise DataError(f"claim_batch: {claim_batch!r} must be an integer >= 1")
             open_work_directory(directory, plan, runner.fingerprint)
             with contextlib.suppress(FileNotFoundError):  # a rerun merges again
@@ -331,9 +334,10 @@ def preprocess_tasks(
 
 def _run_plan(runner: TaskRunner, tasks, plan: dict, engine: Engine | None, progress,
               started: float, finals: dict[str, str], claims: Claims | None = None,
-              batch: int = 1) -> tuple[PreprocessSummary, dict | None]:
+              batch: int | None = None) -> tuple[PreprocessSummary, dict | None]:
     """Run the tasks of ``plan`` not yet done in ``runner.directory``: all of them (its
-    driver lock held), or with ``claims`` those this driver claims, ``batch`` at a time,
+    driver lock held), or with ``claims`` those this driver claims, ``batch`` at a time
+    (None: all it can),
     until every task has a manifest (by whichever driver); the summary and the manifests
     by task index (None: another driver published the outputs and removed the directory
     before this one saw every manifest; the summary then counts the published corpora's
@@ -380,7 +384,7 @@ def _run_plan(runner: TaskRunner, tasks, plan: dict, engine: Engine | None, prog
                 return _published_summary(finals, keys, started), None
             held: list = []
             for task in pending:
-                if len(held) == batch:
+                if batch is not None and len(held) == batch:
                     break
                 if not claims.try_claim(task.name):
                     continue  # another driver's, until its claim expires

@@ -44,7 +44,7 @@ def main(argv: list[str]) -> None:
 
     source, prefix, delay, log, task_size = argv
     preprocess_tasks([source], prefix, functools.partial(SlowTokenizer, float(delay), log),
-                     append_eod=True, task_size=int(task_size))
+                     append_eod=True, task_size=int(task_size), claim_batch=1)
 
 
 if __name__ == "__main__":

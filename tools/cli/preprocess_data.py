@@ -515,8 +515,7 @@ def run(inputs, factory, splitter, progress, merge_bar) -> PreprocessSummary:
         merge=not FLAGS.no_merge,
         keep_shards=FLAGS.keep_shards,
         keep_empty=FLAGS.keep_empty,
-        claim_batch=(FLAGS.ray_max_in_flight or os.cpu_count() or 1) if FLAGS.engine == "ray"
-        else FLAGS.workers,
+        claim_batch=None if FLAGS.engine == "ray" else FLAGS.workers,  # (one cluster start)
         command=output_command(),
         progress=progress,
         merge_progress=merge_bar.update,
