@@ -39,6 +39,27 @@ DEFAULT_LEASE_S = 30.0
 ENTRY_POINT_GROUP = "megadata.shared_stores"
 
 
+def default_lease() -> float:
+    """``$MEGADATA_CLAIM_LEASE_S`` seconds, else :data:`DEFAULT_LEASE_S`."""
+    text = os.environ.get("MEGADATA_CLAIM_LEASE_S", "")
+    try:
+        return float(text) if text else DEFAULT_LEASE_S
+    except ValueError:
+        raise DataError(f"$MEGADATA_CLAIM_LEASE_S: {text!r} is not a number of seconds") from None
+
+
+def host_id() -> str:
+    """Which host this process is on: ``$MEGADATA_HOST_ID``, else the machine and its PID
+    namespace (as temporary names record it)."""
+    named = os.environ.get("MEGADATA_HOST_ID", "")
+    return named if named else temp_files.writer_id().split("@", 1)[1]
+
+
+def host_owner() -> str:
+    """``pid@machine/host``: the owner this process's claims name (see :class:`Claims`)."""
+    return f"{temp_files.writer_id()}/{host_id()}"
+
+
 class SharedStore(Protocol):
     """Named objects that every claimant sees (names are relative, ``/``-separated)."""
 

@@ -33,7 +33,7 @@ import numpy as np
 from megadata_core.errors import DataError
 from megadata_core.files import atomic as temp_files
 from megadata_core.files.atomic import interrupts_deferred, write_atomically
-from megadata_core.files.claims import DEFAULT_LEASE_S, Claims
+from megadata_core.files.claims import Claims, default_lease, host_owner
 from megadata_core.format import IndexedDataset, merge_datasets, optimal_dtype
 from megadata_core.format.reader import bin_path_of, idx_path_of
 from megadata_core.preprocess.encoding import MAX_EXAMPLES, SentenceSplitter, Tokenizer
@@ -284,7 +284,7 @@ def preprocess_tasks(
             open_work_directory(directory, plan, runner.fingerprint)
             with contextlib.suppress(FileNotFoundError):  # a rerun merges again
                 os.unlink(os.path.join(directory, _PUBLISHED))
-            claims = Claims(os.path.join(directory, _CLAIMS), _lease(), owner=_owner())
+            claims = Claims(os.path.join(directory, _CLAIMS), default_lease(), owner=host_owner())
             run.callback(claims.close)
         else:
             run.enter_context(driver_lock(directory))  # the staging's one driver
@@ -453,21 +453,6 @@ def _published_summary(finals: Mapping[str, str], keys, started: float) -> Prepr
         seconds=time.perf_counter() - started, output_prefixes=dict(finals),
         partition_prefixes={key: [] for key in keys},
     )
-
-
-def _lease() -> float:
-    text = os.environ.get("MEGADATA_CLAIM_LEASE_S", "")
-    try:
-        return float(text) if text else DEFAULT_LEASE_S
-    except ValueError:
-        raise DataError(f"$MEGADATA_CLAIM_LEASE_S: {text!r} is not a number of seconds") from None
-
-
-def _owner() -> str:
-    """``pid@host/host id`` (``stream.host_id``: ``$MEGADATA_HOST_ID`` or the machine)."""
-    from megadata_core.preprocess.stream import host_id
-
-    return f"{temp_files.writer_id()}/{host_id()}"
 
 
 def _published(directory: str, finals: Mapping[str, str], merge: bool, keys) -> bool:

@@ -52,7 +52,7 @@ import numpy as np
 from megadata_core.errors import DataError
 from megadata_core.files import atomic as temp_files
 from megadata_core.files.atomic import try_exclusive
-from megadata_core.files.claims import DEFAULT_LEASE_S, Claims, open_store
+from megadata_core.files.claims import Claims, default_lease, host_id, host_owner, open_store
 from megadata_core.format import IndexedDataset, optimal_dtype
 from megadata_core.preprocess.encoding import Tokenizer
 from megadata_core.preprocess.plan import TableReader, input_identities, is_table
@@ -123,7 +123,7 @@ class RawCorpus(RawDirectory):
     ) -> None:
         self.shards = shard_paths(paths)
         if lease is None:
-            lease = float(os.environ.get("MEGADATA_CLAIM_LEASE_S", DEFAULT_LEASE_S))
+            lease = default_lease()
         self.lease = lease
         self.engine = engine
         if any(is_table(path) for path in self.shards) and table_reader is None:
@@ -317,7 +317,7 @@ class RawCorpus(RawDirectory):
             claims_store = (os.path.join(self.directory, "claims") if self.shared is None
                             else open_store(f"{self.shared.rstrip('/')}/{self.key}/claims"))
             self._claims = Claims(claims_store, self.lease,
-                                  owner=f"{temp_files.writer_id()}/{host_id()}")
+                                  owner=host_owner())
             self._foreign = set()
             threads = self._threads()
             native = getattr(runner.tools()[0], "block_encoder", None) is not None
@@ -606,13 +606,6 @@ class RawCorpus(RawDirectory):
 
     def __repr__(self) -> str:
         return f"RawCorpus({len(self.shards)} shards, {self.pieces} pieces, {self.directory})"
-
-
-def host_id() -> str:
-    """Which host this process is on, for the producer lock: ``$MEGADATA_HOST_ID``, else
-    the machine and its PID namespace (as temporary names record it)."""
-    named = os.environ.get("MEGADATA_HOST_ID", "")
-    return named if named else temp_files.writer_id().split("@", 1)[1]
 
 
 def _after_fork_in_child() -> None:
