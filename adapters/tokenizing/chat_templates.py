@@ -1,0 +1,502 @@
+"""Conversations rendered with a model's chat template, tokenized, and given a per-token
+role that is proven right or refused.
+
+API::
+
+    template = ChatTemplate.from_tokenizer_dir("path/to/model")   # its chat_template
+    template = ChatTemplate.builtin("chatml")                      # or "llama3"
+    template = ChatTemplate(source, variables={"bos_token": "<s>"}, end_of_turn=None)
+    text = template.render(messages)
+    ids, roles, skipped = encode_conversations(
+        conversations, template, tokenizer, on_unprovable="refuse", where=None)
+
+``conversations``: lists of messages as ``megadata_core.preprocess.conversations``
+normalizes them; ``tokenizer``: a ``tokenizers.Tokenizer``, a ``tokenizer.json`` or a
+directory holding one, or a tokenizer with a ``path`` to one (``HuggingFaceTokenizer``).
+Returns int32 [T_i] ids and uint8 [T_i] ``Role`` codes per conversation, and how many were
+skipped. ``where[i]`` names conversation i in errors (e.g. ``"chat.jsonl, line 3"``).
+
+Rendering is transformers': the environment of ``transformers.utils.chat_template_utils``
+(an ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols, its
+``tojson``, ``raise_exception``, ``strftime_now``, ``dict`` and ``namespace``; ``{%
+generation %}`` renders its body), the messages as ``apply_chat_template`` passes them
+(None values dropped, reasoning under ``thinking`` too), the tokenizer's named special
+tokens as variables, ``add_generation_prompt=False``. Ids are the rendered text encoded
+with ``add_special_tokens=False``, as ``apply_chat_template(..., tokenize=True)`` does.
+
+The roles, proven for each conversation:
+
+1. The conversation is rendered once for real and once with each content and reasoning
+   segment replaced by a placeholder (private-use characters absent from the text). The
+   template's text around the placeholders must give the real text once the values are
+   put back (a value the template trims, as Jinja's ``trim`` or Python's ``strip``, is
+   put back trimmed); each value then has its character span.
+2. An assistant's end of turn is ``end_of_turn``, else the added token the template puts
+   right after an assistant's content (probed once per template and tokenizer); its first
+   occurrence after the assistant's content and before the next message's is the
+   END_OF_TURN span, the text between them TOOL_CALL when the message has tool calls.
+3. Tokens get the role of the span holding them (offsets of the tokenizer without its
+   post-processor, which trims offsets and adds no token without special tokens); a
+   token straddling a span's edge makes the conversation unprovable.
+4. Each run of one role other than TEMPLATE must decode to exactly its span's text.
+
+A conversation failing any step (or refused by the template itself) is a DataError
+naming it; with ``on_unprovable="skip"`` it is skipped and counted. Prefix renders are
+never used: they are not token-exact.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from collections.abc import Sequence
+from datetime import datetime
+
+import numpy as np
+
+from megadata_core.errors import DataError
+from megadata_core.format.roles import ROLE_DTYPE, Role
+from megadata_core.preprocess.conversations import (
+    CONTENT_ROLES,
+    check_roles,
+    expected_pieces,
+    token_roles,
+)
+
+__all__ = [
+    "BUILTIN_TEMPLATES",
+    "ChatTemplate",
+    "compile_template",
+    "encode_conversations",
+    "load_tokenizer_object",
+]
+
+#: Named templates (add_generation_prompt kept as their originals have it).
+BUILTIN_TEMPLATES = {
+    "chatml": (
+        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+        "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    ),
+    # Meta-Llama-3-8B-Instruct's (it trims every content).
+    "llama3": (
+        "{% set loop_messages = messages %}{% for message in loop_messages %}"
+        "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
+        "+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+        "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>"
+        "\n\n' }}{% endif %}"
+    ),
+}
+_BUILTIN_VARIABLES = {"llama3": {"bos_token": "<|begin_of_text|>"}}
+
+# transformers' SPECIAL_TOKENS_ATTRIBUTES: the variables apply_chat_template passes.
+SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                       "cls_token", "mask_token")
+
+_REASONING_ALIASES = ("reasoning_content", "thinking", "reasoning")
+
+
+@functools.lru_cache(maxsize=16)
+def compile_template(source: str):
+    """A chat template compiled in transformers' environment (``jinja2.Template``)."""
+    import jinja2
+    import jinja2.ext
+    import jinja2.nodes
+    import jinja2.utils
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Generation(jinja2.ext.Extension):
+        """``{% generation %}...{% endgeneration %}``: its body (the tracking of the
+        assistant mask is transformers' business, not the text's)."""
+
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body
+                                          ).set_lineno(lineno)
+
+        def _body(self, caller):
+            return caller()
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    def strftime_now(format):
+        return datetime.now().strftime(format)
+
+    class TemplateDict:
+        def __call__(self, *args, **kwargs):
+            return dict(*args, **kwargs)
+
+        def fromkeys(self, *args, **kwargs):
+            return dict.fromkeys(*args, **kwargs)
+
+    class TemplateNamespace(jinja2.utils.Namespace):
+        def __init__(*args, **kwargs):
+            self, args = args[0], args[1:]
+            attrs = dict(*args, **kwargs)
+            for name in attrs:
+                TemplateNamespace._check_name(name)
+            jinja2.utils.Namespace.__init__(self, attrs)
+
+        def __setitem__(self, name, value):
+            TemplateNamespace._check_name(name)
+            jinja2.utils.Namespace.__setitem__(self, name, value)
+
+        @staticmethod
+        def _check_name(name):
+            if isinstance(name, str) and name.startswith("_"):
+                raise jinja2.exceptions.SecurityError(
+                    f"Chat templates cannot store underscore-prefixed attributes on a "
+                    f"namespace, but got {name!r}.")
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[Generation, jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    env.globals["dict"] = TemplateDict()
+    env.globals["namespace"] = TemplateNamespace
+    try:
+        return env.from_string(source)
+    except jinja2.exceptions.TemplateError as error:
+        raise DataError(f"chat template does not compile: {error}") from None
+
+
+def _template_messages(messages: Sequence[dict]) -> list[dict]:
+    """Messages as apply_chat_template gives them to the template: None values dropped,
+    a reasoning segment under ``thinking`` and ``reasoning_content`` both."""
+    result = []
+    for message in messages:
+        message = {key: value for key, value in message.items() if value is not None}
+        reasoning = next((message[key] for key in _REASONING_ALIASES if key in message), None)
+        if reasoning is not None:
+            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+        result.append(message)
+    return result
+
+
+def _token_text(value) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+class ChatTemplate:
+    """A Jinja chat template, the variables it is rendered with (the tokenizer's named
+    special tokens), and an optional explicit end-of-turn text."""
+
+    def __init__(self, source: str, *, name: str = "chat_template",
+                 variables: dict[str, str] | None = None,
+                 end_of_turn: str | None = None) -> None:
+        if not isinstance(source, str) or not source:
+            raise DataError(f"{name}: a chat template must be a non-empty string")
+        if end_of_turn is not None and (not isinstance(end_of_turn, str) or not end_of_turn):
+            raise DataError(f"{name}: end_of_turn must be a non-empty string, got "
+                            f"{end_of_turn!r}")
+        self.source = source
+        self.name = name
+        self.variables = dict(variables or {})
+        self.end_of_turn = end_of_turn
+        self._compiled = compile_template(source)
+
+    @classmethod
+    def builtin(cls, name: str, *, variables: dict[str, str] | None = None,
+                end_of_turn: str | None = None) -> ChatTemplate:
+        """A named template of ``BUILTIN_TEMPLATES`` ("chatml", "llama3")."""
+        if name not in BUILTIN_TEMPLATES:
+            raise DataError(f"chat template {name!r} is not one of "
+                            f"{', '.join(sorted(BUILTIN_TEMPLATES))}")
+        merged = {**_BUILTIN_VARIABLES.get(name, {}), **(variables or {})}
+        return cls(BUILTIN_TEMPLATES[name], name=name, variables=merged,
+                   end_of_turn=end_of_turn)
+
+    @classmethod
+    def from_tokenizer_dir(cls, path: str | os.PathLike, *,
+                           end_of_turn: str | None = None) -> ChatTemplate:
+        """The template of a tokenizer directory, as transformers loads it:
+        ``chat_template.jinja`` if present, else ``tokenizer_config.json``'s
+        ``chat_template`` (a string, or named templates: ``default``); the variables are
+        the named special tokens of ``special_tokens_map.json`` and
+        ``tokenizer_config.json`` (the latter wins)."""
+        directory = os.fspath(path)
+        if "://" in directory:
+            raise DataError(f"{directory}: a tokenizer directory must be local")
+        if not os.path.isdir(directory):
+            raise DataError(f"{directory}: no such tokenizer directory")
+        configs = {}
+        for file in ("special_tokens_map.json", "tokenizer_config.json"):
+            full = os.path.join(directory, file)
+            if os.path.isfile(full):
+                try:
+                    with open(full, encoding="utf-8") as stream:
+                        configs[file] = json.load(stream)
+                except (OSError, ValueError) as error:
+                    raise DataError(f"{full}: not readable JSON: {error}") from None
+                if not isinstance(configs[file], dict):
+                    raise DataError(f"{full}: not a JSON object")
+        variables = {}
+        for config in configs.values():
+            for key in SPECIAL_TOKEN_NAMES:
+                text = _token_text(config.get(key))
+                if text is not None:
+                    variables[key] = text
+        jinja_file = os.path.join(directory, "chat_template.jinja")
+        config_file = os.path.join(directory, "tokenizer_config.json")
+        if os.path.isfile(jinja_file):
+            with open(jinja_file, encoding="utf-8") as stream:
+                return cls(stream.read(), name=jinja_file, variables=variables,
+                           end_of_turn=end_of_turn)
+        source = configs.get("tokenizer_config.json", {}).get("chat_template")
+        if isinstance(source, list):
+            named = {entry.get("name"): entry.get("template") for entry in source
+                     if isinstance(entry, dict)}
+            if "default" not in named:
+                raise DataError(f"{config_file}: chat_template names "
+                                f"{', '.join(map(str, named))} but no 'default'")
+            source = named["default"]
+        if not isinstance(source, str) or not source:
+            raise DataError(f"{directory}: no chat template (no chat_template.jinja, no "
+                            "chat_template in tokenizer_config.json)")
+        return cls(source, name=config_file, variables=variables, end_of_turn=end_of_turn)
+
+    def render(self, messages: Sequence[dict]) -> str:
+        """The rendered text of one conversation (jinja2's errors as they are)."""
+        return self._compiled.render(messages=_template_messages(messages), tools=None,
+                                     documents=None, add_generation_prompt=False,
+                                     **self.variables)
+
+    def __repr__(self) -> str:
+        return f"ChatTemplate({self.name!r})"
+
+
+def load_tokenizer_object(tokenizer):
+    """A ``tokenizers.Tokenizer`` from one, from a ``tokenizer.json`` (or a directory
+    holding one), or from a tokenizer with a ``path`` to one."""
+    from tokenizers import Tokenizer
+
+    if isinstance(tokenizer, Tokenizer):
+        return tokenizer
+    path = getattr(tokenizer, "path", tokenizer)
+    if not isinstance(path, (str, os.PathLike)):
+        raise DataError(f"tokenizer {tokenizer!r}: expected a tokenizers.Tokenizer, a "
+                        "tokenizer.json or a directory holding one")
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, "tokenizer.json")
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: tokenizer.json not found")
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as error:  # tokenizers raises its own Exception type
+        raise DataError(f"{path}: not a readable tokenizer.json: {error}") from error
+
+
+def _without_post_processor(tokenizer):
+    """The tokenizer without its post-processor: with ``add_special_tokens=False``
+    post-processors add no token, but ByteLevel's and RoBERTa's trim offsets (a
+    whitespace token's offsets become empty), which the spans cannot use."""
+    if tokenizer.post_processor is None:
+        return tokenizer
+    from tokenizers import Tokenizer
+
+    clone = Tokenizer.from_str(tokenizer.to_str())
+    clone.post_processor = None
+    return clone
+
+
+def _placeholders(count: int, taken: str) -> list[str]:
+    """``count`` distinct placeholders of private-use characters, none in ``taken``:
+    a start, an index character and an end each."""
+    used = set(taken)
+    free = (chr(c) for c in range(0xF0000, 0x10FFFE) if chr(c) not in used)
+    start, end = next(free), next(free)
+    return [start + next(free) + end for _ in range(count)]
+
+
+class _UnprovableError(Exception):
+    """Why one conversation's roles cannot be proven."""
+
+
+def _reinsert(pieces: list[str], values: list[str], real: str) -> list[tuple[int, int]]:
+    """The character spans of ``values`` in ``real``, given the placeholder render split
+    into template text and placeholders (``pieces``: text, value index, text, ...);
+    _Unprovable when the template's text and the values do not give ``real``."""
+    spans = []
+    position = 0
+    for k in range(0, len(pieces) - 1, 2):
+        text, index, after = pieces[k], int(pieces[k + 1]), pieces[k + 2]
+        if not real.startswith(text, position):
+            raise _UnprovableError(f"the template's text at character {position} differs when the "
+                              "contents are put back (the template reads or changes them)")
+        position += len(text)
+        value = values[index]
+        candidates = [value] if value.strip() == value else [value, value.strip()]
+        if len(candidates) > 1 and not after:
+            raise _UnprovableError("two contents touch and one is trimmed: their edge is unknown")
+        for candidate in candidates:
+            stop = position + len(candidate)
+            if real.startswith(candidate, position) and real.startswith(after, stop):
+                spans.append((position, stop))
+                position = stop
+                break
+        else:
+            raise _UnprovableError(f"content {index} is not in the rendered text as given or "
+                              "trimmed (the template changes it)")
+    if real[position:] != pieces[-1]:
+        raise _UnprovableError("the template's text after the last content differs when the "
+                          "contents are put back")
+    return spans
+
+
+def _values(messages: Sequence[dict]) -> list[tuple[int, str, int]]:
+    """(message index, field, Role) of each content and reasoning segment."""
+    found = []
+    for i, message in enumerate(messages):
+        found.append((i, "content", int(CONTENT_ROLES[message["role"]])))
+        if message.get("reasoning_content") is not None:
+            found.append((i, "reasoning_content", int(Role.REASONING)))
+    return found
+
+
+def _spans(template: ChatTemplate, messages: Sequence[dict], real: str, end_of_turn: str
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 [S, 2] sorted spans, uint8 [S] roles) of one rendered conversation."""
+    fields = _values(messages)
+    values = [messages[i][field] for i, field, _ in fields]
+    marks = _placeholders(len(fields), real + template.source)
+    marked = [dict(message) for message in messages]
+    for (i, field, _), mark in zip(fields, marks):
+        marked[i][field] = mark
+    try:
+        skeleton = template.render(marked)
+    except Exception as error:  # jinja2's errors, raise_exception's among them
+        raise _UnprovableError(f"the template fails on placeholders: {error}") from None
+    index_of = {mark: str(k) for k, mark in enumerate(marks)}
+    pieces = re.split("(" + "|".join(map(re.escape, marks)) + ")", skeleton)
+    pieces[1::2] = [index_of[mark] for mark in pieces[1::2]]
+    if len(set(pieces[1::2])) < len(pieces[1::2]):
+        raise _UnprovableError("the template renders a content more than once")
+    spans = _reinsert(pieces, values, real)
+    order = [int(k) for k in pieces[1::2]]
+    found = sorted(((start, stop, fields[k][2], fields[k][0])
+                    for k, (start, stop) in zip(order, spans)))
+    # Each assistant message's end of turn (and tool calls before it).
+    extra = []
+    for n, (_, stop, _, message) in enumerate(found):
+        if messages[message]["role"] != "assistant":
+            continue
+        if any(m == message and s >= stop for s, _, _, m in found[n + 1:]):
+            continue  # a later segment of the same message ends it
+        limit = next((s for s, _, _, m in found[n + 1:] if m != message), len(real))
+        at = real.find(end_of_turn, stop, limit)
+        if at < 0:
+            raise _UnprovableError(f"assistant message {message} has no end of turn "
+                              f"{end_of_turn!r} after its content")
+        if at > stop and messages[message].get("tool_calls"):
+            extra.append((stop, at, int(Role.TOOL_CALL), message))
+        extra.append((at, at + len(end_of_turn), int(Role.END_OF_TURN), message))
+    found = sorted(found + extra)
+    bounds = np.array([(s, e) for s, e, _, _ in found], dtype=np.int64).reshape(-1, 2)
+    roles = np.array([r for _, _, r, _ in found], dtype=ROLE_DTYPE)
+    return bounds, roles
+
+
+def _probe_end_of_turn(template: ChatTemplate, added: Sequence[str]) -> str:
+    """The added token the template writes right after an assistant's content."""
+    marks = _placeholders(2, template.source)
+    probe = [{"role": "user", "content": marks[0]}, {"role": "assistant", "content": marks[1]}]
+    try:
+        text = template.render(probe)
+    except Exception as error:
+        raise DataError(f"{template.name}: cannot probe its end of turn (the template fails "
+                        f"on a user and an assistant message: {error}); name it with "
+                        "end_of_turn") from None
+    at = text.find(marks[1])
+    rest = text[at + len(marks[1]):] if at >= 0 else ""
+    following = [token for token in added if token and rest.startswith(token)]
+    if at < 0 or not following:
+        raise DataError(f"{template.name}: no added token of the tokenizer follows an "
+                        f"assistant's content (it is followed by {rest[:30]!r}); name the end "
+                        "of turn with end_of_turn")
+    return max(following, key=len)
+
+
+def encode_conversations(
+    conversations: Sequence[Sequence[dict]],
+    template: ChatTemplate,
+    tokenizer,
+    *,
+    on_unprovable: str = "refuse",
+    where: Sequence[str] | None = None,
+) -> tuple[list[np.ndarray], list[np.ndarray], int]:
+    """Each conversation's int32 [T] ids and uint8 [T] ``Role`` codes (proven as the module
+    docstring says), and how many were skipped. ``on_unprovable``: ``"refuse"`` (a
+    DataError naming the first unprovable conversation by ``where``) or ``"skip"``."""
+    if on_unprovable not in ("refuse", "skip"):
+        raise DataError(f"on_unprovable: {on_unprovable!r} is not 'refuse' or 'skip'")
+    if where is not None and len(where) != len(conversations):
+        raise DataError(f"where: {len(where)} names for {len(conversations)} conversations")
+    names = list(where) if where is not None else [f"conversation {i}"
+                                                   for i in range(len(conversations))]
+    rust = load_tokenizer_object(tokenizer)
+    offsets_tokenizer = _without_post_processor(rust)
+    end_of_turn = template.end_of_turn
+    if end_of_turn is None:
+        added = [token.content for token in rust.get_added_tokens_decoder().values()]
+        end_of_turn = _probe_end_of_turn(template, added)
+
+    reasons: dict[int, str] = {}
+    texts: list[str] = []
+    spans: list[tuple[np.ndarray, np.ndarray]] = []
+    for i, messages in enumerate(conversations):
+        try:
+            text = template.render(messages)
+            spans.append(_spans(template, messages, text, end_of_turn))
+            texts.append(text)
+        except _UnprovableError as why:
+            reasons[i] = str(why)
+        except Exception as error:  # the template refusing it (raise_exception, ...)
+            reasons[i] = f"the template fails on it: {error}"
+        if i in reasons and on_unprovable == "refuse":
+            break
+    kept = [i for i in range(len(conversations)) if i not in reasons]
+    if reasons and on_unprovable == "refuse":
+        first = min(reasons)
+        raise DataError(f"{names[first]}: the conversation's roles cannot be proven with "
+                        f"{template.name}: {reasons[first]}")
+    encodings = offsets_tokenizer.encode_batch(texts, add_special_tokens=False)
+
+    def decode(ids: np.ndarray) -> str:
+        return rust.decode(ids.tolist(), skip_special_tokens=False)
+
+    out_ids, out_roles = [], []
+    for i, text, (bounds, span_roles), encoding in zip(kept, texts, spans, encodings):
+        ids = np.asarray(encoding.ids, dtype=np.int32)
+        offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
+        roles, straddling = token_roles(offsets, bounds, span_roles)
+        if straddling.size:
+            t = int(straddling[0])
+            reason = (f"token {t} ({text[offsets[t, 0]:offsets[t, 1]]!r}) straddles the edge "
+                      "of a content span")
+        else:
+            reason = check_roles(ids, roles, expected_pieces(text, bounds, span_roles),
+                                 decode)
+        if reason is not None:
+            if on_unprovable == "refuse":
+                raise DataError(f"{names[i]}: the conversation's roles cannot be proven "
+                                f"with {template.name}: {reason}")
+            reasons[i] = reason
+            continue
+        out_ids.append(ids)
+        out_roles.append(roles)
+    return out_ids, out_roles, len(reasons)
