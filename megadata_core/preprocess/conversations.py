@@ -97,30 +97,32 @@ def _text(value: object, where: str, field: str, *, empty_if_missing: bool = Fal
 def _tool_calls(value: object, where: str, field: str) -> list[dict]:
     if not isinstance(value, list) or not value:
         raise DataError(f"{where}: {field} must be a non-empty array, found {_kind(value)}")
-    calls = []
-    for i, call in enumerate(value):
-        at = f"{field}[{i}]"
-        if not isinstance(call, dict):
-            raise DataError(f"{where}: {at} must be an object, found {_kind(call)}")
-        function = call.get("function", call)
-        if "function" in call and not isinstance(function, dict):
-            raise DataError(f"{where}: {at}.function must be an object, found {_kind(function)}")
-        inner = f"{at}.function" if "function" in call else at
-        name = _text(function.get("name"), where, f"{inner}.name")
-        if not name:
-            raise DataError(f"{where}: {inner}.name is empty")
-        arguments = function.get("arguments", {})
-        if not isinstance(arguments, (dict, str)):
-            raise DataError(f"{where}: {inner}.arguments must be an object or a string, "
-                            f"found {_kind(arguments)}")
-        if isinstance(arguments, str):
-            _text(arguments, where, f"{inner}.arguments")
-        normalized: dict = {"type": "function",
-                            "function": {"name": name, "arguments": arguments}}
-        if call.get("id") is not None:
-            normalized["id"] = _text(call["id"], where, f"{at}.id")
-        calls.append(normalized)
-    return calls
+    return [_tool_call(call, where, f"{field}[{i}]") for i, call in enumerate(value)]
+
+
+def _tool_call(call: object, where: str, at: str) -> dict:
+    """One tool call, normalized to ``{"type": "function", "function": {"name",
+    "arguments"}}`` (+ ``id``)."""
+    if not isinstance(call, dict):
+        raise DataError(f"{where}: {at} must be an object, found {_kind(call)}")
+    function = call.get("function", call)
+    if "function" in call and not isinstance(function, dict):
+        raise DataError(f"{where}: {at}.function must be an object, found {_kind(function)}")
+    inner = f"{at}.function" if "function" in call else at
+    name = _text(function.get("name"), where, f"{inner}.name")
+    if not name:
+        raise DataError(f"{where}: {inner}.name is empty")
+    arguments = function.get("arguments", {})
+    if not isinstance(arguments, (dict, str)):
+        raise DataError(f"{where}: {inner}.arguments must be an object or a string, "
+                        f"found {_kind(arguments)}")
+    if isinstance(arguments, str):
+        _text(arguments, where, f"{inner}.arguments")
+    normalized: dict = {"type": "function",
+                        "function": {"name": name, "arguments": arguments}}
+    if call.get("id") is not None:
+        normalized["id"] = _text(call["id"], where, f"{at}.id")
+    return normalized
 
 
 def _message(raw: object, where: str, field: str) -> dict:
@@ -179,7 +181,7 @@ def _sharegpt_message(raw: object, where: str, field: str) -> dict:
         raise DataError(f"{where}: {field}.value of a function_call must be a JSON object "
                         "{\"name\", \"arguments\"}, found text that is no JSON") from None
     return {"role": "assistant", "content": "",
-            "tool_calls": _tool_calls([call], where, f"{field}.value")}
+            "tool_calls": [_tool_call(call, where, f"{field}.value")]}
 
 
 def normalize_conversation(record: object, where: str) -> list[dict]:
