@@ -15,6 +15,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from megadata_core.errors import DataError
+from megadata_core.format.roles import ROLE_DTYPE, ROLES_SUFFIX, Role
 
 
 @runtime_checkable
@@ -121,6 +122,21 @@ def parse_record(line: bytes, json_keys: Sequence[str], path: str, line_number: 
     ``line`` is the raw line (bytes, strict UTF-8); ``line_number`` is 1-based and
     only used in messages. Raises BadLineError naming the file and line.
     """
+    values = []
+    for key, value in zip(json_keys, parse_values(line, json_keys, path, line_number)):
+        if not isinstance(value, str):
+            kind_name = _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
+            raise BadLineError(
+                f"{_where(path, line_number)}: key {key!r} holds {kind_name}, not a string",
+                "not_string",
+            )
+        values.append(value)
+    return values
+
+
+def parse_values(line: bytes, json_keys: Sequence[str], path: str, line_number: int) -> list:
+    """The values of ``json_keys`` in one JSON-lines record, of any JSON type (see
+    :func:`parse_record`)."""
     where = _where(path, line_number)
     try:
         text = line.decode("utf-8")
@@ -148,13 +164,7 @@ def parse_record(line: bytes, json_keys: Sequence[str], path: str, line_number: 
                 f"{where}: missing key {key!r} (keys present: {present or 'none'}{more})",
                 "missing_key",
             )
-        value = record[key]
-        if not isinstance(value, str):
-            kind_name = _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
-            raise BadLineError(
-                f"{where}: key {key!r} holds {kind_name}, not a string", "not_string"
-            )
-        values.append(value)
+        values.append(record[key])
     return values
 
 
@@ -429,3 +439,124 @@ def _checked_ids(ids: np.ndarray, dtype: np.dtype, path: str, first: int, last: 
             f"[0, {info.max}] of the output dtype {dtype} (is vocab_size right?)"
         )
     return ids
+
+
+@runtime_checkable
+class ConversationEncoder(Protocol):
+    """A tokenizer that renders conversations with a chat template: each to its token ids
+    and the :class:`~megadata_core.format.roles.Role` of every token."""
+
+    eod_id: int
+    vocab_size: int
+
+    def encode_conversations(
+        self, conversations: Sequence[object], where: Sequence[str]
+    ) -> list[tuple[np.ndarray, np.ndarray] | BadLineError]:
+        """Per conversation (a JSON value as a line holds it; ``where[i]`` names its file
+        and line for messages): (int ids [n], uint8 roles [n]), or the BadLineError that
+        refuses it (malformed, or a mask that cannot be proven)."""
+        ...
+
+
+def is_conversational(tokenizer: object) -> bool:
+    """Whether ``tokenizer`` encodes conversations (a :class:`ConversationEncoder`)."""
+    return callable(getattr(tokenizer, "encode_conversations", None))
+
+
+def output_keys(json_keys: Sequence[str], tokenizer: object) -> tuple[str, ...]:
+    """The corpora a run writes: one per key, and each key's roles
+    (``key + ROLES_SUFFIX``) when ``tokenizer`` encodes conversations."""
+    keys = tuple(json_keys)
+    if not is_conversational(tokenizer):
+        return keys
+    return keys + tuple(key + ROLES_SUFFIX for key in keys)
+
+
+def output_dtype(key: str, token_dtype: np.dtype) -> np.dtype:
+    """The dtype of output ``key``'s corpus: ``token_dtype``, or uint8 for roles."""
+    return np.dtype(ROLE_DTYPE) if key.endswith(ROLES_SUFFIX) else np.dtype(token_dtype)
+
+
+class _RoleEod:
+    eod_id = int(Role.TEMPLATE)  # the EOD after a conversation is the template's own token
+
+
+def tokenize_conversations(
+    lines: Sequence[bytes],
+    tokenizer: ConversationEncoder,
+    json_keys: Sequence[str],
+    *,
+    path: str = "<input>",
+    first_line: int = 1,
+    append_eod: bool = False,
+    dtype: np.typing.DTypeLike = np.int32,
+    skip_bad_lines: bool = False,
+) -> TokenizedChunk:
+    """Conversations of JSON-lines ``lines`` (line ``first_line + i`` of ``path``; the one
+    key of ``json_keys`` holds each) to their tokens (under the key) and roles (under
+    ``key + ROLES_SUFFIX``): one document of one sequence each, the EOD after it with
+    ``append_eod`` (role TEMPLATE). A refused conversation raises its BadLineError, or is
+    counted by kind with ``skip_bad_lines``."""
+    if len(json_keys) != 1:
+        raise DataError(f"json_keys: {list(json_keys)!r}: a conversation corpus takes one key "
+                        "(the one that holds each line's messages)")
+    key = json_keys[0]
+    parsed = _ParsedLines()
+    values, where = [], []
+    for offset, line in enumerate(lines):
+        if not line.strip():
+            parsed.blank += 1
+            continue
+        try:
+            values.append(parse_values(line, json_keys, path, first_line + offset)[0])
+        except BadLineError as error:
+            _refused(parsed, error, skip_bad_lines)
+            continue
+        where.append(_where(path, first_line + offset))
+        parsed.offsets.append(offset)
+    kept, ids, roles = [], [], []
+    for offset, result in zip(parsed.offsets, tokenizer.encode_conversations(values, where)):
+        if isinstance(result, BadLineError):
+            _refused(parsed, result, skip_bad_lines)
+            continue
+        tokens, codes = (np.asarray(part).reshape(-1) for part in result)
+        if tokens.shape != codes.shape or (tokens.size and tokens.dtype.kind not in "iu"):
+            raise DataError(f"tokenizer {tokenizer!r}: {tokens.size} ids ({tokens.dtype}) "
+                            f"and {codes.size} roles for {_where(path, first_line + offset)}")
+        kept.append(offset)
+        ids.append(tokens)
+        roles.append(codes)
+    lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
+    ones = np.ones(len(ids), np.int64)
+    last_line = first_line + len(lines) - 1
+    span = (path, first_line, last_line)
+    all_ids = np.concatenate(ids).astype(np.int64) if ids else np.zeros(0, np.int64)
+    all_roles = np.concatenate(roles) if roles else np.zeros(0, ROLE_DTYPE)
+    if all_roles.size and (all_roles.dtype.kind not in "iu" or int(all_roles.min()) < 0
+                           or int(all_roles.max()) >= len(Role)):
+        raise DataError(f"tokenizer {tokenizer!r}: role codes outside 0..{len(Role) - 1} "
+                        f"for {path}, lines {first_line}-{last_line}")
+    out_tokens, sequence_lengths, counts = assemble_documents(
+        all_ids, lengths, ones, tokenizer, append_eod, np.dtype(dtype), where=span)
+    out_roles, _, _ = assemble_documents(
+        all_roles.astype(np.int64), lengths, ones, _RoleEod(),  # type: ignore[arg-type]
+        append_eod, np.dtype(ROLE_DTYPE), where=span)
+    roles_key = key + ROLES_SUFFIX
+    return TokenizedChunk(
+        documents=len(kept),
+        tokens={key: out_tokens, roles_key: out_roles},
+        sequence_lengths={key: sequence_lengths, roles_key: sequence_lengths},
+        document_sequences={key: counts, roles_key: counts},
+        line_offsets=np.asarray(kept, dtype=np.int64),
+        blank_lines=parsed.blank,
+        bad_lines=dict(parsed.bad),
+        bad_examples=parsed.examples,
+    )
+
+
+def _refused(parsed: _ParsedLines, error: BadLineError, skip_bad_lines: bool) -> None:
+    if not skip_bad_lines:
+        raise error
+    parsed.bad[error.kind] += 1
+    if len(parsed.examples) < MAX_EXAMPLES:
+        parsed.examples.append(str(error))

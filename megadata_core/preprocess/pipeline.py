@@ -36,7 +36,14 @@ from megadata_core.files.atomic import interrupts_deferred, write_atomically
 from megadata_core.files.claims import Claims, default_lease, host_owner
 from megadata_core.format import IndexedDataset, merge_datasets, optimal_dtype
 from megadata_core.format.reader import bin_path_of, idx_path_of
-from megadata_core.preprocess.encoding import MAX_EXAMPLES, SentenceSplitter, Tokenizer
+from megadata_core.format.roles import ROLES_SUFFIX, roles_prefix
+from megadata_core.preprocess.encoding import (
+    MAX_EXAMPLES,
+    SentenceSplitter,
+    Tokenizer,
+    is_conversational,
+    output_keys,
+)
 from megadata_core.preprocess.plan import (
     TableReader,
     fingerprint,
@@ -244,6 +251,17 @@ def preprocess_tasks(
             staging_for(output_prefix, names))
         directory = work_directory(output_prefix) if staging is None else staging.path
         tokenizer = _make_tokenizer(tokenizer_factory, append_eod)
+        json_keys, keys = keys, list(output_keys(keys, tokenizer))  # the corpora written
+        if is_conversational(tokenizer):
+            _check_conversational(tokenizer, paths, json_keys, splitter_factory, keep_empty)
+            for key in keys[len(json_keys):]:  # each key's roles, beside its tokens
+                tokens_key = key[: -len(ROLES_SUFFIX)]
+                finals[key] = roles_prefix(finals[tokens_key])
+                kept[key] = [roles_prefix(prefix) for prefix in kept[tokens_key]]
+            names = [*finals.values(), *sum(kept.values(), [])]
+            longest = max((os.path.basename(p) for p in names), key=len)
+            temp_files.check_name_fits(os.path.dirname(os.path.abspath(output_prefix)),
+                                       f"{longest}.idx", "output_prefix")
         dtype = np.dtype(optimal_dtype(int(tokenizer.vocab_size)))
         if splitter_factory is not None:
             splitter_factory()  # a missing splitter fails here, before any work
@@ -255,15 +273,17 @@ def preprocess_tasks(
             paths, size, table_reader=table_reader, sizes=[item[1] for item in identities]
         )
         runner = TaskRunner(
-            directory, "", tokenizer_factory, keys, level, dtype, append_eod, skip_bad_lines,
+            directory, "", tokenizer_factory, json_keys, level, dtype, append_eod,
+            skip_bad_lines,
             open_binary, table_reader, splitter_factory, keep_empty,
             objects=[item for item in identities if is_remote(item[0])],
             chunk_lines=chunk_lines, chunk_bytes=chunk_bytes,
         )
         runner.digests = task_size is not None
+        runner.outputs = tuple(keys)
         runner.parts = plan_parts(tasks, partitions, keep_sequential_samples, runner.lines)
         options = {
-            "json_keys": keys, "append_eod": bool(append_eod),
+            "json_keys": json_keys, "append_eod": bool(append_eod),
             "skip_bad_lines": bool(skip_bad_lines), "level": level, "dtype": dtype.name,
             "task_size": size,
             **({"keep_empty": True} if keep_empty else {}),
@@ -342,7 +362,7 @@ def _run_plan(runner: TaskRunner, tasks, plan: dict, engine: Engine | None, prog
     by task index (None: another driver published the outputs and removed the directory
     before this one saw every manifest; the summary then counts the published corpora's
     documents and tokens only)."""
-    directory, keys, level = runner.directory, runner.json_keys, runner.level
+    directory, keys, level = runner.directory, runner.outputs, runner.level
     manifests: dict[int, dict] = {}
     totals = [0, 0]
     reported: set[int] = set()
@@ -448,7 +468,7 @@ def _published_summary(finals: Mapping[str, str], keys, started: float) -> Prepr
         tokens[key] = int(np.sum(corpus.sequence_lengths, dtype=np.int64))
         documents = max(documents, len(corpus.document_indices) - 1)
     return PreprocessSummary(
-        documents=documents, tokens=sum(tokens.values()), tokens_per_key=tokens, bad_lines=0,
+        documents=documents, tokens=_token_total(tokens), tokens_per_key=tokens, bad_lines=0,
         bad_line_kinds={}, bad_line_examples=[], blank_lines=0, bytes=0,
         seconds=time.perf_counter() - started, output_prefixes=dict(finals),
         partition_prefixes={key: [] for key in keys},
@@ -551,7 +571,7 @@ def _summary(tasks, manifests, keys, started, finals) -> PreprocessSummary:
             tokens[key] += manifest["tokens"][key]
     return PreprocessSummary(
         documents=sum(manifests[t.index]["documents"] for t in tasks),
-        tokens=sum(tokens.values()),
+        tokens=_token_total(tokens),
         tokens_per_key=tokens,
         bad_lines=sum(bad.values()),
         bad_line_kinds=dict(bad),
@@ -562,3 +582,26 @@ def _summary(tasks, manifests, keys, started, finals) -> PreprocessSummary:
         output_prefixes=finals,
         partition_prefixes={key: [] for key in keys},
     )
+
+
+def _token_total(tokens: Mapping[str, int]) -> int:
+    """Tokens over the token corpora (a roles corpus counts its tokens' roles again)."""
+    return sum(count for key, count in tokens.items() if not key.endswith(ROLES_SUFFIX))
+
+
+def _check_conversational(tokenizer, paths, json_keys, splitter_factory, keep_empty) -> None:
+    """What a conversation encoder cannot do: more than one key, split sentences, keep
+    empty texts, or read tables."""
+    if len(json_keys) != 1:
+        raise DataError(f"json_keys: {list(json_keys)!r}: a conversation corpus takes one key "
+                        "(the one that holds each line's messages)")
+    if splitter_factory is not None:
+        raise DataError(f"tokenizer {tokenizer!r} encodes conversations: no sentence "
+                        "splitting (--split-sentences) with a chat template")
+    if keep_empty:
+        raise DataError(f"tokenizer {tokenizer!r} encodes conversations: keep_empty "
+                        "is for texts")
+    table = next((path for path in paths if is_table(path)), None)
+    if table is not None:
+        raise DataError(f"{table}: conversations are read from JSON lines (.jsonl, .gz, "
+                        ".zst); a table's messages column is not read yet")

@@ -29,6 +29,8 @@ from megadata_core.preprocess.encoding import (
     SentenceSplitter,
     TokenizedChunk,
     Tokenizer,
+    output_dtype,
+    tokenize_conversations,
 )
 from megadata_core.preprocess.plan import Parts, TableReader, Task
 from megadata_core.preprocess.processes import ProcessPool
@@ -36,6 +38,7 @@ from megadata_core.preprocess.reading import (
     lines_in,
     naming_read_errors,
     read_blocks,
+    split_lines,
     strip_bom,
     take_lines,
 )
@@ -99,6 +102,9 @@ class TaskRunner:
         self.fingerprint = fingerprint
         self.tokenizer_factory = tokenizer_factory
         self.json_keys = tuple(json_keys)
+        #: the corpora each task writes: one per key, and with a conversation encoder each
+        #: key's roles beside it (:func:`~megadata_core.preprocess.encoding.output_keys`)
+        self.outputs = self.json_keys
         self.level = level
         self.dtype = np.dtype(dtype)
         self.append_eod = bool(append_eod)
@@ -132,15 +138,16 @@ class TaskRunner:
         manifest. ``pool``: processes holding this runner that tokenize its blocks."""
         remove_task_files(self.directory, task)  # a killed attempt's partial shards
         documents = nbytes = blank = 0
-        tokens_per_key = dict.fromkeys(self.json_keys, 0)
+        tokens_per_key = dict.fromkeys(self.outputs, 0)
         bad: collections.Counter[str] = collections.Counter()
         examples: list[str] = []
         names = [None] if self.parts.count == 1 else range(self.parts.count)
         with contextlib.ExitStack() as stack:  # aborts the open writers on error
             writers = [{
                 key: stack.enter_context(IndexedDatasetWriter(
-                    shard_prefix(self.directory, task, key, self.level, name), self.dtype))
-                for key in self.json_keys} for name in names]
+                    shard_prefix(self.directory, task, key, self.level, name),
+                    output_dtype(key, self.dtype)))
+                for key in self.outputs} for name in names]
             parts = (self._table_parts(task, threads, pool) if task.kind == "rows"
                      else self._line_parts(task, threads, pool))
             for first, part in parts:
@@ -150,7 +157,7 @@ class TaskRunner:
                     for key, writer in writers[k].items():
                         write_documents(writer, part.tokens[key], part.sequence_lengths[key],
                                         part.document_sequences[key], mask)
-                for key in self.json_keys:
+                for key in self.outputs:
                     tokens_per_key[key] += int(part.tokens[key].size)
                 documents += part.documents
                 nbytes += part.nbytes
@@ -162,7 +169,7 @@ class TaskRunner:
             for shard in writers:
                 for writer in shard.values():
                     writer.finalize()
-        files = shard_files(self.directory, task, self.json_keys, self.level, self.parts.count)
+        files = shard_files(self.directory, task, self.outputs, self.level, self.parts.count)
         manifest = {
             "fingerprint": self.fingerprint,
             "index": task.index,  # an input named twice has two tasks of equal as_list()
@@ -195,6 +202,11 @@ class TaskRunner:
                                  where=f"{task.path} (row group {item})", **options)
         first_line, data, _ = item
         try:
+            if self.outputs != self.json_keys:  # a conversation encoder: tokens and roles
+                return offset, tokenize_conversations(
+                    split_lines(data), tokenizer, self.json_keys, path=task.path,
+                    first_line=first_line + (offset or 0), append_eod=self.append_eod,
+                    dtype=self.dtype, skip_bad_lines=self.skip_bad_lines)
             return offset, tokenize_block(data, tokenizer, self.json_keys, path=task.path,
                                           first_line=first_line + (offset or 0), **options)
         except DataError as error:
