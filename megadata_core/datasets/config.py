@@ -76,6 +76,7 @@ from megadata_core.errors import DataError
 from megadata_core.format.reader import DEFAULT_MAX_OPEN_FILES, check_limit
 from megadata_core.indices import splits
 from megadata_core.modes import BlendOrder, Packing, Shuffle
+from megadata_core.modes.trained_roles import TrainedRoles
 
 SPLIT_NAMES = ("train", "valid", "test")
 
@@ -91,6 +92,9 @@ _BOOL_FIELDS = (
     "full_validation",
     "document_masking",
     "source_ids",
+    "train_on_assistant_responses_only",
+    "train_on_thinking_traces",
+    "train_on_tool_calls",
 )
 
 
@@ -190,6 +194,15 @@ class GPTDataConfig:
             source of every token, -1 on padding
             (:mod:`megadata_core.datasets.masks`). Changes only what a sample
             carries: not part of any cache key or fingerprint.
+        train_on_assistant_responses_only, train_on_thinking_traces,
+        train_on_tool_calls: which roles train in members that are conversation
+            corpora (a ``PREFIX_roles`` sibling, :mod:`megadata_core.format.roles`):
+            megatron-core's names; parsed once into :attr:`trained_roles_mode`
+            (:mod:`megadata_core.modes.trained_roles`): assistant content and its end
+            of turn always, reasoning / tool calls by their switch, tool responses
+            never; with the first False every role but tool responses. They change
+            only the loss mask of roles members (docs/conversations.md): not part of
+            any cache key or fingerprint.
     """
 
     random_seed: int
@@ -219,8 +232,13 @@ class GPTDataConfig:
     packing_alignment: int | None = None
     source_ids: bool = False
     max_open_files: int = DEFAULT_MAX_OPEN_FILES
+    train_on_assistant_responses_only: bool = True
+    train_on_thinking_traces: bool = False
+    train_on_tool_calls: bool = False
     #: (packing, shuffle, blend order) mode objects, set once by ``__post_init__``.
     _modes: ClassVar[tuple[Packing, Shuffle, BlendOrder]]
+    #: The trained roles of the three ``train_on_*`` switches, set by ``__post_init__``.
+    _trained_roles: ClassVar[TrainedRoles]
 
     @property
     def masks_cross_document_labels(self) -> bool:
@@ -241,6 +259,12 @@ class GPTDataConfig:
     def shuffle_mode(self) -> Shuffle:
         """The :class:`~megadata_core.modes.Shuffle` that ``shuffle`` names."""
         return self._modes[1]
+
+    @property
+    def trained_roles_mode(self) -> TrainedRoles:
+        """The :class:`~megadata_core.modes.trained_roles.TrainedRoles` of the three
+        ``train_on_*`` switches: which labels of a roles member train."""
+        return self._trained_roles
 
     @property
     def blend_order_mode(self) -> BlendOrder:
@@ -285,6 +309,7 @@ class GPTDataConfig:
                 _bool("mask_cross_document_labels", self.mask_cross_document_labels))
         self._check_alignment(put)
         put("_modes", (packing.configured(self), shuffle, order))
+        put("_trained_roles", TrainedRoles.of(self))
         if self.document_masking:
             for name in ("reset_position_ids", "reset_attention_mask"):
                 if getattr(self, name):

@@ -12,6 +12,11 @@ on-disk cache when ``config.path_to_cache`` is set, or built as Megatron's
 (:mod:`megadata_core.indices.gpt`): the document order is still materialized
 while building (the sample index needs it), the sample order is computed on the fly;
 not Megatron-compatible.
+
+A member whose prefix has a roles sibling (a conversation corpus,
+:mod:`megadata_core.format.roles`) reads the roles of every batch with its tokens' pieces
+(:mod:`megadata_core.datasets.conversations`): its ``loss_mask`` also needs the label's
+role to train (``config.trained_roles_mode``) and the label in the same document piece.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from megadata_core.cache.keys import document_ids
-from megadata_core.datasets import gpt_arrays, masks, reading
+from megadata_core.datasets import conversations, gpt_arrays, masks, reading
 from megadata_core.datasets.config import SPLIT_NAMES, GPTDataConfig
 from megadata_core.datasets.gpt_members import GPTSiblings, MappedIndices
 from megadata_core.datasets.masks import (
@@ -158,6 +163,27 @@ class GPTDataset(GPTSiblings, MappedIndices):
                 self.split, given=arrays,
             )
         )
+        self._roles_corpus()  # a roles sibling that does not match: refused now
+
+    @property
+    def has_roles(self) -> bool:
+        """Whether the corpus is a conversation corpus (a roles sibling beside it): its
+        loss mask trains only the labels of the config's trained roles."""
+        return self._roles_corpus() is not None
+
+    def _roles_corpus(self):
+        """The roles corpus beside ``self.indexed``, or None (opened and checked once per
+        corpus object, whichever dataset asks first: :func:`conversations.roles_of`)."""
+        return conversations.roles_of(self.indexed, self.config.mmap_bin_files)
+
+    def _trained_labels(self, pieces: Pieces) -> np.ndarray | None:
+        """bool [B, S]: whether each label's role trains (roles members), or None."""
+        roles = self._roles_corpus()
+        if roles is None:
+            return None
+        config = self.config
+        codes = conversations.batch_roles(roles, pieces, config.sequence_length + self._extra)
+        return config.trained_roles_mode.labels(codes, config.sequence_length)
 
     # -- construction -----------------------------------------------------------------
 
@@ -361,7 +387,8 @@ class GPTDataset(GPTSiblings, MappedIndices):
         returns writable copies.
         """
         text, padded, pieces = self._text(self._positions(indices))
-        return self._samples(text, padded, pieces, self.config.packing_mode.packed)
+        return self._samples(text, padded, pieces, self.config.packing_mode.packed,
+                             trained=self._trained_labels(pieces))
 
     def read_with_pieces(self, indices) -> tuple[dict[str, np.ndarray], Pieces]:
         """:meth:`__getitems__` without the ``source_ids`` keys, and the batch's pieces:
@@ -369,7 +396,7 @@ class GPTDataset(GPTSiblings, MappedIndices):
         (:func:`~megadata_core.datasets.masks.batch_sources`)."""
         text, padded, pieces = self._text(self._positions(indices))
         return self._samples(text, padded, pieces, self.config.packing_mode.packed,
-                             False), pieces
+                             False, self._trained_labels(pieces)), pieces
 
     def samples_from_text(
         self, text: np.ndarray, lengths: list | None = None
@@ -410,12 +437,14 @@ class GPTDataset(GPTSiblings, MappedIndices):
 
     def _samples(
         self, text: np.ndarray, padded: bool, pieces: Pieces | None, packed: bool,
-        sources: bool = True,
+        sources: bool = True, trained: np.ndarray | None = None,
     ) -> dict[str, np.ndarray]:
         """The sample keys of a batch's ``text`` [B, S + extra] (token_dtype, pads =
         pad_id; turned to 0 in place), whether it may hold pads, and its pieces
         (``sources``: they are the text's real pieces, for ``source_ids``; given text
-        has none, and its samples carry no source keys)."""
+        has none, and its samples carry no source keys); ``trained``: bool [B, S] the
+        labels whose role trains (a roles member), or None. A roles member's labels
+        that cross into another document piece never train."""
         config, pad, eod, dtype = self.config, self.pad_id, self.eod_id, self.token_dtype
         batch, length = len(text), config.sequence_length
         empty = self._buffers.empty
@@ -432,10 +461,10 @@ class GPTDataset(GPTSiblings, MappedIndices):
         if config.document_masking:
             documents = document_masks(_known(pieces), length, self._extra, packed, dtype)
         crossing = None
-        if config.masks_cross_document_labels and pieces is not None:
+        if (config.masks_cross_document_labels or trained is not None) and pieces is not None:
             crossing = (documents["boundary"] if documents is not None
                         else crossing_labels(pieces, length))
-        if may_hold_pad or config.eod_mask_loss or crossing is not None:
+        if may_hold_pad or config.eod_mask_loss or crossing is not None or trained is not None:
             loss_mask = masks.loss_mask(
                 tokens,
                 labels if may_hold_pad else None,
@@ -448,6 +477,8 @@ class GPTDataset(GPTSiblings, MappedIndices):
             loss_mask = self._constant("loss_mask", batch)
         if crossing is not None:
             loss_mask.reshape(-1)[crossing] = 0.0
+        if trained is not None:
+            loss_mask *= trained
         if documents is not None:
             if documents.get("padding") is not None:  # THD: pads between documents
                 loss_mask.reshape(-1)[documents["padding"]] = 0.0

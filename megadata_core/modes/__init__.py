@@ -14,6 +14,8 @@ packing       :class:`Packing` (arrays, build, pieces, ...)  ``concat``, ``best_
 shuffle       :class:`Shuffle` (orders, their arrays)        ``megatron``, ``feistel``
 blend order   :class:`BlendOrder` (a blend's two arrays)     ``balanced``, ``megatron``
 raw order     windows of a raw member's pieces               ``windows``
+roles         :class:`~.trained_roles.TrainedRoles` (a       the three ``train_on_*``
+              table over role codes: which labels train)     switches
 ============  =============================================  =======================
 
 May import the ground, format, indices and cache (floor 2); the datasets ask it.
@@ -306,3 +308,4 @@ from megadata_core.modes import concat, best_fit  # noqa: E402,F401,I001
 from megadata_core.modes import megatron_shuffle, feistel_shuffle  # noqa: E402,F401,I001
 from megadata_core.modes import balanced_blend, megatron_blend  # noqa: E402,F401,I001
 from megadata_core.modes import windows  # noqa: E402,F401,I001
+from megadata_core.modes import trained_roles  # noqa: E402,F401,I001

@@ -20,6 +20,8 @@ def test_field_names_match_megatron():
         "eod_id", "pad_id", "shuffle", "blend_order", "packing", "document_masking",
         "mask_cross_document_labels", "max_open_files", "blend_schedule", "source_ids",
         "packing_alignment",
+        # megatron-core PR #5017's names (not in 0.16.1)
+        "train_on_assistant_responses_only", "train_on_thinking_traces", "train_on_tool_calls",
     }
     assert extras <= ours
     assert ours - extras <= theirs
