@@ -39,6 +39,7 @@ PAGES = (
     "docs/preprocessing.md",
     "docs/gpt-samples.md",
     "docs/packing.md",
+    "docs/conversations.md",
     "docs/blends.md",
     "docs/raw-shards.md",
     "docs/object-storage.md",
