@@ -33,8 +33,9 @@ The roles, proven for each conversation:
    put back trimmed); each value then has its character span.
 2. An assistant's end of turn is ``end_of_turn``, else the added token the template puts
    right after an assistant's content (probed once per template and tokenizer); its first
-   occurrence after the assistant's content and before the next message's is the
-   END_OF_TURN span, the text between them TOOL_CALL when the message has tool calls.
+   occurrence in the template's text after the assistant's last segment (before the next
+   segment) is the END_OF_TURN span, the text between them TOOL_CALL when the message
+   has tool calls (whose data must not hold the end of turn: which one ends is unknown).
 3. Tokens get the role of the span holding them (offsets of the tokenizer without its
    post-processor, which trims offsets and adds no token without special tokens); a
    token straddling a span's edge makes the conversation unprovable.
@@ -330,7 +331,7 @@ class _UnprovableError(Exception):
 def _reinsert(pieces: list[str], values: list[str], real: str) -> list[tuple[int, int]]:
     """The character spans of ``values`` in ``real``, given the placeholder render split
     into template text and placeholders (``pieces``: text, value index, text, ...);
-    _Unprovable when the template's text and the values do not give ``real``."""
+    _UnprovableError when the template's text and the values do not give ``real``."""
     spans = []
     position = 0
     for k in range(0, len(pieces) - 1, 2):
@@ -388,21 +389,26 @@ def _spans(template: ChatTemplate, messages: Sequence[dict], real: str, end_of_t
         raise _UnprovableError("the template renders a content more than once")
     spans = _reinsert(pieces, values, real)
     order = [int(k) for k in pieces[1::2]]
-    found = sorted(((start, stop, fields[k][2], fields[k][0])
-                    for k, (start, stop) in zip(order, spans)))
-    # Each assistant message's end of turn (and tool calls before it).
+    found = [(start, stop, fields[k][2], fields[k][0]) for k, (start, stop) in zip(order, spans)]
+    # Each assistant's end of turn: in the template's text after its last segment (up to
+    # the next segment), where only its tool calls' data can add text that is no template's.
+    last: dict[int, int] = {}
+    for j, (_, _, _, message) in enumerate(found):
+        if messages[message]["role"] == "assistant":
+            last[message] = j
     extra = []
-    for n, (_, stop, _, message) in enumerate(found):
-        if messages[message]["role"] != "assistant":
-            continue
-        if any(m == message and s >= stop for s, _, _, m in found[n + 1:]):
-            continue  # a later segment of the same message ends it
-        limit = next((s for s, _, _, m in found[n + 1:] if m != message), len(real))
-        at = real.find(end_of_turn, stop, limit)
-        if at < 0:
+    for message, j in last.items():
+        after, stop = pieces[2 * j + 2], found[j][1]
+        calls = bool(messages[message].get("tool_calls"))
+        count = after.count(end_of_turn)
+        if count == 0:
             raise _UnprovableError(f"assistant message {message} has no end of turn "
-                              f"{end_of_turn!r} after its content")
-        if at > stop and messages[message].get("tool_calls"):
+                                   f"{end_of_turn!r} after its content")
+        if count > 1 and calls:
+            raise _UnprovableError(f"assistant message {message}'s tool calls hold its end of "
+                                   f"turn {end_of_turn!r}: which one ends it is unknown")
+        at = stop + after.find(end_of_turn)
+        if at > stop and calls:
             extra.append((stop, at, int(Role.TOOL_CALL), message))
         extra.append((at, at + len(end_of_turn), int(Role.END_OF_TURN), message))
     found = sorted(found + extra)
