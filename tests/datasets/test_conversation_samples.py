@@ -9,6 +9,7 @@ their corpus positions: the oracle looks their conversation and role up directly
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 
 import numpy as np
@@ -312,6 +313,14 @@ def test_a_code_that_is_no_role_is_refused(tmp_path):
     dataset = _dataset(prefix, sequence_length=4)
     with pytest.raises(mdc.DataError, match=r"codes_roles\.bin.*role code 9"):
         _all(dataset)
+
+
+def test_a_pickled_dataset_opens_its_roles_again(tmp_path):
+    prefix = write_chat(str(tmp_path / "chat"), CHATS)
+    dataset = _dataset(prefix, sequence_length=6)
+    copy = pickle.loads(pickle.dumps(dataset))
+    assert copy.has_roles
+    np.testing.assert_array_equal(_all(copy)["loss_mask"], _all(dataset)["loss_mask"])
 
 
 # -- through the adapters ---------------------------------------------------------------
