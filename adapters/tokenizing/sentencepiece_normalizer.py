@@ -428,12 +428,13 @@ def _collapse_spaces(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray,
     if not data.size:
         return data, offsets
     space = data == 32
-    drop = np.empty(data.size, bool)
+    # the drop mask padded to whole 64-byte blocks: counted as uint64 words below
+    drop = np.zeros(-(-(data.size + 1) // 64) * 64, bool)
     drop[0] = True
-    np.logical_and(space[1:], space[:-1], out=drop[1:])
+    np.logical_and(space[1:], space[:-1], out=drop[1 : data.size])
     starts = offsets[:-1][offsets[:-1] < data.size]
     drop[starts] = True  # a space at a text's start (other starts: not a space, below)
-    drop &= space
+    drop[: data.size] &= space
     # trailing spaces and ▁: walk back from each end while one is there
     ends = offsets[1:].copy()
     begins = offsets[:-1]
@@ -455,10 +456,33 @@ def _collapse_spaces(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray,
         active = active[ends[active] > begins[active]]
     if cut:
         drop[np.concatenate(cut)] = True
-    dropped = np.flatnonzero(drop)
-    if not dropped.size:
+    if not drop.any():  # nothing to collapse or strip: the texts as they are
         return data, offsets
-    return data[~drop], offsets - np.searchsorted(dropped, offsets)
+    moved = offsets - _counts_before(drop, offsets)
+    np.logical_not(drop[: data.size], out=space)
+    return data[space], moved
+
+
+_BYTE_SUM = np.uint64(0x0101010101010101)  # times a word of 0/1 bytes: their sum on top
+
+
+def _counts_before(mask: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """int64 ``mask[:p].sum()`` for each p of ``positions`` (int64, each below
+    ``mask.size``): ``mask`` bool, its size a multiple of 64; counted per 8-byte word
+    (no index array of every set byte)."""
+    words = mask.view(np.uint64)
+    per_word = np.multiply(words, _BYTE_SUM)
+    np.right_shift(per_word, np.uint64(56), out=per_word)
+    blocks = per_word.reshape(-1, 8)
+    before_block = np.zeros(blocks.shape[0] + 1, np.int64)
+    np.cumsum(blocks.sum(axis=1), out=before_block[1:])
+    word = positions >> 3
+    block = word >> 3
+    earlier = np.arange(8) < (word & 7)[:, None]  # the block's whole words before p
+    within = (blocks[block] * earlier).sum(axis=1).astype(np.int64)
+    low = (np.uint64(1) << ((positions & 7) * 8).astype(np.uint64)) - np.uint64(1)
+    partial = ((words[word] & low) * _BYTE_SUM) >> np.uint64(56)  # bytes of p's word before p
+    return before_block[block] + within + partial.astype(np.int64)
 
 
 def _within(step: np.ndarray) -> np.ndarray:

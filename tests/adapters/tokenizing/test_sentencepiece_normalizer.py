@@ -17,7 +17,11 @@ import tokenizer_files as files
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from megadata_adapters.tokenizing import gigatoken_sentencepiece, proof_cache
+from megadata_adapters.tokenizing import (
+    gigatoken_sentencepiece,
+    proof_cache,
+    sentencepiece_normalizer,
+)
 from megadata_adapters.tokenizing.megatron_tokenizers import SentencePieceTokenizer
 from megadata_adapters.tokenizing.sentencepiece_normalizer import (
     CODE_POINTS,
@@ -286,3 +290,52 @@ def test_encode_jsonl_reads_lines_as_pythons_json_and_stops_where_a_reader_would
     for bad in ('{"text": "lone \\ud800"}', '{"text": 1}', "[1]", "{oops", '{"other": "x"}'):
         block = f'{good[0]}\n{bad}\n{good[1]}\n'.encode()
         assert encoder.encode_jsonl(block, "text")[1].size == 1, bad
+
+
+def _collapsed_one_by_one(text: str) -> str:
+    """sentencepiece's whitespace rule on one replaced text, a character at a time."""
+    kept = []
+    for char in text:
+        if char == " " and (not kept or kept[-1] == " "):
+            continue
+        kept.append(char)
+    return "".join(kept).rstrip(" \u2581")
+
+
+SPACED = [" ", "  ", "\t", "\u2581", "\u3000", "\u00a0", "a", "é", "東", "\n", "\x00"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(batch=st.lists(st.lists(st.sampled_from(SPACED), max_size=12).map("".join),
+                      max_size=8))
+@example(batch=[])
+@example(batch=["", "", " "])
+@example(batch=["a", "b c", "\t\u3000x"])  # nothing to collapse or strip: returned as is
+@example(batch=["  a  b  ", "\u2581 \u2581", " \u2581x\u2581 ", "x\u2581\u2581", "   "])
+@example(batch=["a ", " b", "c ", "", " d "])  # runs across texts stay cut at each start
+def test_the_space_collapse_equals_the_rule_one_character_at_a_time(batch):
+    """``_collapse_spaces`` (its mask counted per word, and the texts returned as they are
+    when it drops nothing) on runs of spaces, tabs and other spaces, ``▁``, leading and
+    trailing spaces, empty texts, and texts beside each other."""
+    encoded = [text.encode() for text in batch]
+    offsets = np.concatenate([[0], np.cumsum([len(e) for e in encoded])]).astype(np.int64)
+    data = np.frombuffer(b"".join(encoded), np.uint8)
+    out, moved = sentencepiece_normalizer._collapse_spaces(data, offsets)
+    raw = out.tobytes()
+    assert moved[0] == 0 and moved[-1] == len(raw)
+    got = [raw[moved[i] : moved[i + 1]].decode() for i in range(len(batch))]
+    assert got == [_collapsed_one_by_one(text) for text in batch]
+    if got == batch:
+        assert out is data and moved is offsets
+
+
+@settings(max_examples=200, deadline=None)
+@given(bits=st.lists(st.booleans(), max_size=300), data=st.data())
+def test_counts_before_equal_a_cumulative_sum(bits, data):
+    size = -(-(len(bits) + 1) // 64) * 64
+    mask = np.zeros(size, bool)
+    mask[: len(bits)] = bits
+    positions = np.asarray(data.draw(st.lists(st.integers(0, size - 1), max_size=20)),
+                           np.int64)
+    want = np.concatenate([[0], np.cumsum(mask)])[positions]
+    assert sentencepiece_normalizer._counts_before(mask, positions).tolist() == want.tolist()
