@@ -6,6 +6,8 @@ and SentencePiece BPE 16k with ``nmt_nfkc`` (sentencepiece's default: character 
 extra whitespace removed, dummy prefix).
 
     python tools/bench.py preprocess --only small --repeats 3
+    python tools/bench.py preprocess --only small --repeats 3 --small_sizes 255M \
+        --small_tokenizers bpe,nmt_nfkc     # some rows only
 
 Each side runs in a fresh interpreter (``preprocess_child.py``), its libraries imported
 before the clock and its tokenizer loaded on it; ours from a proof cache holding the
@@ -21,6 +23,8 @@ import os
 import shutil
 import statistics
 
+from absl import flags
+
 from bench.harness import progress, same_files
 from bench.preprocess_peers import (
     differing_documents,
@@ -31,7 +35,13 @@ from bench.preprocess_peers import (
     training_texts,
 )
 
-SIZES = (85_000_000, 255_000_000)
+FLAGS = flags.FLAGS
+TOKENIZERS = {"bpe": "byte-level BPE 32k", "identity": "SentencePiece BPE 16k identity",
+              "nmt_nfkc": "SentencePiece BPE 16k nmt_nfkc"}
+flags.DEFINE_list("small_sizes", ["85M", "255M"], "preprocess suite, item small: the input "
+                  "sizes (85M, 255M, ...; times --scale).")
+flags.DEFINE_list("small_tokenizers", list(TOKENIZERS), "preprocess suite, item small: the "
+                  f"tokenizers ({', '.join(TOKENIZERS)}).")
 SIDES = (("ours 1 worker", "ours", 1), ("gigatoken", "gigatoken", 1),  # ours first: the
          ("ours 2 workers", "ours", 2))  # others' corpora are compared with its
 
@@ -59,18 +69,20 @@ def bench_small(bench) -> None:
     except ImportError as error:
         bench.note(f"small: {error.name} is not installed: n/a")
         return
+    sizes, chosen = selected()
     work = os.path.dirname(bench.path("small", "x"))
     largest = bench.path("small", "train.jsonl")
-    real_text_jsonl(largest, bench.scaled(max(SIZES), 200_000))
+    real_text_jsonl(largest, bench.scaled(max(sizes), 200_000))
     directory = os.path.join(work, "tok")
     os.makedirs(directory, exist_ok=True)
     train_bytes = bench.scaled(8_000_000, 100_000)
-    tokenizers_ = train_tokenizers(largest, directory, train_bytes)
-    tokenizers_ = {"byte-level BPE 32k": tokenizers_["byte-level BPE 32k"],
-                   "SentencePiece BPE 16k identity": tokenizers_["SentencePiece BPE 16k"],
-                   "SentencePiece BPE 16k nmt_nfkc": train_nmt_nfkc(largest, directory,
-                                                                    train_bytes)}
-    for size in SIZES:
+    trained = train_tokenizers(largest, directory, train_bytes)
+    tokenizers_ = {"byte-level BPE 32k": trained["byte-level BPE 32k"],
+                   "SentencePiece BPE 16k identity": trained["SentencePiece BPE 16k"]}
+    if TOKENIZERS["nmt_nfkc"] in chosen:
+        tokenizers_[TOKENIZERS["nmt_nfkc"]] = train_nmt_nfkc(largest, directory, train_bytes)
+    tokenizers_ = {label: tokenizers_[label] for label in chosen}
+    for size in sizes:
         source = bench.path("small", f"input-{size}.jsonl")
         documents, nbytes = real_text_jsonl(source, bench.scaled(size, 100_000))
         bench.note(f"small: {nbytes / 1e6:.1f} MB of real text, {documents:,} documents "
@@ -80,6 +92,24 @@ def bench_small(bench) -> None:
                        source, nbytes, os.path.join(work, f"proofs-{number}"))
         os.remove(source)
     shutil.rmtree(work, ignore_errors=True)
+
+
+def selected() -> tuple[list[int], list[str]]:
+    """(the input sizes, the tokenizers' labels) that ``--small_sizes`` and
+    ``--small_tokenizers`` name; ValueError for a name or size it does not know."""
+    sizes = []
+    for text in FLAGS.small_sizes:
+        number = text.strip().upper().rstrip("B")
+        scale = {"K": 10**3, "M": 10**6, "G": 10**9}.get(number[-1:], 1)
+        try:
+            sizes.append(int(float(number[:-1] if scale > 1 else number) * scale))
+        except ValueError:
+            raise ValueError(f"--small_sizes: {text!r} is not a size (e.g. 255M)") from None
+    unknown = [name for name in FLAGS.small_tokenizers if name not in TOKENIZERS]
+    if unknown or not sizes or not FLAGS.small_tokenizers:
+        raise ValueError(f"--small_tokenizers: {unknown or 'none'} (known: "
+                         f"{', '.join(TOKENIZERS)}); --small_sizes: {FLAGS.small_sizes}")
+    return sizes, [TOKENIZERS[name] for name in TOKENIZERS if name in FLAGS.small_tokenizers]
 
 
 def _bench_one(bench, label: str, kind: str, options: dict, source: str, nbytes: int,
