@@ -310,9 +310,20 @@ def _without_post_processor(tokenizer):
         return tokenizer
     from tokenizers import Tokenizer
 
+    # Kept per tokenizer object (held, so its id stays its own): a driver encodes block
+    # after block with one tokenizer, and a 128k vocabulary takes a while to copy.
+    held = _CLONES.get(id(tokenizer))
+    if held is not None and held[0] is tokenizer:
+        return held[1]
     clone = Tokenizer.from_str(tokenizer.to_str())
     clone.post_processor = None
+    while len(_CLONES) >= 4:
+        _CLONES.pop(next(iter(_CLONES)))
+    _CLONES[id(tokenizer)] = (tokenizer, clone)
     return clone
+
+
+_CLONES: dict[int, tuple[object, object]] = {}
 
 
 def _placeholders(count: int, taken: str) -> list[str]:
