@@ -442,12 +442,9 @@ def _checked_ids(ids: np.ndarray, dtype: np.dtype, path: str, first: int, last: 
 
 
 @runtime_checkable
-class ConversationEncoder(Protocol):
+class ConversationEncoder(Tokenizer, Protocol):
     """A tokenizer that renders conversations with a chat template: each to its token ids
     and the :class:`~megadata_core.format.roles.Role` of every token."""
-
-    eod_id: int
-    vocab_size: int
 
     def encode_conversations(
         self, conversations: Sequence[object], where: Sequence[str]

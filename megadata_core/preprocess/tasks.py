@@ -16,7 +16,7 @@ import collections
 import contextlib
 import functools
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from megadata_core.preprocess import threads as block_threads
 from megadata_core.preprocess.block_encoding import tokenize_block
 from megadata_core.preprocess.encoding import (
     MAX_EXAMPLES,
+    ConversationEncoder,
     SentenceSplitter,
     TokenizedChunk,
     Tokenizer,
@@ -204,7 +205,8 @@ class TaskRunner:
         try:
             if self.outputs != self.json_keys:  # a conversation encoder: tokens and roles
                 return offset, tokenize_conversations(
-                    split_lines(data), tokenizer, self.json_keys, path=task.path,
+                    split_lines(data), cast(ConversationEncoder, tokenizer), self.json_keys,
+                    path=task.path,
                     first_line=first_line + (offset or 0), append_eod=self.append_eod,
                     dtype=self.dtype, skip_bad_lines=self.skip_bad_lines)
             return offset, tokenize_block(data, tokenizer, self.json_keys, path=task.path,

@@ -31,6 +31,7 @@ from megadata_cli import (
     tool_main,
 )
 from megadata_core import DataError
+from megadata_core.format.roles import roles_prefix
 from megadata_core.preprocess import (
     PreprocessSummary,
     document_prefix,
@@ -89,6 +90,16 @@ flags.DEFINE_string(
     "eod_token", None, "End-of-document token (default: huggingface tries <|endoftext|>, </s>, "
     "<eos>, <|end_of_text|>; tiktoken uses <|endoftext|>; HuggingFaceTokenizer: eos_token, "
     "else sep_token, of tokenizer_config.json)."
+)
+flags.DEFINE_string(
+    "chat_template", None, "Conversations: render each line's messages (--json_keys "
+    "messages, OpenAI's or ShareGPT's form) with this chat template: a built-in (chatml, "
+    "llama3), a .jinja file, or a tokenizer directory (its chat_template); writes each "
+    "token's role beside the corpus ({prefix}_roles.bin/.idx). Needs a huggingface tokenizer."
+)
+flags.DEFINE_string(
+    "end_of_turn", None, "With --chat_template: the assistant's end-of-turn text (default: "
+    "the added token the template puts right after an assistant's content)."
 )
 flags.DEFINE_bool("append_eod", False, "Append the end-of-document id to every non-empty text.")
 flags.DEFINE_enum(
@@ -381,6 +392,13 @@ def tokenizer_factory():
     """A picklable factory for the tokenizer the flags name (its encoder logged); DataError
     on a bad combination."""
     factory = _tokenizer_factory()
+    if FLAGS.chat_template is not None:
+        from megadata_adapters.tokenizing.chat_encoder import load_chat_encoder
+
+        factory = functools.partial(load_chat_encoder, factory, FLAGS.chat_template,
+                                    FLAGS.end_of_turn)
+    elif FLAGS.end_of_turn is not None:
+        raise DataError("--end_of_turn: only with --chat_template")
     tokenizer = factory()  # wrong or missing files fail here, before any output work
     if hasattr(tokenizer, "encoder"):
         print(f"encoder: {tokenizer.encoder}", file=sys.stderr)
@@ -471,9 +489,21 @@ def output_command() -> dict:
         # changes nothing without sentence splitting (Megatron ignores it then)
         "keep_newlines": FLAGS.keep_newlines and FLAGS.split_sentences,
         "keep_empty": FLAGS.keep_empty,
+        **({"chat_template": _template_identity(FLAGS.chat_template),
+            "end_of_turn": FLAGS.end_of_turn} if FLAGS.chat_template is not None else {}),
         # auto and reference give the same bytes; gigatoken's own ids may differ
         "gigatoken_ids": encoder_choice() == "gigatoken",
     }
+
+
+def _template_identity(spec: str):
+    """A chat template by what changes its text: a built-in by name, a file by its
+    identity, a tokenizer directory by its template files'."""
+    if os.path.isdir(spec):
+        return [_file_identity(os.path.join(spec, name))
+                for name in ("chat_template.jinja", "tokenizer_config.json",
+                             "special_tokens_map.json")]
+    return _file_identity(spec) if os.path.isfile(spec) else spec
 
 
 def table_reader_for(inputs: list[str]):
@@ -503,7 +533,7 @@ def run(inputs, factory, splitter, progress, merge_bar) -> PreprocessSummary:
         factory,
         task_size=None if size is None else max(1, round(size * 1e6)),
         engine=engine,
-        json_keys=FLAGS.json_keys,
+        json_keys=json_keys(),
         append_eod=FLAGS.append_eod,
         skip_bad_lines=FLAGS.skip_bad_lines,
         open_binary=open_binary,
@@ -530,11 +560,21 @@ def task_size_mb() -> float | None:
     return FLAGS.task_size
 
 
+def json_keys() -> list[str]:
+    """--json_keys; ``messages`` by default with --chat_template."""
+    if FLAGS.chat_template is not None and not FLAGS["json_keys"].present:
+        return ["messages"]
+    return list(FLAGS.json_keys)
+
+
 def final_prefixes() -> list[str]:
     """The corpora a run writes under their final names (Megatron's naming)."""
     prefix = os.path.expanduser(FLAGS.output_prefix or "")
     level = "sentence" if FLAGS.split_sentences else "document"
-    return [document_prefix(prefix, key, level) for key in FLAGS.json_keys]
+    prefixes = [document_prefix(prefix, key, level) for key in json_keys()]
+    if FLAGS.chat_template is not None:
+        prefixes += [roles_prefix(p) for p in prefixes]
+    return prefixes
 
 
 def _identities(prefixes: list[str]) -> list:

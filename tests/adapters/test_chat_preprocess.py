@@ -1,0 +1,195 @@
+"""Conversations preprocessed into a corpus with the model's chat template, through the
+library and ``megadata-preprocess --chat_template``: the tokens equal transformers'
+``apply_chat_template``, the trained roles equal its assistant mask over the template's
+``{% generation %}`` twin, with one process, a pool and Ray's engine."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tokenizers")
+pytest.importorskip("jinja2")
+transformers = pytest.importorskip("transformers")
+
+from tokenizer_files import training_text  # noqa: E402  (tests/helpers)
+
+import megadata_core as mdc  # noqa: E402
+from megadata_adapters.tokenizing.chat_encoder import (  # noqa: E402
+    ChatEncoder,
+    chat_template,
+    load_chat_encoder,
+)
+from megadata_adapters.tokenizing.chat_templates import BUILTIN_TEMPLATES  # noqa: E402
+from megadata_adapters.tokenizing.text_tokenizers import load_tokenizer  # noqa: E402
+from megadata_core.format.roles import Role, roles_prefix  # noqa: E402
+from megadata_core.preprocess import preprocess_jsonl  # noqa: E402
+
+REPO = os.path.join(os.path.dirname(__file__), "..", "..")
+MARKERS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
+TWIN = (  # chatml with {% generation %} around each assistant content and its end of turn
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n'}}"
+    "{% if message['role'] == 'assistant' %}{% generation %}{{message['content'] + "
+    "'<|im_end|>'}}{% endgeneration %}{{'\n'}}{% else %}{{message['content'] + "
+    "'<|im_end|>' + '\n'}}{% endif %}{% endfor %}"
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    """A byte-level BPE trained here, saved as transformers saves a model's tokenizer, with
+    the built-in chatml template as its chat_template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=True)
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=MARKERS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(training_text() + ["user assistant system"] * 20, trainer)
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, chat_template=BUILTIN_TEMPLATES["chatml"],
+        eos_token="<|endoftext|>")
+    directory = tmp_path_factory.mktemp("tok")
+    fast.save_pretrained(str(directory))
+    return str(directory)
+
+
+def _conversations(count: int, sharegpt: bool = False) -> list[dict]:
+    rows = []
+    for i in range(count):
+        messages = [{"role": "user", "content": f"What is {i} plus {i}? é"},
+                    {"role": "assistant", "content": f" It is {2 * i}."}]
+        if i % 3 == 0:
+            messages.insert(0, {"role": "system", "content": "Answer in numbers."})
+        if i % 4 == 1:
+            messages += [{"role": "user", "content": "And times two?"},
+                         {"role": "assistant", "content": f"{4 * i}\n"}]
+        rows.append({"messages": messages} if not sharegpt else
+                    {"conversations": [{"from": {"user": "human", "assistant": "gpt"}.get(
+                        m["role"], m["role"]), "value": m["content"]} for m in messages]})
+    return rows
+
+
+def _write(path, rows) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+def _messages(row: dict) -> list[dict]:
+    if "messages" in row:
+        return row["messages"]
+    names = {"human": "user", "gpt": "assistant"}
+    return [{"role": names.get(m["from"], m["from"]), "content": m["value"]}
+            for m in row["conversations"]]
+
+
+def _factory(tokenizer_dir):
+    import functools
+
+    return functools.partial(load_chat_encoder, functools.partial(
+        load_tokenizer, "huggingface", os.path.join(tokenizer_dir, "tokenizer.json")),
+        tokenizer_dir)
+
+
+def _check_against_transformers(tokenizer_dir, prefix: str, rows) -> None:
+    fast = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+    twin = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+    twin.chat_template = TWIN
+    tokens, roles = mdc.IndexedDataset(prefix), mdc.IndexedDataset(roles_prefix(prefix))
+    assert len(tokens) == len(roles) == len(rows)
+    for i, row in enumerate(rows):
+        messages = _messages(row)
+        expected = list(fast.apply_chat_template(messages, return_dict=False))
+        assert tokens[i][:-1].tolist() == expected and tokens[i][-1] == fast.eos_token_id
+        out = twin.apply_chat_template(messages, tokenize=True, return_dict=True,
+                                       return_assistant_tokens_mask=True)
+        assert out["input_ids"] == expected
+        trained = np.isin(roles[i][:-1], [Role.ASSISTANT, Role.END_OF_TURN]).astype(int)
+        assert trained.tolist() == out["assistant_masks"], i
+        assert roles[i][-1] == Role.TEMPLATE  # the EOD
+
+
+@pytest.mark.parametrize("options", [{}, {"workers": 2, "task_size": 2500}],
+                         ids=["one process", "pool"])
+def test_the_corpus_equals_transformers(tmp_path, tokenizer_dir, options):
+    rows = _conversations(40)
+    source = _write(tmp_path / "chat.jsonl", rows)
+    summary = preprocess_jsonl([source], str(tmp_path / "out"), _factory(tokenizer_dir),
+                               json_keys=["messages"], append_eod=True, **options)
+    assert summary.documents == 40
+    _check_against_transformers(tokenizer_dir, str(tmp_path / "out_messages_document"), rows)
+
+
+def test_sharegpt_conversations(tmp_path, tokenizer_dir):
+    rows = _conversations(12, sharegpt=True)
+    source = _write(tmp_path / "chat.jsonl", rows)
+    preprocess_jsonl([source], str(tmp_path / "out"), _factory(tokenizer_dir),
+                     json_keys=["conversations"], append_eod=True)
+    _check_against_transformers(tokenizer_dir, str(tmp_path / "out_conversations_document"),
+                                rows)
+
+
+def test_the_command_line(tmp_path, tokenizer_dir):
+    rows = _conversations(30)
+    source = _write(tmp_path / "chat.jsonl", rows + [{"messages": [{"role": "user"}]}])
+    base = [sys.executable, os.path.join(REPO, "tools", "preprocess_data.py"),
+            f"--input={source}", "--tokenizer-type=huggingface",
+            f"--tokenizer-file={tokenizer_dir}/tokenizer.json",
+            f"--chat-template={tokenizer_dir}",
+            "--append-eod", "--workers=2"]
+    env = {**os.environ, "PYTHONPATH": REPO}
+    refused = subprocess.run([*base, f"--output-prefix={tmp_path}/refused"],
+                             capture_output=True, text=True, env=env, timeout=300)
+    assert refused.returncode != 0
+    assert "chat.jsonl, line 31: messages[0].content must be a string" in refused.stderr
+    assert not any(name.startswith("refused") for name in os.listdir(tmp_path))
+    done = subprocess.run([*base, f"--output-prefix={tmp_path}/out", "--skip_bad_lines"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    _check_against_transformers(tokenizer_dir, str(tmp_path / "out_messages_document"),
+                                rows)
+    library = preprocess_jsonl([_write(tmp_path / "good.jsonl", rows)], str(tmp_path / "lib"),
+                               _factory(tokenizer_dir), json_keys=["messages"],
+                               append_eod=True)
+    assert library.documents == 30
+    for suffix in ("_messages_document", "_messages_document_roles"):
+        for ext in (".bin", ".idx"):
+            assert filecmp.cmp(f"{tmp_path}/out{suffix}{ext}", f"{tmp_path}/lib{suffix}{ext}",
+                               shallow=False)
+
+
+def test_unprovable_conversations_are_refused_or_counted(tmp_path, tokenizer_dir):
+    tokenizer = load_tokenizer("huggingface", os.path.join(tokenizer_dir, "tokenizer.json"))
+    trims = chat_template(str(_jinja(tmp_path, BUILTIN_TEMPLATES["chatml"].replace(
+        "message['content']", "message['content'] | upper"))))
+    encoder = ChatEncoder(tokenizer, trims)
+    rows = _conversations(6)
+    source = _write(tmp_path / "chat.jsonl", rows)
+    with pytest.raises(mdc.DataError, match=r"chat.jsonl, line 1: the conversation's roles "
+                                            r"cannot be proven"):
+        preprocess_jsonl([source], str(tmp_path / "out"), lambda: encoder,
+                         json_keys=["messages"])
+    summary = preprocess_jsonl([source], str(tmp_path / "out"), lambda: encoder,
+                               json_keys=["messages"], skip_bad_lines=True)
+    assert summary.bad_line_kinds == {"unprovable": 6} and summary.documents == 0
+
+
+def _jinja(tmp_path, source: str):
+    path = tmp_path / "template.jinja"
+    path.write_text(source)
+    return path
+
+
+def test_a_template_spec_that_names_nothing_is_refused(tmp_path):
+    with pytest.raises(mdc.DataError, match="chat_template: 'vicuna' is no built-in"):
+        chat_template("vicuna")
+    assert chat_template("llama3").name == "llama3"
+    assert chat_template(str(_jinja(tmp_path, "{{ messages }}"))).source == "{{ messages }}"
