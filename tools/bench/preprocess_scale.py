@@ -36,6 +36,7 @@ import subprocess
 import sys
 
 from bench.harness import Bench, measure, median_of, progress, same_files
+from bench.preprocess_small import bench_small  # (at import: its flags)
 from megadata_core.preprocess import ByteTokenizer, local_engine, preprocess_jsonl, preprocess_tasks
 
 _RSS_RUN = """
@@ -65,7 +66,6 @@ def suite_preprocess_scale(bench: Bench) -> None:
     plan's engines vs one process; Ray's start; a worker's memory vs corpus size."""
     from bench.format import make_jsonl
     from bench.preprocess_peers import peer_items
-    from bench.preprocess_small import bench_small
 
     if bench.wants("small"):
         bench_small(bench)
