@@ -6,7 +6,6 @@ library and ``megadata-preprocess --chat_template``: the tokens equal transforme
 from __future__ import annotations
 
 import filecmp
-import json
 import os
 import subprocess
 import sys
@@ -18,21 +17,21 @@ pytest.importorskip("tokenizers")
 pytest.importorskip("jinja2")
 transformers = pytest.importorskip("transformers")
 
-from tokenizer_files import training_text  # noqa: E402  (tests/helpers)
+from chat_files import (  # noqa: E402  (tests/helpers)
+    chat_factory,
+    conversations,
+    save_chat_tokenizer,
+    write_rows,
+)
 
 import megadata_core as mdc  # noqa: E402
-from megadata_adapters.tokenizing.chat_encoder import (  # noqa: E402
-    ChatEncoder,
-    chat_template,
-    load_chat_encoder,
-)
+from megadata_adapters.tokenizing.chat_encoder import ChatEncoder, chat_template  # noqa: E402
 from megadata_adapters.tokenizing.chat_templates import BUILTIN_TEMPLATES  # noqa: E402
 from megadata_adapters.tokenizing.text_tokenizers import load_tokenizer  # noqa: E402
 from megadata_core.format.roles import Role, roles_prefix  # noqa: E402
 from megadata_core.preprocess import preprocess_jsonl  # noqa: E402
 
 REPO = os.path.join(os.path.dirname(__file__), "..", "..")
-MARKERS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
 TWIN = (  # chatml with {% generation %} around each assistant content and its end of turn
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n'}}"
     "{% if message['role'] == 'assistant' %}{% generation %}{{message['content'] + "
@@ -43,44 +42,7 @@ TWIN = (  # chatml with {% generation %} around each assistant content and its e
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
-    """A byte-level BPE trained here, saved as transformers saves a model's tokenizer, with
-    the built-in chatml template as its chat_template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=True)
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=MARKERS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(training_text() + ["user assistant system"] * 20, trainer)
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, chat_template=BUILTIN_TEMPLATES["chatml"],
-        eos_token="<|endoftext|>")
-    directory = tmp_path_factory.mktemp("tok")
-    fast.save_pretrained(str(directory))
-    return str(directory)
-
-
-def _conversations(count: int, sharegpt: bool = False) -> list[dict]:
-    rows = []
-    for i in range(count):
-        messages = [{"role": "user", "content": f"What is {i} plus {i}? é"},
-                    {"role": "assistant", "content": f" It is {2 * i}."}]
-        if i % 3 == 0:
-            messages.insert(0, {"role": "system", "content": "Answer in numbers."})
-        if i % 4 == 1:
-            messages += [{"role": "user", "content": "And times two?"},
-                         {"role": "assistant", "content": f"{4 * i}\n"}]
-        rows.append({"messages": messages} if not sharegpt else
-                    {"conversations": [{"from": {"user": "human", "assistant": "gpt"}.get(
-                        m["role"], m["role"]), "value": m["content"]} for m in messages]})
-    return rows
-
-
-def _write(path, rows) -> str:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return str(path)
+    return save_chat_tokenizer(str(tmp_path_factory.mktemp("tok")))
 
 
 def _messages(row: dict) -> list[dict]:
@@ -89,14 +51,6 @@ def _messages(row: dict) -> list[dict]:
     names = {"human": "user", "gpt": "assistant"}
     return [{"role": names.get(m["from"], m["from"]), "content": m["value"]}
             for m in row["conversations"]]
-
-
-def _factory(tokenizer_dir):
-    import functools
-
-    return functools.partial(load_chat_encoder, functools.partial(
-        load_tokenizer, "huggingface", os.path.join(tokenizer_dir, "tokenizer.json")),
-        tokenizer_dir)
 
 
 def _check_against_transformers(tokenizer_dir, prefix: str, rows) -> None:
@@ -120,26 +74,26 @@ def _check_against_transformers(tokenizer_dir, prefix: str, rows) -> None:
 @pytest.mark.parametrize("options", [{}, {"workers": 2, "task_size": 2500}],
                          ids=["one process", "pool"])
 def test_the_corpus_equals_transformers(tmp_path, tokenizer_dir, options):
-    rows = _conversations(40)
-    source = _write(tmp_path / "chat.jsonl", rows)
-    summary = preprocess_jsonl([source], str(tmp_path / "out"), _factory(tokenizer_dir),
+    rows = conversations(40)
+    source = write_rows(tmp_path / "chat.jsonl", rows)
+    summary = preprocess_jsonl([source], str(tmp_path / "out"), chat_factory(tokenizer_dir),
                                json_keys=["messages"], append_eod=True, **options)
     assert summary.documents == 40
     _check_against_transformers(tokenizer_dir, str(tmp_path / "out_messages_document"), rows)
 
 
-def test_sharegpt_conversations(tmp_path, tokenizer_dir):
-    rows = _conversations(12, sharegpt=True)
-    source = _write(tmp_path / "chat.jsonl", rows)
-    preprocess_jsonl([source], str(tmp_path / "out"), _factory(tokenizer_dir),
+def test_sharegptconversations(tmp_path, tokenizer_dir):
+    rows = conversations(12, sharegpt=True)
+    source = write_rows(tmp_path / "chat.jsonl", rows)
+    preprocess_jsonl([source], str(tmp_path / "out"), chat_factory(tokenizer_dir),
                      json_keys=["conversations"], append_eod=True)
     _check_against_transformers(tokenizer_dir, str(tmp_path / "out_conversations_document"),
                                 rows)
 
 
 def test_the_command_line(tmp_path, tokenizer_dir):
-    rows = _conversations(30)
-    source = _write(tmp_path / "chat.jsonl", rows + [{"messages": [{"role": "user"}]}])
+    rows = conversations(30)
+    source = write_rows(tmp_path / "chat.jsonl", rows + [{"messages": [{"role": "user"}]}])
     base = [sys.executable, os.path.join(REPO, "tools", "preprocess_data.py"),
             f"--input={source}", "--tokenizer-type=huggingface",
             f"--tokenizer-file={tokenizer_dir}/tokenizer.json",
@@ -156,8 +110,8 @@ def test_the_command_line(tmp_path, tokenizer_dir):
     assert done.returncode == 0, done.stderr
     _check_against_transformers(tokenizer_dir, str(tmp_path / "out_messages_document"),
                                 rows)
-    library = preprocess_jsonl([_write(tmp_path / "good.jsonl", rows)], str(tmp_path / "lib"),
-                               _factory(tokenizer_dir), json_keys=["messages"],
+    library = preprocess_jsonl([write_rows(tmp_path / "good.jsonl", rows)], str(tmp_path / "lib"),
+                               chat_factory(tokenizer_dir), json_keys=["messages"],
                                append_eod=True)
     assert library.documents == 30
     for suffix in ("_messages_document", "_messages_document_roles"):
@@ -171,8 +125,8 @@ def test_unprovable_conversations_are_refused_or_counted(tmp_path, tokenizer_dir
     trims = chat_template(str(_jinja(tmp_path, BUILTIN_TEMPLATES["chatml"].replace(
         "message['content']", "message['content'] | upper"))))
     encoder = ChatEncoder(tokenizer, trims)
-    rows = _conversations(6)
-    source = _write(tmp_path / "chat.jsonl", rows)
+    rows = conversations(6)
+    source = write_rows(tmp_path / "chat.jsonl", rows)
     with pytest.raises(mdc.DataError, match=r"chat.jsonl, line 1: the conversation's roles "
                                             r"cannot be proven"):
         preprocess_jsonl([source], str(tmp_path / "out"), lambda: encoder,

@@ -100,3 +100,20 @@ def test_ray_gives_megatrons_partition_order(cluster, tmp_path):
     )
     assert files_of(summary.output_prefixes["text"]) == files_of(
         reference.output_prefixes["text"])
+
+
+def test_ray_writes_the_single_process_conversation_corpus(cluster, tmp_path):
+    pytest.importorskip("transformers")
+    from chat_files import chat_factory, conversations, save_chat_tokenizer, write_rows
+
+    directory = save_chat_tokenizer(str(tmp_path / "tok"))
+    source = write_rows(tmp_path / "chat.jsonl", conversations(60))
+    options = dict(json_keys=["messages"], append_eod=True)
+    reference = preprocess_jsonl([source], str(tmp_path / "r"), chat_factory(directory),
+                                 **options)
+    summary = preprocess_tasks([source], str(tmp_path / "o"), chat_factory(directory),
+                               task_size=1500, engine=ray_engine(progress=False), **options)
+    for key in ("messages", "messages_roles"):
+        assert files_of(summary.output_prefixes[key]) == files_of(
+            reference.output_prefixes[key])
+    assert not os.path.exists(tmp_path / "o.work")
