@@ -33,6 +33,12 @@ The index cache is megadata's (``path_to_cache``, content-addressed, written ato
 with ``path_to_cache=None`` the indices are built in memory (megatron-core writes them
 next to the corpus). ``fast_cache_load`` and ``defer_npy_index_mmap`` are accepted and
 need nothing: cache hits are memory-mapped and cheap anyway.
+
+A conversation corpus (a ``PREFIX_roles.bin/.idx`` sibling, docs/conversations.md) is
+read as megadata reads it: its ``loss_mask`` trains only the labels of the trained roles,
+which megadata's ``train_on_assistant_responses_only``, ``train_on_thinking_traces`` and
+``train_on_tool_calls`` (fields of this config too, not Megatron's) choose. Stock
+megatron-core reads the same tokens as plain text.
 """
 
 from __future__ import annotations
@@ -72,6 +78,10 @@ logger = logging.getLogger(__name__)
 
 #: Megatron's sample dtypes: tokens, labels and position ids are torch.long.
 TOKEN_DTYPE = numpy.int64
+#: megadata's switches of which roles of a conversation corpus train (GPTDataConfig's).
+ROLE_SWITCHES = (
+    "train_on_assistant_responses_only", "train_on_thinking_traces", "train_on_tool_calls",
+)
 
 
 @dataclass
@@ -93,6 +103,10 @@ class GPTDatasetConfig(BlendedMegatronDatasetConfig):
     context_parallel_size: int | None = None
     inter_document_masking: bool = False  # megatron-core 0.19's name (see the module doc)
     mask_cross_document_labels: bool = False  # megadata's opt-in (see the module doc)
+    # which roles of a conversation corpus train (megadata's, docs/conversations.md)
+    train_on_assistant_responses_only: bool = True
+    train_on_thinking_traces: bool = False
+    train_on_tool_calls: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -157,6 +171,10 @@ def core_config(config: BlendedMegatronDatasetConfig, **changes) -> mdc.GPTDataC
         shuffle="megatron",
         blend_order="megatron",
     )
+    for name in ROLE_SWITCHES:  # not Megatron fields: a stock config has none
+        value = getattr(config, name, None)
+        if value is not None:
+            fields[name] = value
     max_open_files = getattr(config, "max_open_files", None)  # not a Megatron field
     if max_open_files is not None:
         fields["max_open_files"] = max_open_files
@@ -390,6 +408,7 @@ class GPTDataset(MegatronDataset):
                 and dtype.kind in "iu"
                 and not numpy.iinfo(dtype).min <= core.pad_id <= numpy.iinfo(dtype).max
                 and isinstance(self.dataset, IndexedDataset)
+                and not core.has_roles  # a conversation corpus: its roles shape the mask
             )
             self.__dict__["_plain"] = plain
         return plain
