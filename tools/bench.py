@@ -39,6 +39,10 @@ Suites (the first positional argument; ``--only`` picks items within one):
     stream   raw shards streamed (RawShards): time to a first 32x4097 batch from raw JSON
              lines (85 MB-10 GB) beside megadata-preprocess + build and HF datasets
              streaming, the background tokenizer's tokens/s and headroom, shuffle quality
+    chat     conversations preprocessed into tokens + roles (MB/s, 1 and 2 workers)
+             beside a transformers apply_chat_template loop (same tokens and assistant
+             masks checked); best-fit padding of their lengths beside first-fit
+             decreasing and the lower bound (S = 4096, 8192)
 
 The first positional argument names the suite; a suite is one function in
 ``bench.SUITES`` (tools/bench/: one module per suite, the shared harness, the peers'

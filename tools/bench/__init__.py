@@ -1,7 +1,8 @@
 """The benchmark suites of ``python tools/bench.py SUITE``, one module each.
 
 ``format``, ``gpt``, ``builder``, ``blend``, ``loaders``, ``cloud``, ``megatron``,
-``preprocess``, ``packing``, ``scale``, ``walk``, ``schedule``, ``provenance``, ``stream``
+``preprocess``, ``packing``, ``scale``, ``walk``, ``schedule``, ``provenance``, ``stream``,
+``chat``
 (:data:`SUITES`); the
 harness they share (:mod:`bench.harness`: the report, measuring, comparing), the cache
 states they time (:mod:`bench.cache_states`) and the peers' imports (:mod:`bench.peers`).
@@ -13,6 +14,7 @@ from collections.abc import Callable
 
 from bench.blend import suite_blend
 from bench.builder import suite_builder
+from bench.chat import suite_chat
 from bench.cloud import suite_cloud
 from bench.format import suite_format
 from bench.gpt import suite_gpt
@@ -45,4 +47,5 @@ SUITES: dict[str, Callable[[Bench], None]] = {
     "schedule": suite_schedule,
     "provenance": suite_provenance,
     "stream": suite_stream,
+    "chat": suite_chat,
 }
