@@ -52,7 +52,7 @@ import functools
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 import numpy as np
@@ -341,58 +341,106 @@ class _UnprovableError(Exception):
 
 def _reinsert(pieces: list[str], values: list[str], real: str) -> list[tuple[int, int]]:
     """The character spans of ``values`` in ``real``, given the placeholder render split
-    into template text and placeholders (``pieces``: text, value index, text, ...);
-    _UnprovableError when the template's text and the values do not give ``real``."""
-    spans = []
-    position = 0
-    for k in range(0, len(pieces) - 1, 2):
-        text, index, after = pieces[k], int(pieces[k + 1]), pieces[k + 2]
-        if not real.startswith(text, position):
-            raise _UnprovableError(f"the template's text at character {position} differs when the "
-                              "contents are put back (the template reads or changes them)")
-        position += len(text)
-        value = values[index]
-        candidates = [value] if value.strip() == value else [value, value.strip()]
-        if len(candidates) > 1 and not after:
-            raise _UnprovableError("two contents touch and one is trimmed: their edge is unknown")
-        for candidate in candidates:
+    into template text and placeholders (``pieces``: text, value index, text, ...): each
+    value as given or trimmed (Jinja's ``trim``), the one way that gives ``real`` exactly;
+    _UnprovableError when none does (the template reads or changes a value) or when two
+    do (a trimmed value touching another: its edge is unknown)."""
+    texts, order = pieces[0::2], [int(k) for k in pieces[1::2]]
+    found: list[list[tuple[int, int]]] = []
+    dead: set[tuple[int, int]] = set()
+
+    def search(k: int, position: int, spans: list[tuple[int, int]]) -> None:
+        # value k goes at ``position``, just after its template text texts[k]
+        if len(found) > 1 or (k, position) in dead:
+            return
+        before = len(found)
+        if k == len(order):
+            if position == len(real):
+                found.append(list(spans))
+            return
+        value = values[order[k]]
+        for candidate in dict.fromkeys([value, value.strip()]):
             stop = position + len(candidate)
-            if real.startswith(candidate, position) and real.startswith(after, stop):
-                spans.append((position, stop))
-                position = stop
-                break
-        else:
-            raise _UnprovableError(f"content {index} is not in the rendered text as given or "
-                              "trimmed (the template changes it)")
-    if real[position:] != pieces[-1]:
-        raise _UnprovableError("the template's text after the last content differs when the "
-                          "contents are put back")
-    return spans
+            if real.startswith(candidate, position) and real.startswith(texts[k + 1], stop):
+                search(k + 1, stop + len(texts[k + 1]), [*spans, (position, stop)])
+        if len(found) == before:
+            dead.add((k, position))
+
+    if real.startswith(texts[0]):
+        search(0, len(texts[0]), [])
+    if not found:
+        raise _UnprovableError("the template's text differs when the contents are put back, "
+                               "as given or trimmed (the template reads or changes them)")
+    if len(found) > 1:
+        raise _UnprovableError("a trimmed content touches another: their edge is unknown")
+    return found[0]
 
 
-def _values(messages: Sequence[dict]) -> list[tuple[int, str, int]]:
-    """(message index, field, Role) of each content and reasoning segment."""
-    found = []
+_NAME = -1  # the "role" of a tool call's name: an anchor, not a span of its own
+
+
+def _every(message: dict) -> bool:
+    return True
+
+
+def _without_calls(message: dict) -> bool:
+    return not message.get("tool_calls")
+
+
+def _no_message(message: dict) -> bool:
+    return False
+
+
+def _values(messages: Sequence[dict], empty: Callable[[dict], bool]
+            ) -> list[tuple[int, object, int]]:
+    """(message index, field, Role) of each content and reasoning segment and each tool
+    call's name (field ``(j,)``: call j, role _NAME); empty strings only of the messages
+    ``empty`` says."""
+    found: list[tuple[int, object, int]] = []
     for i, message in enumerate(messages):
-        found.append((i, "content", int(CONTENT_ROLES[message["role"]])))
-        if message.get("reasoning_content") is not None:
+        if empty(message) or message["content"]:
+            found.append((i, "content", int(CONTENT_ROLES[message["role"]])))
+        if message.get("reasoning_content") is not None and (empty(message)
+                                                             or message["reasoning_content"]):
             found.append((i, "reasoning_content", int(Role.REASONING)))
+        for j in range(len(message.get("tool_calls") or ())):
+            found.append((i, (j,), _NAME))
     return found
 
 
-def _spans(template: ChatTemplate, messages: Sequence[dict], real: str, end_of_turn: str
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 [S, 2] sorted spans, uint8 [S] roles) of one rendered conversation."""
-    fields = _values(messages)
-    values = [messages[i][field] for i, field, _ in fields]
+def _value(message: dict, field) -> str:
+    if isinstance(field, tuple):
+        return message["tool_calls"][field[0]]["function"]["name"]
+    return message[field]
+
+
+def _mark(message: dict, field, mark: str) -> None:
+    if isinstance(field, tuple):
+        calls = message["tool_calls"] = list(message["tool_calls"])
+        call = calls[field[0]] = dict(calls[field[0]])
+        call["function"] = {**call["function"], "name": mark}
+    else:
+        message[field] = mark
+
+
+def _segments(template: ChatTemplate, messages: Sequence[dict], real: str,
+              empty: Callable[[dict], bool]) -> tuple[list[str], list[tuple[int, int, int, int]]]:
+    """The placeholder render's pieces (text, index, text, ...) and the segments (start,
+    stop, role, message) in the real text, in its order."""
+    fields = _values(messages, empty)
+    values = [_value(messages[i], field) for i, field, _ in fields]
     marks = _placeholders(len(fields), real + template.source)
     marked = [dict(message) for message in messages]
     for (i, field, _), mark in zip(fields, marks):
-        marked[i][field] = mark
+        _mark(marked[i], field, mark)
     try:
         skeleton = template.render(marked)
     except Exception as error:  # jinja2's errors, raise_exception's among them
         raise _UnprovableError(f"the template fails on placeholders: {error}") from None
+    if not marks:
+        if skeleton != real:
+            raise _UnprovableError("the template renders the conversation differently twice")
+        return [skeleton], []
     index_of = {mark: str(k) for k, mark in enumerate(marks)}
     pieces = re.split("(" + "|".join(map(re.escape, marks)) + ")", skeleton)
     pieces[1::2] = [index_of[mark] for mark in pieces[1::2]]
@@ -400,13 +448,38 @@ def _spans(template: ChatTemplate, messages: Sequence[dict], real: str, end_of_t
         raise _UnprovableError("the template renders a content more than once")
     spans = _reinsert(pieces, values, real)
     order = [int(k) for k in pieces[1::2]]
-    found = [(start, stop, fields[k][2], fields[k][0]) for k, (start, stop) in zip(order, spans)]
+    return pieces, [(start, stop, fields[k][2], fields[k][0])
+                    for k, (start, stop) in zip(order, spans)]
+
+
+def _spans(template: ChatTemplate, messages: Sequence[dict], real: str, end_of_turn: str
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 [S, 2] sorted spans, uint8 [S] roles) of one rendered conversation.
+
+    Empty contents get placeholders too (their place anchors an assistant's end of turn);
+    when that changes the render (a template testing ``if message.content``), those of
+    messages with tool calls (whose names anchor them), then all, are left empty."""
+    if not any(_value(messages[i], f) == "" for i, f, _ in _values(messages, _every)):
+        passes = [_every]
+    else:
+        passes = [_every, _without_calls, _no_message]
+    for n, empty in enumerate(passes):
+        try:
+            pieces, found = _segments(template, messages, real, empty)
+            break
+        except _UnprovableError:
+            if n == len(passes) - 1:
+                raise
     # Each assistant's end of turn: in the template's text after its last segment (up to
     # the next segment), where only its tool calls' data can add text that is no template's.
     last: dict[int, int] = {}
     for j, (_, _, _, message) in enumerate(found):
         if messages[message]["role"] == "assistant":
             last[message] = j
+    missing = [i for i, m in enumerate(messages) if m["role"] == "assistant" and i not in last]
+    if missing and len(pieces) > 1:
+        raise _UnprovableError(f"assistant message {missing[0]} is empty and the template "
+                               "tests its content: where its end of turn is is unknown")
     extra = []
     for message, j in last.items():
         after, stop = pieces[2 * j + 2], found[j][1]
@@ -419,10 +492,20 @@ def _spans(template: ChatTemplate, messages: Sequence[dict], real: str, end_of_t
             raise _UnprovableError(f"assistant message {message}'s tool calls hold its end of "
                                    f"turn {end_of_turn!r}: which one ends it is unknown")
         at = stop + after.find(end_of_turn)
-        if at > stop and calls:
-            extra.append((stop, at, int(Role.TOOL_CALL), message))
+        if calls:
+            # the tool calls: from the end of the content before the first call's name
+            # (its name when there is none) to the end of turn
+            own = [seg for seg in found if seg[3] == message]
+            first = next(seg[0] for seg in own if seg[2] == _NAME)
+            before = [seg[1] for seg in own if seg[2] != _NAME and seg[1] <= first]
+            start = max(before, default=first)
+            if any(seg[2] != _NAME and seg[0] < at and seg[1] > start for seg in own):
+                raise _UnprovableError(f"assistant message {message}'s content lies between "
+                                       "its tool calls")
+            if at > start:
+                extra.append((start, at, int(Role.TOOL_CALL), message))
         extra.append((at, at + len(end_of_turn), int(Role.END_OF_TURN), message))
-    found = sorted(found + extra)
+    found = sorted([seg for seg in found if seg[2] != _NAME] + extra)
     bounds = np.array([(s, e) for s, e, _, _ in found], dtype=np.int64).reshape(-1, 2)
     roles = np.array([r for _, _, r, _ in found], dtype=ROLE_DTYPE)
     return bounds, roles

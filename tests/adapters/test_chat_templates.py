@@ -79,8 +79,47 @@ GENERATION = (
     "{% else %}{{ message.content }}<end_of_turn>{% endif %}{{ '\n' }}{% endfor %}"
 )
 
+def qwen(twin: bool = False) -> str:
+    """Qwen2.5's (without its tools block): an assistant's content only ``if
+    message.content`` when it has tool calls, a default system prompt, tool responses
+    joined into one user turn."""
+    assistant = "message.role == 'assistant'"
+    return (
+        "{%- if messages[0]['role'] == 'system' %}"
+        "{{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}"
+        "{%- else %}{{- '<|im_start|>system\nYou are Qwen.<|im_end|>\n' }}{%- endif %}\n"
+        "{%- for message in messages %}\n"
+        "    {%- if (message.role == 'user') or (message.role == 'system' and not loop.first)"
+        " or (message.role == 'assistant' and not message.tool_calls) %}\n"
+        "        {{- '<|im_start|>' + message.role + '\n' }}"
+        + _gen(assistant, "{{- message.content }}", twin)
+        + _gen(assistant, "{{- '<|im_end|>' }}", twin) + "{{- '\n' }}\n"
+        "    {%- elif message.role == 'assistant' %}\n"
+        "        {{- '<|im_start|>' + message.role }}\n"
+        "        {%- if message.content %}{{- '\n' }}"
+        + _gen(assistant, "{{- message.content }}", twin) + "{%- endif %}\n"
+        "        {%- for tool_call in message.tool_calls %}\n"
+        "            {%- if tool_call.function is defined %}"
+        "{%- set tool_call = tool_call.function %}{%- endif %}\n"
+        "            {{- '\n<tool_call>\n{\"name\": \"' }}{{- tool_call.name }}"
+        "{{- '\", \"arguments\": ' }}{{- tool_call.arguments | tojson }}"
+        "{{- '}\n</tool_call>' }}\n"
+        "        {%- endfor %}\n"
+        "        " + _gen(assistant, "{{- '<|im_end|>' }}", twin) + "{{- '\n' }}\n"
+        "    {%- elif message.role == 'tool' %}\n"
+        "        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != 'tool') %}"
+        "{{- '<|im_start|>user' }}{%- endif %}\n"
+        "        {{- '\n<tool_response>\n' }}{{- message.content }}"
+        "{{- '\n</tool_response>' }}\n"
+        "        {%- if loop.last or (messages[loop.index0 + 1].role != 'tool') %}"
+        "{{- '<|im_end|>\n' }}{%- endif %}\n"
+        "    {%- endif %}\n"
+        "{%- endfor %}\n"
+    )
+
+
 TEMPLATES = {"chatml": (chatml(), chatml(True)), "llama3": (llama3(), llama3(True)),
-             "generation": (GENERATION, GENERATION)}
+             "generation": (GENERATION, GENERATION), "qwen": (qwen(), qwen(True))}
 BOS = {"llama3": {"bos_token": "<|begin_of_text|>"}}
 
 
@@ -182,7 +221,8 @@ def _prove(tok, name, messages):
     assert ours == mask
     # the trained runs decode to the assistant contents and their ends of turn
     runs = tok.decode(ids[0][np.isin(roles[0], TRAINED)].tolist(), skip_special_tokens=False)
-    eot = {"chatml": "<|im_end|>", "llama3": "<|eot_id|>", "generation": "<end_of_turn>"}[name]
+    eot = {"chatml": "<|im_end|>", "llama3": "<|eot_id|>", "generation": "<end_of_turn>",
+           "qwen": "<|im_end|>"}[name]
     contents = [m["content"].strip() if name == "llama3" else m["content"]
                 for m in messages if m["role"] == "assistant"]
     assert runs == "".join(c + eot for c in contents)
@@ -275,7 +315,7 @@ def test_refusals_name_the_conversation(tokenizer):
     # the template changes content (upper): put back, it is not the real text
     upper = ChatTemplate("{% for m in messages %}<|im_start|>{{ m.content | upper }}<|im_end|>"
                          "{% endfor %}", name="upper")
-    with pytest.raises(DataError, match=r"c\.jsonl, line 2: .*upper: .*changes it"):
+    with pytest.raises(DataError, match=r"c\.jsonl, line 2: .*upper: .*changes them"):
         digits = [{"role": "user", "content": "1"}, {"role": "assistant", "content": "2"}]
         encode_conversations([digits, good], upper, tokenizer, where=["c.jsonl, line 1",
                                                                     "c.jsonl, line 2"])
@@ -300,6 +340,20 @@ def test_refusals_name_the_conversation(tokenizer):
         encode_conversations([system], refusing, tokenizer)
     assert encode_conversations([system, good], refusing, tokenizer,
                                 on_unprovable="skip")[2] == 1
+    # an empty assistant message the template tests: its end of turn has no anchor
+    testing = ChatTemplate("{% for m in messages %}<|im_start|>{% if m.content %}"
+                           "{{ '\\n' + m.content }}{% endif %}{% for c in m.tool_calls or [] %}"
+                           "{{ c.function.name }}{% endfor %}<|im_end|>{% endfor %}",
+                           name="testing")
+    with pytest.raises(DataError, match="assistant message 1 is empty and the template tests"):
+        encode_conversations([[good[0], {"role": "assistant", "content": ""}]], testing,
+                             tokenizer)
+    # ... and with a tool call, its name anchors it (Qwen2.5's templates)
+    called = [good[0], {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "f", "arguments": {}}}]}]
+    ids, roles, _ = encode_conversations([called], testing, tokenizer)
+    assert tokenizer.decode(ids[0][roles[0] == Role.END_OF_TURN].tolist(),
+                            skip_special_tokens=False) == "<|im_end|>"
     calls = [{"role": "assistant", "content": "x", "tool_calls": [
         {"type": "function", "function": {"name": "f", "arguments": {"q": "<|im_end|>"}}}]}]
     with pytest.raises(DataError, match="tool calls hold its end of turn"):
