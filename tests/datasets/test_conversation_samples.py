@@ -209,15 +209,16 @@ CONVERSATIONS = st.lists(
 LAYOUTS = st.sampled_from([
     {"packing": "concat"},
     {"packing": "concat", "document_masking": True},
+    {"packing": "concat", "add_extra_token_to_sequence": False},
     {"packing": "best_fit"},
     {"packing": "best_fit", "document_masking": True},
     {"packing": "best_fit", "document_masking": True, "packing_alignment": 2},
 ])
 
 
-def _oracle(conversations, batch, only, thinking, tools) -> np.ndarray:
+def _oracle(conversations, batch, only, thinking, tools, eod=None) -> np.ndarray:
     """bool [B, S]: the label is a real token of the input's conversation, right after
-    it, and of a role the switches train."""
+    it, and of a role the switches train (and the input is not ``eod``)."""
     roles = np.concatenate([np.asarray(codes) for codes in conversations])
     ends = np.cumsum([len(codes) for codes in conversations])
     trained_roles = ({A, E} | ({R} if thinking else set()) | ({TC} if tools else set())
@@ -228,23 +229,25 @@ def _oracle(conversations, batch, only, thinking, tools) -> np.ndarray:
     at_token, at_label = np.maximum(tokens - 1, 0), np.maximum(labels - 1, 0)
     same = np.searchsorted(ends, at_token, "right") == np.searchsorted(ends, at_label, "right")
     role_trains = np.isin(roles[at_label], sorted(trained_roles))
-    return real & same & (labels == tokens + 1) & role_trains
+    return real & same & (labels == tokens + 1) & role_trains & (tokens != eod)
 
 
 @SETTINGS
 @given(conversations=CONVERSATIONS, layout=LAYOUTS, length=st.sampled_from([2, 4, 6, 10]),
-       switches=st.tuples(st.booleans(), st.booleans(), st.booleans()), seed=st.integers(0, 9))
+       switches=st.tuples(st.booleans(), st.booleans(), st.booleans()), seed=st.integers(0, 9),
+       eod=st.none() | st.integers(1, 20))
 def test_trained_positions_are_the_oracles(tmp_path_factory, conversations, layout, length,
-                                          switches, seed):
+                                          switches, seed, eod):
     prefix = write_chat(str(tmp_path_factory.mktemp("chat") / "chat"), conversations)
     only, thinking, tools = switches
     indexed = mdc.IndexedDataset(prefix)
     config = mdc.GPTDataConfig(
         random_seed=seed, sequence_length=length, train_on_assistant_responses_only=only,
-        train_on_thinking_traces=thinking, train_on_tool_calls=tools, **layout)
+        train_on_thinking_traces=thinking, train_on_tool_calls=tools,
+        eod_id=eod, eod_mask_loss=eod is not None, **layout)
     dataset = mdc.GPTDataset(indexed, np.arange(len(indexed)), 3 * len(conversations), config)
     batch = _all(dataset)
-    expected = _oracle(conversations, batch, only, thinking, tools)
+    expected = _oracle(conversations, batch, only, thinking, tools, eod)
     np.testing.assert_array_equal(batch["loss_mask"] > 0, expected)
     assert set(np.unique(batch["loss_mask"]).tolist()) <= {0.0, 1.0}
 
