@@ -6,7 +6,8 @@ through torchtitan's ``Config.build(...)`` dispatch, DP ranks disjoint and compl
 state through torch.distributed.checkpoint (what torchtitan's checkpointer uses) giving
 the same next batches (with and without workers), document masking as torchtitan 0.3's
 attention reads it (``positions`` -> ``create_varlen_metadata_for_document`` equals
-megadata's ``cu_seqlens``), the JSON data config.
+megadata's ``cu_seqlens``), the JSON data config, a conversation corpus's loss mask as
+``labels`` -100.
 """
 
 from __future__ import annotations
@@ -321,6 +322,34 @@ def test_json_data_config(corpus, tmp_path):
     with pytest.raises(DataError, match="sequense_length"):
         build(str(path))
 
+
+
+@pytest.mark.parametrize("packing", ["concat", "best_fit"])
+def test_conversation_labels_are_ignored_where_the_roles_do_not_train(tmp_path, packing):
+    """A conversation corpus blended with a plain one, the switches in the JSON data
+    config: ``labels`` are -100 exactly where megadata's loss mask is 0 (the roles that do
+    not train, labels across conversations), the core's labels elsewhere."""
+    from conversation_corpora import Corpora, trained_roles
+
+    corpora = Corpora(str(tmp_path))
+    path = corpora.write_json(str(tmp_path / "data.json"), train_on_tool_calls=True,
+                              train_samples=40)
+    loader = build(path, batch=4, packing=packing, document_masking=packing == "best_fit")
+    assert loader.data_config.trained_roles_mode.roles == tuple(
+        sorted(trained_roles(tools=True)))
+    batches = list(loader)
+    assert len(batches) == 10
+    for step, (inputs, labels) in enumerate(batches):
+        core = loader.dataset.__getitems__(np.arange(step * 4, (step + 1) * 4))
+        want = np.where(core["loss_mask"] == 0, tt.IGNORE_INDEX, core["labels"])
+        np.testing.assert_array_equal(labels.numpy(), want)
+        assert labels.dtype == torch.long
+        if packing == "concat":  # the oracle, from the roles themselves
+            trains = corpora.expected_mask(inputs["input"].numpy(), core["labels"],
+                                           trained_roles(tools=True))
+            np.testing.assert_array_equal(labels.numpy() != tt.IGNORE_INDEX, trains)
+    every = np.concatenate([labels.numpy() for _, labels in batches])
+    assert (every == tt.IGNORE_INDEX).any() and (every != tt.IGNORE_INDEX).any()
 
 def test_bad_paths(tmp_path):
     with pytest.raises(DataError, match="dataset_path"):
