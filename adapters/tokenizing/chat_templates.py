@@ -26,16 +26,21 @@ with ``add_special_tokens=False``, as ``apply_chat_template(..., tokenize=True)`
 
 The roles, proven for each conversation:
 
-1. The conversation is rendered once for real and once with each content and reasoning
-   segment replaced by a placeholder (private-use characters absent from the text). The
-   template's text around the placeholders must give the real text once the values are
-   put back (a value the template trims, as Jinja's ``trim`` or Python's ``strip``, is
-   put back trimmed); each value then has its character span.
+1. The conversation is rendered once for real and once with each content, reasoning
+   segment and tool call's name replaced by a placeholder (private-use characters absent
+   from the text). The template's text around the placeholders must give the real text
+   once the values are put back, each as given or trimmed (Jinja's ``trim``), in exactly
+   one way; each value then has its character span. Empty values get placeholders too
+   (they anchor an assistant's end of turn); where that changes the render (a template
+   testing ``if message.content``), those of messages with tool calls, then all, are
+   left empty, and an assistant message left with no segment at all is unprovable.
 2. An assistant's end of turn is ``end_of_turn``, else the added token the template puts
-   right after an assistant's content (probed once per template and tokenizer); its first
-   occurrence in the template's text after the assistant's last segment (before the next
-   segment) is the END_OF_TURN span, the text between them TOOL_CALL when the message
-   has tool calls (whose data must not hold the end of turn: which one ends is unknown).
+   right after an assistant's content (probed once per call); its first occurrence in
+   the template's text after the message's last segment (before the next segment) is
+   the END_OF_TURN span. With tool calls, the text from the end of the content before
+   the first call's name (the name itself when no content precedes it) to the end of
+   turn is TOOL_CALL; the calls' data must not hold the end of turn (which one ends the
+   turn is unknown then).
 3. Tokens get the role of the span holding them (offsets of the tokenizer without its
    post-processor, which trims offsets and adds no token without special tokens); a
    token straddling a span's edge makes the conversation unprovable.
@@ -496,7 +501,9 @@ def _spans(template: ChatTemplate, messages: Sequence[dict], real: str, end_of_t
             # the tool calls: from the end of the content before the first call's name
             # (its name when there is none) to the end of turn
             own = [seg for seg in found if seg[3] == message]
-            first = next(seg[0] for seg in own if seg[2] == _NAME)
+            # (no name rendered: the template leaves the calls out, or writes them from
+            # the content's end)
+            first = next((seg[0] for seg in own if seg[2] == _NAME), at)
             before = [seg[1] for seg in own if seg[2] != _NAME and seg[1] <= first]
             start = max(before, default=first)
             if any(seg[2] != _NAME and seg[0] < at and seg[1] > start for seg in own):
@@ -561,12 +568,14 @@ def encode_conversations(
     for i, messages in enumerate(conversations):
         try:
             text = template.render(messages)
-            spans.append(_spans(template, messages, text, end_of_turn))
-            texts.append(text)
-        except _UnprovableError as why:
-            reasons[i] = str(why)
         except Exception as error:  # the template refusing it (raise_exception, ...)
             reasons[i] = f"the template fails on it: {error}"
+        else:
+            try:
+                spans.append(_spans(template, messages, text, end_of_turn))
+                texts.append(text)
+            except _UnprovableError as why:
+                reasons[i] = str(why)
         if i in reasons and on_unprovable == "refuse":
             break
     kept = [i for i in range(len(conversations)) if i not in reasons]

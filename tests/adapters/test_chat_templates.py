@@ -394,6 +394,12 @@ def test_builtins_and_tokenizer_directory(tokenizer, tmp_path):
         assert again[0].tolist() == list(reloaded.apply_chat_template(messages,
                                                                       return_dict=False))
         assert again_roles[0].tolist() == roles[0].tolist()
+    # the built-in ChatML leaves tool calls out: nothing of them to train
+    called = [*messages, {"role": "assistant", "content": "ok", "tool_calls": [
+        {"type": "function", "function": {"name": "f", "arguments": {}}}]}]
+    ids, roles, _ = encode_conversations([called], ChatTemplate.builtin("chatml"), tokenizer)
+    assert not np.any(roles[0] == Role.TOOL_CALL)
+    assert np.count_nonzero(roles[0] == Role.END_OF_TURN) == 2
     with pytest.raises(DataError, match="not one of chatml, llama3"):
         ChatTemplate.builtin("vicuna")
     (tmp_path / "empty").mkdir()
