@@ -428,8 +428,8 @@ def _collapse_spaces(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray,
     if not data.size:
         return data, offsets
     space = data == 32
-    # the drop mask padded to whole 64-byte blocks: counted as uint64 words below
-    drop = np.zeros(-(-(data.size + 1) // 64) * 64, bool)
+    # the drop mask padded to whole 8-byte words: counted as uint64 words below
+    drop = np.zeros(-(-(data.size + 1) // 8) * 8, bool)
     drop[0] = True
     np.logical_and(space[1:], space[:-1], out=drop[1 : data.size])
     starts = offsets[:-1][offsets[:-1] < data.size]
@@ -468,21 +468,17 @@ _BYTE_SUM = np.uint64(0x0101010101010101)  # times a word of 0/1 bytes: their su
 
 def _counts_before(mask: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """int64 ``mask[:p].sum()`` for each p of ``positions`` (int64, each below
-    ``mask.size``): ``mask`` bool, its size a multiple of 64; counted per 8-byte word
+    ``mask.size``): ``mask`` bool, its size a multiple of 8; counted per 8-byte word
     (no index array of every set byte)."""
     words = mask.view(np.uint64)
-    per_word = np.multiply(words, _BYTE_SUM)
-    np.right_shift(per_word, np.uint64(56), out=per_word)
-    blocks = per_word.reshape(-1, 8)
-    before_block = np.zeros(blocks.shape[0] + 1, np.int64)
-    np.cumsum(blocks.sum(axis=1), out=before_block[1:])
+    before_word = np.zeros(words.size + 1, np.uint64)
+    np.multiply(words, _BYTE_SUM, out=before_word[1:])
+    np.right_shift(before_word[1:], np.uint64(56), out=before_word[1:])
+    np.cumsum(before_word, out=before_word)
     word = positions >> 3
-    block = word >> 3
-    earlier = np.arange(8) < (word & 7)[:, None]  # the block's whole words before p
-    within = (blocks[block] * earlier).sum(axis=1).astype(np.int64)
     low = (np.uint64(1) << ((positions & 7) * 8).astype(np.uint64)) - np.uint64(1)
     partial = ((words[word] & low) * _BYTE_SUM) >> np.uint64(56)  # bytes of p's word before p
-    return before_block[block] + within + partial.astype(np.int64)
+    return (before_word[word] + partial).astype(np.int64)
 
 
 def _within(step: np.ndarray) -> np.ndarray:

@@ -332,7 +332,7 @@ def test_the_space_collapse_equals_the_rule_one_character_at_a_time(batch):
 @settings(max_examples=200, deadline=None)
 @given(bits=st.lists(st.booleans(), max_size=300), data=st.data())
 def test_counts_before_equal_a_cumulative_sum(bits, data):
-    size = -(-(len(bits) + 1) // 64) * 64
+    size = -(-(len(bits) + 1) // 8) * 8
     mask = np.zeros(size, bool)
     mask[: len(bits)] = bits
     positions = np.asarray(data.draw(st.lists(st.integers(0, size - 1), max_size=20)),
