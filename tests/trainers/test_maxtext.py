@@ -321,6 +321,44 @@ def test_data_config_gives_megadatas_samples_under_maxtexts_keys(
             assert np.any(crossing)  # the bins hold several documents
 
 
+
+@needs_maxtext
+def test_conversation_loss_mask_is_maxtexts_targets_segmentation(grain_data_processing, tmp_path):
+    """A conversation corpus blended with a plain one (the JSON data config, with a
+    train_on_* switch): MaxText's create_data_iterator weights exactly the labels that
+    megadata's loss mask trains (targets_segmentation 0 elsewhere), which are the labels
+    of the trained roles read off the roles directly."""
+    from conversation_corpora import Corpora, trained_roles
+    from maxtext.input_pipeline.input_pipeline_interface import create_data_iterator
+    from maxtext.utils import maxtext_utils
+
+    (tmp_path / "corpora").mkdir()
+    corpora = Corpora(str(tmp_path / "corpora"))
+    path = corpora.write_json(str(tmp_path / "data.json"), train_on_thinking_traces=True,
+                              path_to_cache=str(tmp_path / "cache"))
+    config = _maxtext_config(tmp_path, tmp_path, grain_train_files=path, vocab_size=32768)
+    mesh = maxtext_utils.get_mesh_from_config(config)
+    iterator, _ = create_data_iterator(config, mesh)
+    batches = [{k: np.asarray(v) for k, v in next(iterator).items()} for _ in range(2)]
+    fields = {key: mx_data_json._tuples(value) for key, value in
+              json.loads((tmp_path / "data.json").read_text()).items()}
+    ours = mdc.build_datasets(
+        mdc.GPTDataConfig(**fields, sequence_length=64, random_seed=config.data_shuffle_seed,
+                          eod_id=EOD, create_attention_mask=False),
+        [config.steps * config.global_batch_size_to_load, 0, 0],
+    )[0]
+    size = config.global_batch_size_to_load
+    roles = trained_roles(thinking=True)
+    for step, batch in enumerate(batches):
+        core = ours.__getitems__(np.arange(step * size, (step + 1) * size))
+        np.testing.assert_array_equal(batch["inputs"], core["tokens"])
+        trained = batch["targets_segmentation"] != 0
+        np.testing.assert_array_equal(trained, core["loss_mask"] != 0)
+        np.testing.assert_array_equal(
+            trained, corpora.expected_mask(batch["inputs"], batch["targets"], roles))
+        chat = corpora.chat_rows(batch["inputs"])
+        assert chat.any() and not trained[chat].all()
+
 @needs_maxtext
 def test_launcher_trains_on_a_data_config(corpus, tmp_path):
     """A best_fit data config with source ids, through the launcher: MaxText trains."""
