@@ -588,11 +588,13 @@ def encode_conversations(
     def decode(ids: np.ndarray) -> str:
         return rust.decode(ids.tolist(), skip_special_tokens=False)
 
-    out_ids, out_roles = [], []
+    out_ids: list[np.ndarray] = []
+    out_roles: list[np.ndarray] = []
     for i, text, (bounds, span_roles), encoding in zip(kept, texts, spans, encodings):
         ids = np.asarray(encoding.ids, dtype=np.int32)
         offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
         roles, straddling = token_roles(offsets, bounds, span_roles)
+        reason: str | None
         if straddling.size:
             t = int(straddling[0])
             reason = (f"token {t} ({text[offsets[t, 0]:offsets[t, 1]]!r}) straddles the edge "
