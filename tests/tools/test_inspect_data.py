@@ -297,6 +297,96 @@ def test_segment_ids_are_marked_when_samples_carry_them():
     assert "seg" not in plain and plain.count("⟦doc") == 2
 
 
+
+class _Runs(html.parser.HTMLParser):
+    """Each sample's runs on a samples page: (classes, first token, last token)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.samples: list[list[tuple[set, int, int]]] = []
+
+    def handle_starttag(self, tag, attrs) -> None:
+        attrs = dict(attrs)
+        if tag == "div" and attrs.get("class") == "sample":
+            self.samples.append([])
+        found = re.search(r"tokens (\d+)\.\.(\d+)$", attrs.get("title") or "")
+        if tag == "span" and found and self.samples:
+            classes = set((attrs.get("class") or "").split())
+            self.samples[-1].append((classes, int(found[1]), int(found[2])))
+
+
+def _positions(runs, name: str) -> list[int]:
+    return sorted(t for classes, a, b in runs if name in classes for t in range(a, b + 1))
+
+
+def test_samples_html_marks_the_trained_positions_of_a_conversation_corpus(data):
+    """A conversation corpus blended with a plain one: on the page, a conversation
+    sample's ``trained`` runs are exactly its positions with loss mask 1 (the oracle's,
+    from the roles), the rest ``context``; a plain sample keeps struck-through masks."""
+    from conversation_corpora import Corpora
+
+    root = data["root"] / "conversations"
+    root.mkdir(exist_ok=True)
+    corpora = Corpora(str(root))
+    config = write_tool_config(root / "chat.py", f"""
+c.data_path = '0.5 {corpora.chat} 0.5 {corpora.plain}'
+c.split = '100,0,0'
+c.sequence_length = 16
+c.create_attention_mask = False
+c.train_samples = 40
+""", root / "cache")
+    indices = list(range(12))
+    result = _run(data, "samples", f"--config={config}",
+                  f"--indices={','.join(map(str, indices))}", "--html", out="chat")
+    (page,) = _wrote(result)
+    _, (train, _, _) = _built(config)
+    batch = train.__getitems__(np.array(indices))
+    chat = corpora.chat_rows(batch["tokens"])
+    assert chat.any() and (~chat).any()
+    headings = [line for line in result.stdout.splitlines() if line.startswith("sample ")]
+    assert ["conversation corpus:" in line for line in headings] == chat.tolist()
+    parser = _Runs()
+    parser.feed(page.read_text(encoding="utf-8"))
+    assert len(parser.samples) == len(indices)
+    for row, runs in enumerate(parser.samples):
+        mask = batch["loss_mask"][row]
+        trained, masked = np.flatnonzero(mask).tolist(), np.flatnonzero(mask == 0).tolist()
+        if chat[row]:
+            expected = corpora.expected_mask(batch["tokens"][row : row + 1],
+                                             batch["labels"][row : row + 1])[0]
+            assert trained == np.flatnonzero(expected).tolist()
+            assert _positions(runs, "trained") == trained
+            assert _positions(runs, "context") == masked
+            assert _positions(runs, "masked") == []
+            assert f"{len(trained)} trained (labels of ASSISTANT+END_OF_TURN)" in headings[row]
+        else:
+            assert _positions(runs, "trained") == _positions(runs, "context") == []
+            assert _positions(runs, "masked") == masked
+    # the batch page (batch --step N --html) marks the same positions of the same samples
+    result = _run(data, "batch", f"--config={config}", "--step=0", "--global_batch_size=12",
+                  "--html", out="chat")
+    (page,) = _wrote(result)
+    parser = _Runs()
+    parser.feed(page.read_text(encoding="utf-8"))
+    assert len(parser.samples) == len(indices)
+    for row, runs in enumerate(parser.samples):
+        name = "trained" if chat[row] else "masked"
+        mask = batch["loss_mask"][row] != 0 if chat[row] else batch["loss_mask"][row] == 0
+        assert _positions(runs, name) == np.flatnonzero(mask).tolist()
+
+
+def test_samples_html_needs_a_conversation_flag_per_sample():
+    from megadata_cli import inspect_samples
+
+    tokens = np.array([4, 5, 6])
+    runs = inspect_samples.runs(tokens, np.zeros(3, int), np.array([0, 1, 1]), None, None)
+    page = inspect_samples.as_html("t", [("h", tokens, runs)], None, [True])
+    # the legend's and the run's
+    assert page.count("class='trained'") == page.count("class='context'") == 2
+    assert "class='trained'" not in inspect_samples.as_html("t", [("h", tokens, runs)], None)
+    with pytest.raises(mdc.DataError, match="conversations: 2 flags for 1 samples"):
+        inspect_samples.as_html("t", [("h", tokens, runs)], None, [True, False])
+
 def test_preprocess_merge_phase_has_its_bar_only_when_it_merges(data):
     command = _tool_commands(data, "preprocess_data")
     status, terminal = _under_pty([*command, "--partitions=2"])

@@ -338,7 +338,7 @@ def samples_command() -> None:
     batch = dataset.__getitems__(indices)
     members = inspection.members(dataset)
     eod = config.eod_id
-    pages = []
+    pages, conversations = [], []
     for row, index in enumerate(indices.tolist()):
         tokens = np.asarray(batch["tokens"][row])
         documents = sources.documents[row, : len(tokens)]
@@ -356,9 +356,15 @@ def samples_command() -> None:
             f"{int(np.count_nonzero(loss_mask == 0)):,} loss-masked"
             + (f", segments {sorted(set(segments.tolist()))}" if segments is not None else "")
         )
+        conversation = inspect_samples.is_conversation(members[member])
+        if conversation:
+            roles = "+".join(role.name for role in config.trained_roles_mode.roles)
+            heading += (f"; conversation corpus: {int(np.count_nonzero(loss_mask)):,} "
+                        f"trained (labels of {roles})")
         print(f"\n{heading}")
         print(inspect_samples.as_text(tokens, sample_runs, tokenizer))
         pages.append((heading, tokens, sample_runs))
+        conversations.append(conversation)
     print()
     if FLAGS.html:
         path = _output(f"{FLAGS.which_split}_samples.html")
@@ -367,7 +373,7 @@ def samples_command() -> None:
         with open(temp, "w", encoding="utf-8") as stream:
             stream.write(inspect_samples.as_html(
                 f"megadata samples: {FLAGS.which_split} {','.join(FLAGS.indices)}",
-                pages, tokenizer,
+                pages, tokenizer, conversations,
             ))
         os.replace(temp, path)
         _wrote([path])

@@ -128,7 +128,7 @@ def batch_html(path: str, title: str, dataset, positions, segments, eod, tokeniz
 
     batch = dataset.__getitems__(positions)
     members = inspection.members(dataset)
-    pages = []
+    pages, conversations = [], []
     for row, position in enumerate(positions.tolist()):
         tokens = np.asarray(batch["tokens"][row])
         documents = token_documents(segments, row, segments.width)[: len(tokens)]
@@ -145,8 +145,9 @@ def batch_html(path: str, title: str, dataset, positions, segments, eod, tokeniz
         )
         heading = f"sample {position}: dataset {j} {_prefix(members[j])}: {listed}"
         pages.append((heading, tokens, runs))
+        conversations.append(inspect_samples.is_conversation(members[j]))
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    page = inspect_samples.as_html(title, pages, tokenizer).encode("utf-8")
+    page = inspect_samples.as_html(title, pages, tokenizer, conversations).encode("utf-8")
     write_atomically(path, lambda stream: stream.write(page))
     return path
 

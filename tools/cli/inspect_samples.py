@@ -4,14 +4,22 @@ and segment ids marked, as plain text or a small self-contained HTML page.
 A sample is cut into *runs* of tokens that share their document, loss mask and segment
 (an EOD token is a run of its own); each run is decoded on its own (a multi-byte
 character cut by a run boundary shows as a replacement character).
+
+A sample of a conversation corpus (a member with a roles sibling, docs/conversations.md)
+mostly does not train: on the HTML page its trained positions (``loss_mask`` 1: the
+label that follows them trains) are one strong colour, ``trained``, and the rest is
+dimmed context, ``context``, instead of striking most of the text through.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from megadata_core.errors import DataError
 
 # Backgrounds for consecutive documents of one sample (cycled).
 PALETTE = ("#fde2b8", "#cfe8fc", "#d5f5d0", "#f6d1ee", "#fff4a8", "#dcd6fb", "#c9f1ee")
@@ -61,6 +69,12 @@ def runs(
     ]
 
 
+def is_conversation(member) -> bool:
+    """Whether a GPT dataset (a blend's member) reads a conversation corpus: its loss
+    mask trains only the labels of the trained roles."""
+    return bool(getattr(member, "has_roles", False))
+
+
 def decode(tokenizer, tokens: np.ndarray) -> str:
     """A run's text: the tokenizer's decoding, or the token ids without one."""
     if tokenizer is None:
@@ -94,20 +108,47 @@ body { font-family: sans-serif; margin: 1.5em; color: #222; }
 .text { font-family: monospace; white-space: pre-wrap; border: 1px solid #ccc;
         padding: 0.6em; line-height: 1.5; }
 .masked { text-decoration: line-through; opacity: 0.55; }
+.trained { background: #1a7f37 !important; color: #fff; }
+.context { opacity: 0.45; }
 .eod { background: #444; color: #fff; border-radius: 3px; padding: 0 2px; }
 .mark { font-size: 75%; color: #555; background: #eee; border-radius: 3px;
         padding: 0 3px; margin-right: 2px; }
 """
 
 
-def as_html(title: str, samples: list[tuple[str, np.ndarray, list[Run]]], tokenizer) -> str:
+def _classes(run: Run, conversation: bool) -> str:
+    """A run's CSS classes: ``eod``; in a conversation sample ``trained`` (loss mask 1)
+    or ``context``, elsewhere ``masked`` (loss mask 0)."""
+    if conversation:
+        names = ["eod"] if run.eod else []
+        return " ".join([*names, "context" if run.masked else "trained"])
+    return " ".join(name for name, on in (("eod", run.eod), ("masked", run.masked)) if on)
+
+
+def as_html(
+    title: str,
+    samples: list[tuple[str, np.ndarray, list[Run]]],
+    tokenizer,
+    conversations: Sequence[bool] | None = None,
+) -> str:
     """A self-contained page: per sample its heading and text, a colour per document,
-    masked text struck through, EOD tokens dark, document/segment marks at each start."""
+    masked text struck through, EOD tokens dark, document/segment marks at each start.
+    ``conversations[k]``: sample k comes from a conversation corpus (its trained
+    positions one strong colour, the rest dimmed context; module docstring)."""
+    flags = [False] * len(samples) if conversations is None else [bool(c) for c in conversations]
+    if len(flags) != len(samples):
+        raise DataError(f"conversations: {len(flags)} flags for {len(samples)} samples")
     body = [f"<h1>{html.escape(title)}</h1>",
             "<p>One colour per document; <span class='masked'>struck through</span>: "
             "loss-masked; <span class='eod'>eod</span>: end of document; hover a run for "
             "its document, segment and token positions.</p>"]
-    for heading, tokens, sample_runs in samples:
+    if any(flags):
+        body.append(
+            "<p>Conversation samples: <span class='trained'>trained</span>: positions whose "
+            "label (the next token) trains (loss mask 1); <span class='context'>dimmed"
+            "</span>: context, not trained.</p>"
+        )
+    for (heading, tokens, sample_runs), conversation in zip(samples, flags):
         colours: dict[int, str] = {}
         spans = []
         previous = None
@@ -118,9 +159,7 @@ def as_html(title: str, samples: list[tuple[str, np.ndarray, list[Run]]], tokeni
                 spans.append(f"<span class='mark'>{html.escape(_label(run))}</span>")
                 previous = where
             text = "eod" if run.eod else decode(tokenizer, tokens[run.start : run.stop])
-            classes = " ".join(
-                name for name, on in (("eod", run.eod), ("masked", run.masked)) if on
-            )
+            classes = _classes(run, conversation)
             tip = f"{_label(run)}, tokens {run.start}..{run.stop - 1}"
             style = "" if run.eod else f" style='background:{colour}'"
             spans.append(
