@@ -47,7 +47,7 @@ import time
 
 import numpy as np
 
-from bench.harness import median_of, progress
+from bench.harness import measure, median_of, progress, timed
 from bench.packing import lower_bound, pack_ours
 from bench.preprocess_peers import real_text_jsonl
 
@@ -275,6 +275,34 @@ def check_sample(bench, source: str, ours: str, tokenizer_dir: str, seed: int) -
                 f"(differ: {bad[:5]})" if bad else "")
 
 
+def where_the_time_goes(bench, source: str, tokenizer_dir: str, ours: float,
+                        peer: float) -> None:
+    """A note: the parts both sides share, each alone over the whole input (JSON, the
+    chatml render, tokenizers' Rust encoder in one encode_batch and one text a call)."""
+    from tokenizers import Tokenizer
+
+    from megadata_adapters.tokenizing.chat_templates import ChatTemplate
+
+    def read() -> list:
+        with open(source, encoding="utf-8") as stream:
+            return [json.loads(line)["messages"] for line in stream]
+
+    template = ChatTemplate.builtin("chatml")
+    rust = Tokenizer.from_file(os.path.join(tokenizer_dir, "tokenizer.json"))
+    rust.post_processor = None
+    parse, rows = measure(read)
+    render, texts = measure(lambda: [template.render(messages) for messages in rows])
+    batch = timed(lambda: rust.encode_batch(texts, add_special_tokens=False))
+    single = timed(lambda: [rust.encode(text, add_special_tokens=False) for text in texts])
+    bench.note(
+        f"preprocess, where the time goes (s, each part alone over the whole input, once): "
+        f"json.loads {parse:.2f}, chatml render (Jinja) {render:.2f}, tokenizers' Rust "
+        f"encoder: one encode_batch {batch:.2f} (its thread pool), one text a call "
+        f"{single:.2f} (one thread); of ours 1 worker's {ours:.2f} and the transformers "
+        f"loop's {peer:.2f} (medians)"
+    )
+
+
 # -- items ---------------------------------------------------------------------------
 
 
@@ -307,6 +335,9 @@ def item_preprocess(bench, source: str, nbytes: int, tokenizer_dir: str, kept: s
                 compare(bench, name, bench.path("preprocess", name.replace(" ", "-")), peer)
         shutil.rmtree(os.path.dirname(peer), ignore_errors=True)
     check_sample(bench, source, kept, tokenizer_dir, bench.seed)
+    progress("preprocess: where the time goes")
+    where_the_time_goes(bench, source, tokenizer_dir, median_of(seconds["ours 1 worker"]),
+                        median_of(seconds["transformers loop"]))
     megabytes = nbytes / 1e6
     rates = {name: megabytes / median_of(values) for name, values in seconds.items()}
     for name, _ in SIDES[:2]:
