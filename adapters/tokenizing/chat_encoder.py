@@ -24,7 +24,8 @@ from megadata_core.preprocess.encoding import BadLineError
 from .chat_templates import (
     BUILTIN_TEMPLATES,
     ChatTemplate,
-    encode_conversations,
+    encode_each,
+    end_of_turn_of,
     load_tokenizer_object,
 )
 
@@ -41,6 +42,7 @@ class ChatEncoder:
         self.eod_id = int(tokenizer.eod_id)
         self.vocab_size = int(tokenizer.vocab_size)
         self._rust = load_tokenizer_object(tokenizer)  # loaded once, not per block
+        end_of_turn_of(template, self._rust)  # a template with none fails here, before work
 
     def encode(self, text: str):
         return self.tokenizer.encode(text)
@@ -58,20 +60,10 @@ class ChatEncoder:
                 at.append(i)
             except DataError as error:
                 results[i] = BadLineError(str(error), "bad_conversation")
-        try:  # the whole block in one batch; one refused: each alone, to name every one
-            encoded = [_encoded(self, normalized, [where[i] for i in at])]
-        except DataError:
-            encoded = []
-            for i, messages in zip(at, normalized):
-                try:
-                    encoded.append(_encoded(self, [messages], [where[i]]))
-                except DataError as error:
-                    encoded.append(BadLineError(str(error), "unprovable"))
-            for i, result in zip(at, encoded):
-                results[i] = result if isinstance(result, BadLineError) else result[0]
-            return results
-        for i, pair in zip(at, encoded[0]):
-            results[i] = pair
+        for i, result in zip(at, encode_each(normalized, self.template, self._rust)):
+            results[i] = result if not isinstance(result, str) else BadLineError(
+                f"{where[i]}: the conversation's roles cannot be proven with "
+                f"{self.template.name}: {result}", "unprovable")
         return results
 
     def __repr__(self) -> str:
@@ -85,12 +77,6 @@ def _form(value: object) -> str:
     ``value``) or OpenAI's (``role`` / ``content``)."""
     first = value[0] if isinstance(value, list) and value else None
     return "conversations" if isinstance(first, dict) and "from" in first else "messages"
-
-
-def _encoded(encoder: ChatEncoder, conversations: list, where: list[str]) -> list:
-    ids, roles, _ = encode_conversations(conversations, encoder.template, encoder._rust,
-                                         on_unprovable="refuse", where=where)
-    return list(zip(ids, roles))
 
 
 def chat_template(spec: str, end_of_turn: str | None = None) -> ChatTemplate:

@@ -76,6 +76,8 @@ __all__ = [
     "ChatTemplate",
     "compile_template",
     "encode_conversations",
+    "encode_each",
+    "end_of_turn_of",
     "load_tokenizer_object",
 ]
 
@@ -538,6 +540,72 @@ def _probe_end_of_turn(template: ChatTemplate, added: Sequence[str]) -> str:
     return max(following, key=len)
 
 
+def end_of_turn_of(template: ChatTemplate, tokenizer) -> str:
+    """The template's assistant end of turn with ``tokenizer``: ``template.end_of_turn``,
+    else the added token the template writes right after an assistant's content (a
+    DataError naming the template when there is none)."""
+    if template.end_of_turn is not None:
+        return template.end_of_turn
+    rust = load_tokenizer_object(tokenizer)
+    added = [token.content for token in rust.get_added_tokens_decoder().values()]
+    return _probe_end_of_turn(template, added)
+
+
+def encode_each(
+    conversations: Sequence[Sequence[dict]],
+    template: ChatTemplate,
+    tokenizer,
+    *,
+    stop_at_first: bool = False,
+) -> list[tuple[np.ndarray, np.ndarray] | str]:
+    """Per conversation: its int32 [T] ids and uint8 [T] ``Role`` codes (proven as the
+    module docstring says), or the reason they cannot be proven (a string). With
+    ``stop_at_first`` the conversations after the first unprovable one are not encoded
+    (their entries are None)."""
+    rust = load_tokenizer_object(tokenizer)
+    offsets_tokenizer = _without_post_processor(rust)
+    end_of_turn = end_of_turn_of(template, rust)
+    results: list = [None] * len(conversations)
+    texts: list[str] = []
+    spans: list[tuple[np.ndarray, np.ndarray]] = []
+    kept: list[int] = []
+    for i, messages in enumerate(conversations):
+        try:
+            text = template.render(messages)
+        except Exception as error:  # the template refusing it (raise_exception, ...)
+            results[i] = f"the template fails on it: {error}"
+        else:
+            try:
+                spans.append(_spans(template, messages, text, end_of_turn))
+                texts.append(text)
+                kept.append(i)
+            except _UnprovableError as why:
+                results[i] = str(why)
+        if results[i] is not None and stop_at_first:
+            return results
+    encodings = offsets_tokenizer.encode_batch(texts, add_special_tokens=False)
+
+    def decode(ids: np.ndarray) -> str:
+        return rust.decode(ids.tolist(), skip_special_tokens=False)
+
+    for i, text, (bounds, span_roles), encoding in zip(kept, texts, spans, encodings):
+        ids = np.asarray(encoding.ids, dtype=np.int32)
+        offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
+        roles, straddling = token_roles(offsets, bounds, span_roles)
+        reason: str | None
+        if straddling.size:
+            t = int(straddling[0])
+            reason = (f"token {t} ({text[offsets[t, 0]:offsets[t, 1]]!r}) straddles the edge "
+                      "of a content span")
+        else:
+            reason = check_roles(ids, roles, expected_pieces(text, bounds, span_roles),
+                                 decode)
+        results[i] = (ids, roles) if reason is None else reason
+        if reason is not None and stop_at_first:
+            return results
+    return results
+
+
 def encode_conversations(
     conversations: Sequence[Sequence[dict]],
     template: ChatTemplate,
@@ -555,59 +623,18 @@ def encode_conversations(
         raise DataError(f"where: {len(where)} names for {len(conversations)} conversations")
     names = list(where) if where is not None else [f"conversation {i}"
                                                    for i in range(len(conversations))]
-    rust = load_tokenizer_object(tokenizer)
-    offsets_tokenizer = _without_post_processor(rust)
-    end_of_turn = template.end_of_turn
-    if end_of_turn is None:
-        added = [token.content for token in rust.get_added_tokens_decoder().values()]
-        end_of_turn = _probe_end_of_turn(template, added)
-
-    reasons: dict[int, str] = {}
-    texts: list[str] = []
-    spans: list[tuple[np.ndarray, np.ndarray]] = []
-    for i, messages in enumerate(conversations):
-        try:
-            text = template.render(messages)
-        except Exception as error:  # the template refusing it (raise_exception, ...)
-            reasons[i] = f"the template fails on it: {error}"
-        else:
-            try:
-                spans.append(_spans(template, messages, text, end_of_turn))
-                texts.append(text)
-            except _UnprovableError as why:
-                reasons[i] = str(why)
-        if i in reasons and on_unprovable == "refuse":
-            break
-    kept = [i for i in range(len(conversations)) if i not in reasons]
-    if reasons and on_unprovable == "refuse":
-        first = min(reasons)
-        raise DataError(f"{names[first]}: the conversation's roles cannot be proven with "
-                        f"{template.name}: {reasons[first]}")
-    encodings = offsets_tokenizer.encode_batch(texts, add_special_tokens=False)
-
-    def decode(ids: np.ndarray) -> str:
-        return rust.decode(ids.tolist(), skip_special_tokens=False)
-
+    results = encode_each(conversations, template, tokenizer,
+                          stop_at_first=on_unprovable == "refuse")
     out_ids: list[np.ndarray] = []
     out_roles: list[np.ndarray] = []
-    for i, text, (bounds, span_roles), encoding in zip(kept, texts, spans, encodings):
-        ids = np.asarray(encoding.ids, dtype=np.int32)
-        offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
-        roles, straddling = token_roles(offsets, bounds, span_roles)
-        reason: str | None
-        if straddling.size:
-            t = int(straddling[0])
-            reason = (f"token {t} ({text[offsets[t, 0]:offsets[t, 1]]!r}) straddles the edge "
-                      "of a content span")
-        else:
-            reason = check_roles(ids, roles, expected_pieces(text, bounds, span_roles),
-                                 decode)
-        if reason is not None:
+    skipped = 0
+    for name, result in zip(names, results):
+        if isinstance(result, str):
             if on_unprovable == "refuse":
-                raise DataError(f"{names[i]}: the conversation's roles cannot be proven "
-                                f"with {template.name}: {reason}")
-            reasons[i] = reason
-            continue
-        out_ids.append(ids)
-        out_roles.append(roles)
-    return out_ids, out_roles, len(reasons)
+                raise DataError(f"{name}: the conversation's roles cannot be proven with "
+                                f"{template.name}: {result}")
+            skipped += 1
+        elif result is not None:
+            out_ids.append(result[0])
+            out_roles.append(result[1])
+    return out_ids, out_roles, skipped

@@ -147,3 +147,14 @@ def test_a_template_spec_that_names_nothing_is_refused(tmp_path):
         chat_template("vicuna")
     assert chat_template("llama3").name == "llama3"
     assert chat_template(str(_jinja(tmp_path, "{{ messages }}"))).source == "{{ messages }}"
+
+
+def test_a_template_without_an_end_of_turn_fails_before_any_work(tmp_path, tokenizer_dir):
+    tokenizer = load_tokenizer("huggingface", os.path.join(tokenizer_dir, "tokenizer.json"))
+    bare = chat_template(str(_jinja(tmp_path, "{% for m in messages %}{{ m['content'] }}"
+                                              "{% endfor %}")))
+    with pytest.raises(mdc.DataError, match="template.jinja: no added token of the tokenizer "
+                                            "follows an assistant's content"):
+        ChatEncoder(tokenizer, bare)
+    named = chat_template(str(tmp_path / "template.jinja"), end_of_turn="<|endoftext|>")
+    assert ChatEncoder(tokenizer, named).template.end_of_turn == "<|endoftext|>"
