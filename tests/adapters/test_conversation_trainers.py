@@ -203,6 +203,31 @@ def test_maxtext_data_config_source_with_switches(corpora, tmp_path):
     np.testing.assert_array_equal(batch["targets_segmentation"] != 0, core["loss_mask"] != 0)
 
 
+
+def test_maxtexts_own_file_types_warn_that_they_train_every_label(corpora, tmp_path, caplog):
+    """grain_file_type mmap_npy / mmap serve MaxText text (MaxText makes the masks): a
+    conversation corpus named there is read as stock MaxText reads it, with a warning
+    naming it and the data config that serves its roles' mask."""
+    from megadata_adapters.trainers.maxtext import source as mx_source
+
+    def plan(prefixes):
+        members = [(str(tmp_path / f"index{k}"), p, 40) for k, p in enumerate(prefixes)]
+        weights = None if len(prefixes) == 1 else [0.5] * len(prefixes)
+        return mx_source.MmapNpyPlan(
+            members, weights, None if weights is None else 80, seq_length=SEQ, eod_id=0,
+            seed=7, split=None, split_index=0, num_epoch=1, path_to_cache=str(tmp_path / "c"))
+
+    with caplog.at_level("WARNING", logger="megadata_adapters.trainers.maxtext"):
+        mx_source.MegadataNpySource(plan([corpora.plain]))
+        assert not caplog.records
+        source = mx_source.MegadataNpySource(plan([corpora.chat, corpora.plain]))
+    (record,) = caplog.records
+    assert corpora.chat in record.getMessage() and "grain_train_files: data.json" in \
+        record.getMessage() and "mmap_npy" in record.getMessage()
+    assert source[0]["text"].shape == (SEQ + 1,)  # the text, as MaxText's source gives it
+    assert mx_source.warn_conversations([corpora.plain, corpora.chat], "mmap") == [corpora.chat]
+
+
 # -- the JSON data config ---------------------------------------------------------------
 
 SWITCHES = {"train_on_assistant_responses_only": True, "train_on_thinking_traces": True,

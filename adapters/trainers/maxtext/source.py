@@ -14,6 +14,11 @@
 * ``grain_file_type: mmap``: :class:`MegadataDocumentSource`, MaxText's own windows over
   megadata's reads of the same documents.
 
+Both MaxText file types serve text, and MaxText makes the masks: a conversation corpus
+(a ``PREFIX_roles`` sibling) named there trains every label, as stock MaxText reads it,
+and :func:`warn_conversations` logs a warning that names it; its roles' loss mask
+reaches MaxText through a data config only.
+
 Grain's reader asks a host's source for its indices in order (``host_index + j *
 host_count`` for j = 0, 1, ...; from several threads at once). Where requests follow that
 order, :class:`ReadAheadSource` reads :attr:`~ReadAheadSource.READ_AHEAD` of them in one
@@ -42,11 +47,29 @@ from megadata_adapters.trainers.maxtext.keys import (
     to_maxtext,
 )
 from megadata_core.errors import DataError
+from megadata_core.format.roles import has_roles, roles_prefix
 
 log = logging.getLogger("megadata_adapters.trainers.maxtext")
 
 #: Megatron's (and MaxText's) blend overprovisioning, in percent.
 BLEND_MARGIN = 0.5
+
+
+def warn_conversations(prefixes: Sequence[str], file_type: str) -> list[str]:
+    """Warn (logged) about the conversation corpora among ``prefixes`` (a
+    ``PREFIX_roles`` sibling beside them) that ``grain_file_type: file_type`` reads: it
+    serves MaxText their text, and MaxText's own pipeline then trains every label. Only
+    a megadata data config (``grain_train_files: data.json``) serves their roles' loss
+    mask as ``targets_segmentation``. Returns those prefixes."""
+    found = [str(prefix) for prefix in prefixes if has_roles(str(prefix))]
+    for prefix in found:
+        log.warning(
+            "%s is a conversation corpus (%s beside it), but grain_file_type %s serves "
+            "MaxText its text and MaxText trains every label; name a megadata data config "
+            "(grain_train_files: data.json) to train only the labels of its trained roles",
+            prefix, roles_prefix(prefix), file_type,
+        )
+    return found
 
 
 class ReadAheadSource:
@@ -211,6 +234,7 @@ class MmapNpyPlan:
     def build(self):
         """The megadata dataset: a GPTDataset, or a BlendedDataset of them."""
         name = ("train", "valid", "test")[min(self.split_index, 2)]
+        warn_conversations([prefix for _, prefix, _ in self.members], "mmap_npy")
         datasets = []
         for index_dir, prefix, num_samples in self.members:
             indexed = mdc.IndexedDataset(prefix)
@@ -573,6 +597,7 @@ def create_mmap_source(path_prefix, split_sentences, seq_length, eod_id):
 
     datasource = sys.modules[SOURCE]
     prefixes = datasource._resolve_bin_prefixes(path_prefix.strip())
+    warn_conversations(prefixes, "mmap")
     source: Any = MegadataDocumentSource(prefixes, split_sentences=split_sentences)
     log.info("megadata serves MaxText's mmap documents: %r", source)
     if seq_length and eod_id is not None:
