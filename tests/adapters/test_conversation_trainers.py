@@ -2,14 +2,16 @@
 
 One conversation corpus (tokens + a roles sibling) blended with a plain corpus
 (tests/helpers/conversation_corpora.py). For each trainer's view of the same samples --
-Grain (``GrainSource``, Grain's own ``MapDataset``, ``batched_dataset``), torch
+Grain (``GrainSource``, Grain's own ``MapDataset``, ``batched_dataset`` in process and
+from a worker), torch
 (``TorchDataset`` under a ``DataLoader`` with a ``batch_sampler``), the Megatron drop-in
 (its builder's blend and its one-corpus ``GPTDataset``), MaxText's keys
 (``targets_segmentation``) and its data config source -- the mask equals the core's
 ``loss_mask``, and both equal the oracle read off the roles directly: no label of a
 role that does not train, none across conversations, every plain label. The JSON data
 config (MaxText's ``grain_train_files``, torchtitan's ``dataset_path``) takes the three
-``train_on_*`` switches. torchtitan's ``labels`` (-100) and data config, and MaxText's own
+``train_on_*`` switches. MaxText's own file types (mmap_npy, mmap), which serve text, warn
+that they train every label. torchtitan's ``labels`` (-100) and data config, and MaxText's own
 pipeline, run in their legs (tests/trainers/test_torchtitan.py, tests/trainers/test_maxtext.py).
 """
 
@@ -83,12 +85,16 @@ def test_grain_source_and_grains_own_datasets(train, expected):
     batches = list(grain.MapDataset.source(source).batch(BATCH))
     np.testing.assert_array_equal(np.concatenate([b["loss_mask"] for b in batches]),
                                   expected["loss_mask"])
-    micro = list(grain_source.batched_dataset(train, micro_batch_size=BATCH))
-    assert len(micro) == len(train) // BATCH
-    for step, batch in enumerate(micro):
-        rows = slice(step * BATCH, (step + 1) * BATCH)
-        np.testing.assert_array_equal(batch["tokens"], expected["tokens"][rows])
-        np.testing.assert_array_equal(batch["loss_mask"], expected["loss_mask"][rows])
+    # in process, and from a worker (the packed hand-over: an all-equal mask would travel
+    # as a recipe, this one must travel as its values)
+    for workers in (0, 1):
+        micro = list(grain_source.batched_dataset(train, micro_batch_size=BATCH,
+                                                  worker_count=workers))
+        assert len(micro) == len(train) // BATCH
+        for step, batch in enumerate(micro):
+            rows = slice(step * BATCH, (step + 1) * BATCH)
+            np.testing.assert_array_equal(batch["tokens"], expected["tokens"][rows])
+            np.testing.assert_array_equal(batch["loss_mask"], expected["loss_mask"][rows])
 
 
 # -- torch ------------------------------------------------------------------------------
@@ -99,8 +105,11 @@ def test_torch_dataloader_with_a_batch_sampler(train, expected, num_workers):
     from torch.utils.data import DataLoader
 
     sampler = mdc.samplers.PretrainingSampler(len(train), 0, BATCH, 0, 1)
+    # workers from a fork server: another test in this process may have started JAX's
+    # threads, and forking a multithreaded process can deadlock
+    context = {"multiprocessing_context": "forkserver"} if num_workers else {}
     data = DataLoader(torch_data.TorchDataset(train), batch_sampler=sampler,
-                      num_workers=num_workers)
+                      num_workers=num_workers, **context)
     batches = list(data)
     assert len(batches) == len(train) // BATCH
     got = np.concatenate([batch["loss_mask"].numpy() for batch in batches])
