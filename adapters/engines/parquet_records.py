@@ -80,8 +80,10 @@ class ParquetReader:
         metadata = self._open(path).metadata
         return [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
 
-    def _read(self, path: str, first_group: int, stop_group: int, columns: Sequence[str]):
-        """(pyarrow, the table of the row groups' ``columns``), checked: strings only."""
+    def _read(self, path: str, first_group: int, stop_group: int, columns: Sequence[str],
+              strings: bool = True):
+        """(pyarrow, the table of the row groups' ``columns``), checked: strings only
+        (unless ``strings`` is False)."""
         pa = _pyarrow()
         file = self._open(path)
         names = file.schema_arrow.names
@@ -97,7 +99,7 @@ class ParquetReader:
             raise DataError(
                 f"{path}: cannot read row groups {first_group}-{stop_group - 1} ({error})"
             ) from None
-        for name in columns:
+        for name in columns if strings else ():
             column = table.column(name)
             if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
                 raise DataError(f"{path}: column {name!r} holds {column.type}, not strings")
@@ -120,6 +122,12 @@ class ParquetReader:
             data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
             buffers.append((data, offsets.astype(np.int64)))
         return buffers, valid
+
+    def read_values(self, path: str, group: int, column: str) -> list:
+        """The row group's ``column`` as Python values (a list of messages per row for a
+        conversations column), None for nulls."""
+        _, table = self._read(path, group, group + 1, [column], strings=False)
+        return table.column(column).to_pylist()
 
     def read_columns(
         self, path: str, first_group: int, stop_group: int, columns: Sequence[str]

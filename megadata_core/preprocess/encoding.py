@@ -511,22 +511,43 @@ def tokenize_conversations(
             continue
         where.append(_where(path, first_line + offset))
         parsed.offsets.append(offset)
+    return encode_conversation_values(values, where, parsed, tokenizer, key,
+                                      span=(path, first_line, first_line + len(lines) - 1),
+                                      append_eod=append_eod, dtype=dtype,
+                                      skip_bad_lines=skip_bad_lines)
+
+
+def encode_conversation_values(
+    values: Sequence[object],
+    where: Sequence[str],
+    parsed: _ParsedLines,
+    tokenizer: ConversationEncoder,
+    key: str,
+    *,
+    span: tuple[str, int, int],
+    append_eod: bool,
+    dtype: np.typing.DTypeLike,
+    skip_bad_lines: bool,
+) -> TokenizedChunk:
+    """The chunk of conversations ``values`` (each named by ``where``; their offsets within
+    the chunk in ``parsed.offsets``, which also counts blank and bad entries): see
+    :func:`tokenize_conversations`. ``span``: (path, first, last line or row) for errors."""
+    path, first_line, last_line = span
     kept, ids, roles = [], [], []
-    for offset, result in zip(parsed.offsets, tokenizer.encode_conversations(values, where)):
+    results = tokenizer.encode_conversations(values, where)
+    for offset, place, result in zip(parsed.offsets, where, results):
         if isinstance(result, BadLineError):
             _refused(parsed, result, skip_bad_lines)
             continue
         tokens, codes = (np.asarray(part).reshape(-1) for part in result)
         if tokens.shape != codes.shape or (tokens.size and tokens.dtype.kind not in "iu"):
             raise DataError(f"tokenizer {tokenizer!r}: {tokens.size} ids ({tokens.dtype}) "
-                            f"and {codes.size} roles for {_where(path, first_line + offset)}")
+                            f"and {codes.size} roles for {place}")
         kept.append(offset)
         ids.append(tokens)
         roles.append(codes)
     lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
     ones = np.ones(len(ids), np.int64)
-    last_line = first_line + len(lines) - 1
-    span = (path, first_line, last_line)
     all_ids = np.concatenate(ids).astype(np.int64) if ids else np.zeros(0, np.int64)
     all_roles = np.concatenate(roles) if roles else np.zeros(0, ROLE_DTYPE)
     if all_roles.size and (all_roles.dtype.kind not in "iu" or int(all_roles.min()) < 0
@@ -549,6 +570,38 @@ def tokenize_conversations(
         bad_lines=dict(parsed.bad),
         bad_examples=parsed.examples,
     )
+
+
+def tokenize_conversation_rows(
+    values: Sequence[object],
+    tokenizer: ConversationEncoder,
+    json_keys: Sequence[str],
+    *,
+    where: str,
+    append_eod: bool = False,
+    dtype: np.typing.DTypeLike = np.int32,
+    skip_bad_lines: bool = False,
+) -> TokenizedChunk:
+    """:func:`tokenize_conversations` of a table's rows: ``values[i]`` is row i's value of
+    the one key (a messages list, as Arrow gives it; None for a null), ``where`` names the
+    table's part (rows are named from 1 within it)."""
+    if len(json_keys) != 1:
+        raise DataError(f"json_keys: {list(json_keys)!r}: a conversation corpus takes one key "
+                        "(the column that holds each row's messages)")
+    parsed = _ParsedLines()
+    kept, names = [], []
+    for row, value in enumerate(values):
+        if value is None:
+            _refused(parsed, BadLineError(f"{where}, row {row + 1}: column {json_keys[0]!r} "
+                                          "holds null, not a conversation", "not_conversation"),
+                     skip_bad_lines)
+            continue
+        kept.append(value)
+        names.append(f"{where}, row {row + 1}")
+        parsed.offsets.append(row)
+    return encode_conversation_values(kept, names, parsed, tokenizer, json_keys[0],
+                                      span=(where, 1, len(values)), append_eod=append_eod,
+                                      dtype=dtype, skip_bad_lines=skip_bad_lines)
 
 
 def _refused(parsed: _ParsedLines, error: BadLineError, skip_bad_lines: bool) -> None:

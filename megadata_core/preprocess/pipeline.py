@@ -253,7 +253,7 @@ def preprocess_tasks(
         tokenizer = _make_tokenizer(tokenizer_factory, append_eod)
         json_keys, keys = keys, list(output_keys(keys, tokenizer))  # the corpora written
         if is_conversational(tokenizer):
-            _check_conversational(tokenizer, paths, json_keys, splitter_factory, keep_empty)
+            _check_conversational(tokenizer, json_keys, splitter_factory, keep_empty)
             for key in keys[len(json_keys):]:  # each key's roles, beside its tokens
                 tokens_key = key[: -len(ROLES_SUFFIX)]
                 finals[key] = roles_prefix(finals[tokens_key])
@@ -589,9 +589,9 @@ def _token_total(tokens: Mapping[str, int]) -> int:
     return sum(count for key, count in tokens.items() if not key.endswith(ROLES_SUFFIX))
 
 
-def _check_conversational(tokenizer, paths, json_keys, splitter_factory, keep_empty) -> None:
-    """What a conversation encoder cannot do: more than one key, split sentences, keep
-    empty texts, or read tables."""
+def _check_conversational(tokenizer, json_keys, splitter_factory, keep_empty) -> None:
+    """What a conversation encoder cannot do: more than one key, split sentences, or keep
+    empty texts."""
     if len(json_keys) != 1:
         raise DataError(f"json_keys: {list(json_keys)!r}: a conversation corpus takes one key "
                         "(the one that holds each line's messages)")
@@ -601,7 +601,3 @@ def _check_conversational(tokenizer, paths, json_keys, splitter_factory, keep_em
     if keep_empty:
         raise DataError(f"tokenizer {tokenizer!r} encodes conversations: keep_empty "
                         "is for texts")
-    table = next((path for path in paths if is_table(path)), None)
-    if table is not None:
-        raise DataError(f"{table}: conversations are read from JSON lines (.jsonl, .gz, "
-                        ".zst); a table's messages column is not read yet")

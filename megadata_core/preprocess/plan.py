@@ -63,6 +63,11 @@ class TableReader(Protocol):
         column is null in the row. No Python object per row. DataError as read_columns."""
         ...
 
+    def read_values(self, path: str, group: int, column: str) -> list:
+        """One row group's ``column`` as Python values (lists and dicts for nested
+        columns, None for nulls): a conversation per row. DataError as read_columns."""
+        ...
+
 
 @dataclass(frozen=True)
 class Task:

@@ -31,6 +31,7 @@ from megadata_core.preprocess.encoding import (
     TokenizedChunk,
     Tokenizer,
     output_dtype,
+    tokenize_conversation_rows,
     tokenize_conversations,
 )
 from megadata_core.preprocess.plan import Parts, TableReader, Task
@@ -198,6 +199,12 @@ class TaskRunner:
         if task.kind == "rows":
             if self.table_reader is None:
                 raise DataError(f"{task.path}: parquet input needs a table reader")
+            if self.outputs != self.json_keys:  # a conversation encoder: tokens and roles
+                values = self.table_reader.read_values(task.path, item, self.json_keys[0])
+                return tokenize_conversation_rows(
+                    values, cast(ConversationEncoder, tokenizer), self.json_keys,
+                    where=f"{task.path} (row group {item})", append_eod=self.append_eod,
+                    dtype=self.dtype, skip_bad_lines=self.skip_bad_lines)
             buffers, valid = self.table_reader.read_buffers(task.path, item, self.json_keys)
             return tokenize_rows(buffers, valid, tokenizer, self.json_keys,
                                  where=f"{task.path} (row group {item})", **options)

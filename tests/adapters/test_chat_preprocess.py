@@ -158,3 +158,29 @@ def test_a_template_without_an_end_of_turn_fails_before_any_work(tmp_path, token
         ChatEncoder(tokenizer, bare)
     named = chat_template(str(tmp_path / "template.jinja"), end_of_turn="<|endoftext|>")
     assert ChatEncoder(tokenizer, named).template.end_of_turn == "<|endoftext|>"
+
+
+def test_a_parquet_messages_column_gives_the_json_lines_corpus(tmp_path, tokenizer_dir):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from megadata_adapters.engines.parquet_records import ParquetReader
+    from megadata_core.preprocess import preprocess_tasks
+
+    rows = conversations(30)
+    table = pa.table({"messages": [row["messages"] for row in rows] + [None],
+                      "id": list(range(31))})
+    pq.write_table(table, tmp_path / "chat.parquet", row_group_size=7)
+    options = dict(json_keys=["messages"], append_eod=True)
+    with pytest.raises(mdc.DataError, match=r"chat.parquet \(row group 4\), row 3: column "
+                                            r"'messages' holds null"):
+        preprocess_tasks([str(tmp_path / "chat.parquet")], str(tmp_path / "refused"),
+                         chat_factory(tokenizer_dir), table_reader=ParquetReader(), **options)
+    preprocess_tasks([str(tmp_path / "chat.parquet")], str(tmp_path / "table"),
+                     chat_factory(tokenizer_dir), table_reader=ParquetReader(),
+                     skip_bad_lines=True, **options)
+    preprocess_jsonl([write_rows(tmp_path / "chat.jsonl", rows)], str(tmp_path / "lines"),
+                     chat_factory(tokenizer_dir), **options)
+    for suffix in ("_messages_document", "_messages_document_roles"):
+        for ext in (".bin", ".idx"):
+            assert filecmp.cmp(f"{tmp_path}/table{suffix}{ext}",
+                               f"{tmp_path}/lines{suffix}{ext}", shallow=False)

@@ -150,14 +150,6 @@ def test_what_a_conversation_run_refuses(tmp_path, options, message):
     assert not any(name.startswith("chat") for name in os.listdir(tmp_path))
 
 
-def test_a_table_input_is_refused(tmp_path):
-    table = tmp_path / "in.parquet"
-    table.write_bytes(b"PAR1")
-    with pytest.raises(mdc.DataError, match="in.parquet: conversations are read from JSON"):
-        preprocess_jsonl([str(table)], str(tmp_path / "chat"), TaggedBytes,
-                         json_keys=["messages"])
-
-
 def test_an_encoder_that_returns_mismatched_roles_is_refused():
     class Broken(TaggedBytes):
         def encode_conversations(self, conversations, where):
