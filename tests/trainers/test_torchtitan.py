@@ -351,6 +351,24 @@ def test_conversation_labels_are_ignored_where_the_roles_do_not_train(tmp_path, 
     every = np.concatenate([labels.numpy() for _, labels in batches])
     assert (every == tt.IGNORE_INDEX).any() and (every != tt.IGNORE_INDEX).any()
 
+
+def test_conversation_switches_from_the_config(tmp_path):
+    """The Config's train_on_* fields (torchtitan's --dataloader.train-on-tool-calls) set
+    what the JSON leaves out, and must agree with what it says."""
+    from conversation_corpora import Corpora, trained_roles
+
+    corpora = Corpora(str(tmp_path))
+    plain_json = corpora.write_json(str(tmp_path / "data.json"), train_samples=8)
+    loader = build(plain_json, train_on_tool_calls=True, train_on_thinking_traces=True)
+    assert loader.data_config.trained_roles_mode.roles == tuple(
+        sorted(trained_roles(thinking=True, tools=True)))
+    assert build(plain_json).data_config.trained_roles_mode.roles == tuple(
+        sorted(trained_roles()))
+    with_switch = corpora.write_json(str(tmp_path / "switch.json"), train_samples=8,
+                                     train_on_tool_calls=True)
+    with pytest.raises(DataError, match="train_on_tool_calls"):
+        build(with_switch, train_on_tool_calls=False)
+
 def test_bad_paths(tmp_path):
     with pytest.raises(DataError, match="dataset_path"):
         build(str(tmp_path / "nothing"))

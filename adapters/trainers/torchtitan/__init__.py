@@ -9,7 +9,10 @@ snapshot_every_n_steps=)``; it yields ``(input_dict, labels)``: ``input_dict["in
 (``position_ids`` [B, S], restarting per document with ``document_masking``: torchtitan's
 flex/varlen masks follow them) and ``labels`` (``torch.long`` [B, S], ``-100`` where
 megadata's ``loss_mask`` is 0); ``document_keys=True`` adds ``cu_seqlens``,
-``max_seqlen`` and ``segment_ids`` to ``input_dict``::
+``max_seqlen`` and ``segment_ids`` to ``input_dict``. A conversation corpus (a
+``PREFIX_roles`` sibling, docs/conversations.md) trains only its trained roles' labels
+(the rest -100): the Config's ``train_on_assistant_responses_only``,
+``train_on_thinking_traces`` and ``train_on_tool_calls`` (or the JSON's) choose them::
 
     from megadata_adapters.trainers.torchtitan import MegadataDataLoader
 

@@ -12,7 +12,10 @@ from megadata_adapters.trainers.data_json import read_data_json
 from megadata_core.errors import DataError
 
 #: Config fields that may also be set in a JSON data config (same name there).
-SHARED_KEYS = ("packing", "document_masking", "split", "eod_id", "pad_id", "path_to_cache")
+SHARED_KEYS = (
+    "packing", "document_masking", "split", "eod_id", "pad_id", "path_to_cache",
+    "train_on_assistant_responses_only", "train_on_thinking_traces", "train_on_tool_calls",
+)
 #: Keys of a JSON data config besides GPTDataConfig's fields.
 EXTRA_KEYS = ("train_samples", "mock", "vocab_size")
 

@@ -56,6 +56,15 @@ class MegadataDataLoader(BaseDataLoader):
         path_to_cache: str | None = None
         """Directory of megadata's index cache; None builds the indices in memory."""
 
+        train_on_assistant_responses_only: bool | None = None
+        """Conversation corpora: only assistant turns train; None: the JSON's, else True."""
+
+        train_on_thinking_traces: bool | None = None
+        """Conversation corpora: reasoning trains too; None: the JSON's, else False."""
+
+        train_on_tool_calls: bool | None = None
+        """Conversation corpora: tool calls train too; None: the JSON's, else False."""
+
         train_samples: int | None = None
         """Training samples to build; None: one epoch of the train split."""
 
