@@ -3,16 +3,16 @@
 One conversation corpus (tokens + a roles sibling) blended with a plain corpus
 (tests/helpers/conversation_corpora.py). For each trainer's view of the same samples --
 Grain (``GrainSource``, Grain's own ``MapDataset``, ``batched_dataset`` in process and
-from a worker), torch
-(``TorchDataset`` under a ``DataLoader`` with a ``batch_sampler``), the Megatron drop-in
-(its builder's blend and its one-corpus ``GPTDataset``), MaxText's keys
-(``targets_segmentation``) and its data config source -- the mask equals the core's
-``loss_mask``, and both equal the oracle read off the roles directly: no label of a
-role that does not train, none across conversations, every plain label. The JSON data
-config (MaxText's ``grain_train_files``, torchtitan's ``dataset_path``) takes the three
-``train_on_*`` switches. MaxText's own file types (mmap_npy, mmap), which serve text, warn
-that they train every label. torchtitan's ``labels`` (-100) and data config, and MaxText's own
-pipeline, run in their legs (tests/trainers/test_torchtitan.py, tests/trainers/test_maxtext.py).
+from a worker), torch (``TorchDataset`` under a ``DataLoader`` with a ``batch_sampler``),
+the Megatron drop-in (its builder's blend and its one-corpus ``GPTDataset``), MaxText's
+keys (``targets_segmentation``) and its data config source -- the mask equals the core's
+``loss_mask``, and both equal the oracle read off the roles directly: no label of a role
+that does not train, none across conversations, every plain label. The JSON data config
+(MaxText's ``grain_train_files``, torchtitan's ``dataset_path``) takes the three
+``train_on_*`` switches. MaxText's own file types (mmap_npy, mmap), which serve text,
+warn that they train every label. torchtitan's ``labels`` (-100), its Config's switches,
+and MaxText's own pipeline run in their legs (tests/trainers/test_torchtitan.py,
+tests/trainers/test_maxtext.py).
 """
 
 from __future__ import annotations
