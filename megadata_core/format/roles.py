@@ -15,6 +15,13 @@ import os
 import numpy as np
 
 from megadata_core.errors import DataError
+from megadata_core.format.sources import (
+    has_scheme,
+    is_local,
+    local_path,
+    open_source,
+    split_scheme,
+)
 
 #: The suffix of the roles corpus' prefix: ``/data/chat_text_document`` ->
 #: ``/data/chat_text_document_roles``.
@@ -42,9 +49,28 @@ def roles_prefix(prefix: str) -> str:
 
 
 def has_roles(prefix: str) -> bool:
-    """Whether a roles corpus sits beside the local token corpus at ``prefix``."""
+    """Whether a roles corpus sits beside the token corpus at ``prefix``: local files, or
+    at a URL the roles ``.idx`` its store finds (one request; a store that cannot answer
+    raises its DataError, so that a conversation corpus never reads as plain text)."""
     sibling = roles_prefix(prefix)
-    return os.path.isfile(sibling + ".idx") and os.path.isfile(sibling + ".bin")
+    if is_local(prefix):
+        path = local_path(sibling)
+        return os.path.isfile(path + ".idx") and os.path.isfile(path + ".bin")
+    scheme, _ = split_scheme(prefix)
+    if scheme is None or not has_scheme(scheme):  # no stored corpus (Megatron's mock://)
+        return False
+    source = None
+    try:
+        source = open_source(sibling + ".idx")
+        source.size()
+    except DataError as error:
+        if "not found" in str(error).lower():
+            return False
+        raise
+    finally:
+        if source is not None:
+            source.close()
+    return True
 
 
 def check_role_codes(codes: np.ndarray, where: str) -> None:

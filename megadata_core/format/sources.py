@@ -90,6 +90,16 @@ def register_scheme(scheme: str, factory: SourceFactory) -> None:
         _registry[scheme.lower()] = factory
 
 
+def has_scheme(scheme: str) -> bool:
+    """Whether ``scheme://`` paths have a byte source (registered, or an entry point)."""
+    scheme = scheme.lower()
+    with _registry_lock:
+        if scheme in _registry:
+            return True
+    return any(entry_point.name.lower() == scheme
+               for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
 def _factory_for(scheme: str, path: str) -> SourceFactory:
     with _registry_lock:
         if scheme in _registry:
