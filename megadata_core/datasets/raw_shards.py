@@ -16,7 +16,10 @@ of the config, the seed, the shard list and the shards' bytes: a read waits for 
 pieces it needs (one progress line every few seconds of waiting), never for more, and
 resuming at any consumed-samples count reads the same samples. With ``source_ids`` a
 document is named by its piece and its sequence within it (int64 ``piece << 32 |
-sequence``): known before the pieces around it are tokenized.
+sequence``): known before the pieces around it are tokenized. A conversation encoder's
+pieces carry their roles: the window's chain holds the chain of them
+(:attr:`CorpusChain.roles`), and its GPT dataset's loss mask trains the labels of the
+config's trained roles, as over a preprocessed conversation corpus.
 """
 
 from __future__ import annotations
@@ -128,8 +131,10 @@ class RawShardsDataset:
             rate = tokens / max(time.monotonic() - since, 1e-9)
             note_wait(self.corpus, index, seconds, rate)
 
-        return CorpusChain([self.corpus.open_piece(int(i), waited)
-                            for i in self._window_pieces(window).tolist()])
+        opened = [self.corpus.open_piece_roles(int(i), waited)
+                  for i in self._window_pieces(window).tolist()]
+        roles = [part[1] for part in opened] if self.corpus.roles else None
+        return CorpusChain([(corpus, first, stop) for corpus, _, first, stop in opened], roles)
 
     def _count_next(self) -> None:
         """Add the sample count of the next window (waiting for its pieces)."""

@@ -6,6 +6,10 @@ dataset reads of a corpus (``sequence_lengths``, ``sequence_pointers``,
 ``document_indices``, ``dtype``, ``read_ranges``) over a virtual ``.bin`` in which each
 part's bytes follow the previous part's with one token of gap, so that a read the GPT
 dataset merges never spans two parts. Every sequence is one document.
+
+A chain of conversation pieces also holds its roles (``roles``: one roles corpus per part,
+the same sequences taken): :attr:`CorpusChain.roles` is the chain of those, read as the
+roles sibling of the chain (:func:`~megadata_core.datasets.conversations.open_roles`).
 """
 
 from __future__ import annotations
@@ -24,14 +28,19 @@ class CorpusChain:
     Args:
         parts: ``(corpus, first, stop)`` per part: an IndexedDataset and the half-open
             range of its sequences taken, in chain order.
+        roles: None, or one corpus per part: the roles of that part's tokens (uint8, the
+            same sequences), chained as :attr:`roles`.
     """
 
     pointers_aligned = True
     multimodal = False
 
-    def __init__(self, parts: Sequence[tuple[Any, int, int]]) -> None:
+    def __init__(self, parts: Sequence[tuple[Any, int, int]],
+                 roles: Sequence[Any] | None = None) -> None:
         if not parts:
             raise DataError("CorpusChain: no parts")
+        if roles is not None and len(roles) != len(parts):
+            raise DataError(f"CorpusChain: {len(roles)} roles corpora for {len(parts)} parts")
         dtypes = {np.dtype(corpus.dtype) for corpus, _, _ in parts}
         if len(dtypes) != 1:
             raise DataError(f"CorpusChain: parts of dtypes {sorted(map(str, dtypes))}")
@@ -56,6 +65,9 @@ class CorpusChain:
             [int(c.sequence_pointers[f]) if s > f else 0 for c, f, s in self._parts],
             np.int64,
         )
+        #: the chain of the parts' roles (the same sequences), or None
+        self.roles: CorpusChain | None = None if roles is None else CorpusChain(
+            [(corpus, first, stop) for corpus, (_, first, stop) in zip(roles, self._parts)])
 
     def __len__(self) -> int:
         return len(self.sequence_lengths)

@@ -8,13 +8,18 @@ the shard names, the tokenizer and every option that changes bytes), holds:
   its tokens there would be stale.
 * ``pieces/``: each finished piece as the preprocessing work directory holds a task
   (``task000007_{key}_document.bin/.idx`` and the manifest ``task000007.json``, written
-  last and atomically), until its shard is merged.
+  last and atomically), until its shard is merged. A conversation encoder's pieces also
+  hold each token's role (``task000007_{key}_roles_document.bin/.idx``, in the manifest).
 * ``shards/``: each shard, once all its pieces are made, merged into
   ``{n:05d}-{stem}_{key}_document.bin/.idx`` (byte for byte what ``megadata-preprocess``
   writes for that shard alone) with its record ``{n:05d}.json`` (the sequences of each
-  piece), published in that order; then the shard's pieces are removed.
+  piece), published in that order; then the shard's pieces are removed. Conversations:
+  the shard's roles beside it (``..._document_roles.bin/.idx``, merged from the pieces'
+  roles and published with the tokens, before the record), as ``megadata-preprocess``
+  writes them beside its corpus.
 * ``corpus.json`` and ``corpus.data_args`` once every shard is merged: an ordinary
-  corpus (Megatron's ``--data-args-path`` reads the list).
+  corpus (Megatron's ``--data-args-path`` reads the list; with conversations
+  ``corpus.json`` also lists the roles siblings, found beside each prefix).
 
 :class:`RawDirectory` reads and writes that layout (the producer and the readers of
 :mod:`megadata_core.preprocess.stream` stand on it); :func:`directory_status` reads it
@@ -37,6 +42,7 @@ from megadata_core.files import atomic as temp_files
 from megadata_core.files.atomic import interrupts_deferred
 from megadata_core.format import IndexedDataset, merge_datasets
 from megadata_core.format.reader import bin_path_of, idx_path_of
+from megadata_core.format.roles import ROLES_SUFFIX, roles_prefix
 from megadata_core.preprocess.plan import TableReader, Task, input_identities, plan_tasks
 from megadata_core.preprocess.remote import is_remote
 from megadata_core.preprocess.workdir import (
@@ -82,8 +88,9 @@ class RawDirectory:
 
     Set by the subclass: ``shards`` (paths), ``key`` and ``directory``, ``text_key``, ``options``
     (JSON-ready: what the key hashes), ``table_reader``, ``tasks`` and ``piece_shard``
-    (``_plan``), ``_records`` (shard records read) and ``_done`` (pieces made, as the
-    producer knows them).
+    (``_plan``), ``_records`` (shard records read), ``_done`` (pieces made, as the
+    producer knows them) and ``roles`` (whether every corpus has its roles beside it: a
+    conversation encoder's).
     """
 
     shards: list[str]
@@ -96,6 +103,7 @@ class RawDirectory:
     piece_shard: np.ndarray
     _records: dict[int, dict]
     _done: set[int]
+    roles: bool = False
 
     # -- the plan ---------------------------------------------------------------------
 
@@ -156,6 +164,20 @@ class RawDirectory:
         return shard_prefix(os.path.join(self.directory, "pieces"), self.tasks[index],
                             self.text_key, LEVEL)
 
+    def _piece_roles_prefix(self, index: int) -> str:
+        return shard_prefix(os.path.join(self.directory, "pieces"), self.tasks[index],
+                            self.text_key + ROLES_SUFFIX, LEVEL)
+
+    def roles_location(self, index: int, prefix: str) -> str | None:
+        """The prefix of the roles beside ``prefix``, piece ``index``'s corpus as
+        :meth:`locate` gave it (the piece's own roles, or its merged shard's sibling); None
+        when the corpus has no roles."""
+        if not self.roles:
+            return None
+        if prefix == self._piece_prefix(index):
+            return self._piece_roles_prefix(index)
+        return roles_prefix(prefix)
+
     def locate(self, index: int) -> tuple[str, int, int | None] | None:
         """Where piece ``index``'s sequences are: ``(corpus prefix, first, stop)`` (stop
         None: to the corpus's end), or None while it is not made."""
@@ -191,12 +213,18 @@ class RawDirectory:
         pieces = os.path.join(self.directory, "pieces")
         labels = []
         for index in np.flatnonzero(self.piece_shard == shard).tolist():
-            prefix = os.path.basename(self._piece_prefix(index))
-            labels += [f"{prefix}.bin", f"{prefix}.idx", f"{self.tasks[index].name}.json"]
+            labels.append(f"{self.tasks[index].name}.json")
+            for prefix in self._piece_files(index):
+                labels += [f"{os.path.basename(prefix)}.bin", f"{os.path.basename(prefix)}.idx"]
             if index not in self._done:
                 remove_task_files(pieces, self.tasks[index])
         temp_files.remove_stale(pieces, labels)
         temp_files.remove_stale(os.path.join(self.directory, "shards"), ["merge.partial"])
+
+    def _piece_files(self, index: int) -> list[str]:
+        """The prefixes of piece ``index``'s corpora: its tokens, and its roles."""
+        prefix = self._piece_prefix(index)
+        return [prefix] + ([self._piece_roles_prefix(index)] if self.roles else [])
 
     def _merge_if_complete(self, shard: int) -> None:
         if self._shard_record(shard) is not None:
@@ -211,18 +239,23 @@ class RawDirectory:
             sequences.append(len(corpus))
             corpus.close()
         final = self.shard_prefix(shard)
+        finals = [final] + ([roles_prefix(final)] if self.roles else [])
         shards_dir = os.path.join(self.directory, "shards")
-        with staging_for(os.path.join(shards_dir, "merge"), [final]) as staging:
+        with staging_for(os.path.join(shards_dir, "merge"), finals) as staging:
             merge_datasets(prefixes, staging.staged(final))
-            staging.publish([final])
+            if self.roles:  # the roles beside the tokens, published with them
+                merge_datasets([self._piece_roles_prefix(index) for index in members],
+                               staging.staged(finals[1]))
+            staging.publish(finals)
         write_json(self._shard_record_path(shard),
                    {"shard": self.shards[shard], "tasks": members, "sequences": sequences,
                     "prefix": os.path.basename(final)})
         with interrupts_deferred():
-            for index, prefix in zip(members, prefixes):
-                for path in (bin_path_of(prefix), idx_path_of(prefix),
-                             manifest_path(os.path.join(self.directory, "pieces"),
-                                           self.tasks[index])):
+            for index in members:
+                paths = [path for prefix in self._piece_files(index)
+                         for path in (bin_path_of(prefix), idx_path_of(prefix))]
+                for path in (*paths, manifest_path(os.path.join(self.directory, "pieces"),
+                                                   self.tasks[index])):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(path)
 
@@ -237,8 +270,9 @@ class RawDirectory:
                         if count > 0)
         temp_files.write_atomically(os.path.join(self.directory, "corpus.data_args"),
                                     lambda stream: stream.write(lines.encode()))
+        roles = {"roles": [roles_prefix(prefix) for prefix in prefixes]} if self.roles else {}
         write_json(os.path.join(self.directory, "corpus.json"),
-                   {"shards": self.shards, "prefixes": prefixes, "tokens": tokens,
+                   {"shards": self.shards, "prefixes": prefixes, "tokens": tokens, **roles,
                     "options": json.loads(json.dumps(self.options, default=repr))})
 
 
@@ -279,7 +313,8 @@ def directory_status(directory: str) -> dict:
         manifest = read_json(manifest_path(os.path.join(directory, "pieces"), task))
         if manifest is not None and manifest.get("task") == task.as_list():
             made += 1
-            tokens += sum(int(count) for count in manifest["tokens"].values())
+            tokens += sum(int(count) for key, count in manifest["tokens"].items()
+                          if not key.endswith(ROLES_SUFFIX))  # (roles: the tokens' again)
     complete = os.path.exists(os.path.join(directory, "corpus.json"))
     error = read_json(os.path.join(directory, "error.json"))
     return {"shards": shards, "pieces": len(tasks), "pieces_made": made,

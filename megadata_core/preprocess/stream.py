@@ -31,6 +31,11 @@ sha256 to ``manifests/``: listed alone, to see what is published), and every
 host copies the pieces others made into its own cache directory, checks them against
 that manifest, and merges every shard itself. The first host records the plan there; a
 host whose shards were cut differently is refused.
+
+A conversation encoder (a :class:`~megadata_core.preprocess.encoding.ConversationEncoder`,
+its ``text_key`` the messages' key) makes each piece's roles beside its tokens, as
+``megadata-preprocess`` does: the manifests, uploads, merged shards and the finished
+corpus carry them (:mod:`~megadata_core.preprocess.raw_directory`).
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ from megadata_core.files import atomic as temp_files
 from megadata_core.files.atomic import try_exclusive
 from megadata_core.files.claims import Claims, default_lease, host_id, host_owner, open_store
 from megadata_core.format import IndexedDataset, optimal_dtype
-from megadata_core.preprocess.encoding import Tokenizer
+from megadata_core.preprocess.encoding import Tokenizer, is_conversational, output_keys
 from megadata_core.preprocess.plan import TableReader, input_identities, is_table
 from megadata_core.preprocess.raw_directory import (
     LEVEL,
@@ -89,7 +94,8 @@ class RawCorpus(RawDirectory):
         paths: the shards (:func:`shard_paths`).
         tokenizer_factory: a zero-argument callable returning a Tokenizer.
         root: the directory under which this corpus's directory is made (a cache).
-        text_key: the JSON key (parquet column) of the text.
+        text_key: the JSON key (parquet column) of the text; with a conversation
+            encoder, the key (column) of each record's messages.
         append_eod: append the tokenizer's EOD to each document.
         piece_size: bytes per piece.
         description: what identifies the tokenizer (default: its repr, vocab size, EOD).
@@ -135,6 +141,7 @@ class RawCorpus(RawDirectory):
         self.append_eod = bool(append_eod)
         self.threads = threads
         tokenizer = tokenizer_factory()
+        self.roles = is_conversational(tokenizer)
         self.vocab_size = int(tokenizer.vocab_size)
         self.eod_id = int(tokenizer.eod_id)
         self.dtype = np.dtype(optimal_dtype(self.vocab_size))
@@ -144,6 +151,8 @@ class RawCorpus(RawDirectory):
         self.options = {"text_key": text_key, "append_eod": self.append_eod,
                         "piece_size": int(piece_size), "dtype": self.dtype.name,
                         "tokenizer": description}
+        if self.roles:  # (absent otherwise: the directories of text corpora keep their keys)
+            self.options["roles"] = True
         key_text = json.dumps({"shards": self.shards, "options": self.options},
                               sort_keys=True, default=repr)
         self.key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
@@ -179,17 +188,29 @@ class RawCorpus(RawDirectory):
     def open_piece(self, index: int, on_wait: Callable[[int, float], None] | None = None
                    ) -> tuple[IndexedDataset, int, int]:
         """``(corpus, first, stop)`` of piece ``index``, waiting until it is made."""
+        corpus, _, first, stop = self.open_piece_roles(index, on_wait)
+        return corpus, first, stop
+
+    def open_piece_roles(self, index: int, on_wait: Callable[[int, float], None] | None = None
+                         ) -> tuple[IndexedDataset, IndexedDataset | None, int, int]:
+        """``(corpus, roles, first, stop)`` of piece ``index``, waiting until it is made:
+        ``roles`` the corpus of its tokens' roles, from the same place (None without a
+        conversation encoder)."""
         for _ in range(3):  # a piece merged into its shard while opened: found there next
             where = self.wait(index, on_wait)
             prefix, first, stop = where
+            roles_at = self.roles_location(index, prefix)
             try:
                 corpus = IndexedDataset(prefix)
                 corpus.token_view()  # mapped now: the piece files may go once merged
+                roles = None if roles_at is None else IndexedDataset(roles_at)
+                if roles is not None:
+                    roles.token_view()
             except (FileNotFoundError, DataError):
                 if self._shard_record(int(self.piece_shard[index])) is None:
                     raise
                 continue
-            return corpus, first, len(corpus) if stop is None else stop
+            return corpus, roles, first, len(corpus) if stop is None else stop
         raise DataError(f"{self.directory}: piece {index} could not be opened")
 
     def wait(self, index: int, on_wait: Callable[[int, float], None] | None = None
@@ -481,6 +502,8 @@ class RawCorpus(RawDirectory):
                 [p for p in self.shards if is_remote(p)])],
         )
         runner.digests = self._store is not None  # (a fetched piece is checked by them)
+        # each piece's roles beside its tokens (in its manifest's files: uploaded, fetched)
+        runner.outputs = output_keys([self.text_key], runner.tools()[0])
 
         def on_part(task, part) -> None:
             if self._stop:
