@@ -4,7 +4,7 @@ of best-fit packing over the conversations' lengths beside first-fit decreasing.
 
 Usage::
 
-    python tools/bench.py chat --repeats 3                  # full run (~5 min, 2 cores)
+    python tools/bench.py chat --repeats 3                  # full run (~3.5 min, 2 cores)
     python tools/bench.py chat --scale 0.01 --repeats 1     # smoke run (seconds)
     python tools/bench.py chat --only padding               # one item
 
