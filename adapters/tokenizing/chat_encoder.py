@@ -26,6 +26,7 @@ from .chat_templates import (
     ChatTemplate,
     encode_each,
     end_of_turn_of,
+    fast_path,
     load_tokenizer_object,
 )
 
@@ -34,7 +35,12 @@ class ChatEncoder:
     """A ``ConversationEncoder``: ``tokenizer`` (one of ``load_tokenizer``'s Hugging Face
     tokenizers, or anything with ``eod_id``, ``vocab_size``, ``encode`` and a ``path`` to
     its ``tokenizer.json``) and ``template``. Malformed conversations are refused by kind
-    ``bad_conversation``, those whose roles cannot be proven by kind ``unprovable``."""
+    ``bad_conversation``, those whose roles cannot be proven by kind ``unprovable``.
+
+    Where the tokenizer's byte-level BPE encoder is proven (``chat_templates.fast_path``)
+    the ids come from it and the offsets from the tokens' byte lengths, else from
+    ``tokenizers``; ``encoder`` names which (and why not the fast one), ``fast`` is the
+    fast path or None (its ``texts`` counts the conversations it encoded)."""
 
     def __init__(self, tokenizer, template: ChatTemplate) -> None:
         self.tokenizer = tokenizer
@@ -43,6 +49,9 @@ class ChatEncoder:
         self.vocab_size = int(tokenizer.vocab_size)
         self._rust = load_tokenizer_object(tokenizer)  # loaded once, not per block
         end_of_turn_of(template, self._rust)  # a template with none fails here, before work
+        self.fast, why = fast_path(tokenizer, self._rust)
+        self.encoder = (self.fast.name if self.fast is not None else
+                        f"tokenizers offsets (no fast path: {why})")
 
     def encode(self, text: str):
         return self.tokenizer.encode(text)
@@ -60,7 +69,8 @@ class ChatEncoder:
                 at.append(i)
             except DataError as error:
                 results[i] = BadLineError(str(error), "bad_conversation")
-        for i, result in zip(at, encode_each(normalized, self.template, self._rust)):
+        for i, result in zip(at, encode_each(normalized, self.template, self._rust,
+                                                      fast=self.fast)):
             results[i] = result if not isinstance(result, str) else BadLineError(
                 f"{where[i]}: the conversation's roles cannot be proven with "
                 f"{self.template.name}: {result}", "unprovable")

@@ -43,7 +43,11 @@ The roles, proven for each conversation:
    turn is unknown then).
 3. Tokens get the role of the span holding them (offsets of the tokenizer without its
    post-processor, which trims offsets and adds no token without special tokens); a
-   token straddling a span's edge makes the conversation unprovable.
+   token straddling a span's edge makes the conversation unprovable. With a
+   :class:`ByteOffsets` fast path (:func:`fast_path`: a byte-level BPE whose text-path
+   encoder is proven to give ``tokenizers``' ids) the ids come from that encoder and the
+   offsets, in UTF-8 bytes, from each token's byte length; the spans are compared in
+   bytes too (a token cutting a multi-byte character at a span's edge straddles it).
 4. Each run of one role other than TEMPLATE must decode to exactly its span's text.
 
 A conversation failing any step (or refused by the template itself) is a DataError
@@ -57,7 +61,7 @@ import functools
 import json
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 import numpy as np
@@ -73,11 +77,13 @@ from megadata_core.preprocess.conversations import (
 
 __all__ = [
     "BUILTIN_TEMPLATES",
+    "ByteOffsets",
     "ChatTemplate",
     "compile_template",
     "encode_conversations",
     "encode_each",
     "end_of_turn_of",
+    "fast_path",
     "load_tokenizer_object",
 ]
 
@@ -333,6 +339,145 @@ def _without_post_processor(tokenizer):
 _CLONES: dict[int, tuple[object, object]] = {}
 
 
+class ByteOffsets:
+    """The fast path of :func:`encode_each`: each rendered text cut at the tokenizer's
+    added tokens (as ``tokenizers`` splits them out: every occurrence, leftmost first,
+    none can overlap another), the pieces between them encoded by ``encode_batch`` (a
+    text-path encoder proven to give ``tokenizers``' ids on texts without added tokens),
+    and each token's UTF-8 byte range from ``byte_lengths`` (int64 [V], -1 for an id of
+    unknown bytes). ``name`` says which encoder; ``texts`` counts the texts it encoded."""
+
+    def __init__(self, encode_batch: Callable[[Sequence[str]], tuple[np.ndarray, np.ndarray]],
+                 byte_lengths: np.ndarray, added: Mapping[str, int], name: str) -> None:
+        self._encode_batch = encode_batch
+        self.byte_lengths = np.asarray(byte_lengths, dtype=np.int64)
+        self.added = dict(added)
+        self.name = name
+        self.texts = 0
+        ordered = sorted(self.added, key=len, reverse=True)  # (longest first: leftmost-longest)
+        self._split = (re.compile("(" + "|".join(map(re.escape, ordered)) + ")").split
+                       if ordered else None)
+
+    def encode(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        """Per text: (int32 [T] ids, int64 [T, 2] byte offsets in its UTF-8 text), or None
+        for a text this path does not take (not UTF-8 encodable, or its tokens' bytes are
+        not the text's: the caller encodes it with ``tokenizers``)."""
+        pieces: list[str] = []
+        added_ids: list[int] = []
+        counts, sizes, taken = [], [], []
+        for k, text in enumerate(texts):
+            try:
+                size = len(text.encode("utf-8"))
+            except UnicodeEncodeError:  # lone surrogates: tokenizers' own error, if any
+                continue
+            parts = self._split(text) if self._split is not None else [text]
+            pieces.extend(parts[0::2])
+            added_ids.extend(self.added[token] for token in parts[1::2])
+            counts.append(len(parts) // 2)
+            sizes.append(size)
+            taken.append(k)
+        results: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(texts)
+        if not taken:
+            return results
+        piece_ids, piece_lengths = self._encode_batch(pieces)
+        piece_ids = np.asarray(piece_ids, dtype=np.int64)
+        piece_lengths = np.asarray(piece_lengths, dtype=np.int64)
+        added_count = np.asarray(counts, dtype=np.int64)  # added tokens of each text
+        # segments of text t: piece, added, piece, ..., piece (2 a_t + 1)
+        segments = 2 * added_count + 1
+        first_segment = np.cumsum(segments) - segments
+        n_pieces = added_count + 1
+        piece_of = np.repeat(np.arange(len(taken)), n_pieces)
+        piece_rank = np.arange(piece_of.size) - np.repeat(np.cumsum(n_pieces) - n_pieces,
+                                                          n_pieces)
+        piece_at = first_segment[piece_of] + 2 * piece_rank
+        added_of = np.repeat(np.arange(len(taken)), added_count)
+        added_rank = np.arange(added_of.size) - np.repeat(np.cumsum(added_count) - added_count,
+                                                          added_count)
+        added_at = first_segment[added_of] + 2 * added_rank + 1
+        total = int(segments.sum())
+        length = np.empty(total, np.int64)
+        source_start = np.empty(total, np.int64)
+        length[piece_at], length[added_at] = piece_lengths, 1
+        source_start[piece_at] = np.cumsum(piece_lengths) - piece_lengths
+        source_start[added_at] = piece_ids.size + np.arange(added_at.size)
+        source = np.concatenate([piece_ids, np.asarray(added_ids, dtype=np.int64)])
+        out_start = np.cumsum(length) - length
+        ids = source[np.repeat(source_start - out_start, length) + np.arange(int(length.sum()))]
+        tokens = np.add.reduceat(length, first_segment) if total else np.zeros(0, np.int64)
+        known = (ids >= 0) & (ids < self.byte_lengths.size)
+        widths = np.where(known, self.byte_lengths[np.where(known, ids, 0)], -1)
+        stops = np.cumsum(widths)
+        text_start = np.cumsum(tokens) - tokens
+        before = np.where(text_start > 0, stops[np.maximum(text_start - 1, 0)], 0)
+        relative_stops = stops - np.repeat(before, tokens)
+        bad = np.repeat(np.arange(len(taken)), tokens)[widths < 0]
+        ok = np.ones(len(taken), bool)
+        ok[bad] = False
+        ends = np.where(tokens > 0, relative_stops[np.maximum(text_start + tokens - 1, 0)], 0)
+        ok &= ends == np.asarray(sizes, np.int64)
+        offsets = np.stack([relative_stops - widths, relative_stops], axis=1)
+        ids32 = ids.astype(np.int32)
+        for j, k in enumerate(taken):
+            if ok[j]:
+                a, b = int(text_start[j]), int(text_start[j] + tokens[j])
+                results[k] = ids32[a:b], offsets[a:b]
+        self.texts += int(ok.sum())
+        return results
+
+    def __repr__(self) -> str:
+        return f"ByteOffsets({self.name!r})"
+
+
+def fast_path(tokenizer, rust) -> tuple[ByteOffsets | None, str]:
+    """(the :class:`ByteOffsets` fast path of ``tokenizer``, "") or (None, why not).
+
+    Taken only where the text path proved its encoder: ``tokenizer`` (a
+    ``HuggingFaceTokenizer``) holds a ``byte_level_bpe.RankEncoder`` for its
+    ``tokenizer.json``, which proves the merges canonical and the file plain (no
+    normalizer, GPT-2's ByteLevel pre-tokenizer, added tokens matched literally, none
+    overlapping another), so its ``encode_batch`` (gigatoken where proven, else tiktoken)
+    gives ``tokenizers``' ids on texts without added tokens. ``rust`` (the
+    ``tokenizers.Tokenizer`` of the same file) must split out the same added tokens, and
+    gives each id's bytes (a byte-alphabet token stands for one byte a character)."""
+    from .byte_level_bpe import RankEncoder, is_byte_alphabet
+
+    ranks = getattr(tokenizer, "_ranks", None)
+    if not isinstance(ranks, RankEncoder) or not callable(getattr(tokenizer, "encode_batch",
+                                                                  None)):
+        return None, ("the tokenizer has no proven byte-level BPE encoder "
+                      f"({getattr(tokenizer, 'encoder', type(tokenizer).__name__)})")
+    if getattr(rust, "encode_special_tokens", False):
+        return None, "the tokenizer encodes its special tokens as text"
+    decoder = rust.get_added_tokens_decoder()
+    added = {token.content: int(i) for i, token in decoder.items() if token.content}
+    if added != ranks.added or any(token.lstrip or token.rstrip or token.single_word
+                                   for token in decoder.values()):
+        return None, "tokenizers reads other added tokens from the file than the proof did"
+    vocab = rust.get_vocab(with_added_tokens=True)
+    lengths = np.full(max(vocab.values(), default=-1) + 1, -1, dtype=np.int64)
+    for token, i in vocab.items():
+        if token in added:
+            lengths[i] = len(token.encode("utf-8"))
+        elif is_byte_alphabet(token):
+            lengths[i] = len(token)
+    for token, i in added.items():  # (an added token's id wins)
+        lengths[i] = len(token.encode("utf-8"))
+    name = f"byte offsets over {getattr(tokenizer, 'encoder', 'its encode_batch')}"
+    return ByteOffsets(tokenizer.encode_batch, lengths, added, name), ""
+
+
+def _byte_bounds(text: str, bounds: np.ndarray) -> np.ndarray:
+    """int64 [S, 2] character ``bounds`` of ``text`` as offsets in its UTF-8 bytes."""
+    if text.isascii():
+        return bounds
+    points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    widths = 1 + (points >= 0x80).astype(np.int64) + (points >= 0x800) + (points >= 0x10000)
+    at = np.zeros(points.size + 1, dtype=np.int64)
+    np.cumsum(widths, out=at[1:])
+    return at[bounds]
+
+
 def _placeholders(count: int, taken: str) -> list[str]:
     """``count`` distinct placeholders of private-use characters, none in ``taken``:
     a start, an index character and an end each."""
@@ -557,11 +702,14 @@ def encode_each(
     tokenizer,
     *,
     stop_at_first: bool = False,
+    fast: ByteOffsets | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray] | str]:
     """Per conversation: its int32 [T] ids and uint8 [T] ``Role`` codes (proven as the
     module docstring says), or the reason they cannot be proven (a string). With
     ``stop_at_first`` the conversations after the first unprovable one are not encoded
-    (their entries are None)."""
+    (their entries are None). ``fast``: the :func:`fast_path` of ``tokenizer`` (ids from
+    its proven encoder, byte offsets from the tokens' byte lengths); the texts it does not
+    take, and every text without it, are encoded by ``tokenizers`` with offsets."""
     rust = load_tokenizer_object(tokenizer)
     offsets_tokenizer = _without_post_processor(rust)
     end_of_turn = end_of_turn_of(template, rust)
@@ -583,20 +731,32 @@ def encode_each(
                 results[i] = str(why)
         if results[i] is not None and stop_at_first:
             return results
-    encodings = offsets_tokenizer.encode_batch(texts, add_special_tokens=False)
+    # per text: (ids, offsets, in bytes?) from the fast path, else from tokenizers
+    encoded: list = fast.encode(texts) if fast is not None else [None] * len(texts)
+    rest = [k for k, found in enumerate(encoded) if found is None]
+    if rest:
+        encodings = offsets_tokenizer.encode_batch([texts[k] for k in rest],
+                                                   add_special_tokens=False)
+        for k, encoding in zip(rest, encodings):
+            encoded[k] = (np.asarray(encoding.ids, dtype=np.int32),
+                          np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2))
+    in_bytes = np.ones(len(texts), bool)
+    in_bytes[rest] = False
 
     def decode(ids: np.ndarray) -> str:
         return rust.decode(ids.tolist(), skip_special_tokens=False)
 
-    for i, text, (bounds, span_roles), encoding in zip(kept, texts, spans, encodings):
-        ids = np.asarray(encoding.ids, dtype=np.int32)
-        offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
-        roles, straddling = token_roles(offsets, bounds, span_roles)
+    for i, text, (bounds, span_roles), (ids, offsets), bytewise in zip(
+            kept, texts, spans, encoded, in_bytes.tolist()):
+        edges = _byte_bounds(text, bounds) if bytewise else bounds
+        roles, straddling = token_roles(offsets, edges, span_roles)
         reason: str | None
         if straddling.size:
             t = int(straddling[0])
-            reason = (f"token {t} ({text[offsets[t, 0]:offsets[t, 1]]!r}) straddles the edge "
-                      "of a content span")
+            start, stop = offsets[t].tolist()
+            piece = (text.encode("utf-8")[start:stop].decode("utf-8", "replace") if bytewise
+                     else text[start:stop])
+            reason = f"token {t} ({piece!r}) straddles the edge of a content span"
         else:
             reason = check_roles(ids, roles, expected_pieces(text, bounds, span_roles),
                                  decode)
