@@ -339,9 +339,20 @@ def fast_encoder(bench, tokenizer_dir: str, texts: list[str], expected: list,
     bench.note(
         f"preprocess: the text path's tiktoken encoder (byte_level_bpe.RankEncoder, one "
         f"text a call) over the same rendered conversations: {fast:.2f} s, "
-        f"{seconds / fast:.1f}x faster than tokenizers' {seconds:.2f} s; the chat path "
-        "encodes with tokenizers (it needs each token's character offsets for the roles)"
+        f"{seconds / fast:.1f}x faster than tokenizers' {seconds:.2f} s; the chat "
+        f"encoder's ids and offsets: {chat_encoder_path(tokenizer_dir)}"
     )
+
+
+def chat_encoder_path(tokenizer_dir: str) -> str:
+    """What the chat encoder of ``tokenizer_dir`` encodes with (its ``encoder``: the
+    fast path over the text path's proven encoder, or tokenizers' offsets and why)."""
+    from megadata_adapters.tokenizing.chat_encoder import load_chat_encoder
+    from megadata_adapters.tokenizing.text_tokenizers import load_tokenizer
+
+    return load_chat_encoder(functools.partial(
+        load_tokenizer, "huggingface", os.path.join(tokenizer_dir, "tokenizer.json")),
+        tokenizer_dir).encoder
 
 
 # -- items ---------------------------------------------------------------------------
@@ -399,10 +410,11 @@ def item_preprocess(bench, source: str, nbytes: int, tokenizer_dir: str, kept: s
         f"{rates['ours 2 workers'] / rates['transformers loop']:.2f}x); MB/s of the input "
         "JSON lines, end to end in this process (tokenizer load included); the "
         "transformers loop is one process and one thread (one conversation a call), ours "
-        "encodes a block of conversations in one tokenizers encode_batch call, which runs "
-        "on its own thread pool (both cores) even with 1 worker: the CPU time rows are "
-        "user + system of the process and its workers; the tokens and masks of each side "
-        "are written as corpora; the timed runs in a rotating order."
+        "encodes a block of conversations in one batch call (the fast path's pieces on the "
+        "calling thread; tokenizers' encode_batch, without it, on its own thread pool, both "
+        "cores, even with 1 worker): the CPU time rows are user + system of the process "
+        "and its workers; the tokens and masks of each side are written as corpora; the "
+        "timed runs in a rotating order."
     )
 
 
