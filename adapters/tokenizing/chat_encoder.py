@@ -21,14 +21,8 @@ from megadata_core.errors import DataError
 from megadata_core.preprocess.conversations import normalize_conversation
 from megadata_core.preprocess.encoding import BadLineError
 
-from .chat_templates import (
-    BUILTIN_TEMPLATES,
-    ChatTemplate,
-    encode_each,
-    end_of_turn_of,
-    fast_path,
-    load_tokenizer_object,
-)
+from .chat_roles import encode_each, end_of_turn_of, fast_path, load_tokenizer_object
+from .chat_templates import BUILTIN_TEMPLATES, ChatTemplate
 
 
 class ChatEncoder:

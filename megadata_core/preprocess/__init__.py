@@ -5,8 +5,10 @@ files); never indices, cache, datasets, build, samplers or a framework.
 Modules, in the order the data flows: ``reading`` (opening inputs, cutting them into
 chunks of lines), ``encoding`` (the tokenizer protocol and ByteTokenizer, which the
 adapters fill with real tokenizers; one JSON line to its texts; a chunk to token arrays),
-``plan`` (inputs cut into deterministic tasks, Megatron's partitions on them, the plan's
-fingerprint; ``remote``: inputs by URL), ``workdir`` (the staging directory of a run,
+``conversations`` (conversations read and normalized; with an encoder that renders them,
+their tokens and each token's role, beside each other), ``plan`` (inputs cut into
+deterministic tasks, Megatron's partitions on them, the plan's fingerprint; ``remote``:
+inputs by URL), ``workdir`` (the staging directory of a run,
 shards and manifests of a resumable run), ``tasks`` (one task to its shards; the local
 engine), ``pipeline`` (the one driver, :func:`preprocess_tasks`, on any engine;
 :func:`preprocess_jsonl` on this machine's processes); raw shards tokenized in the

@@ -21,23 +21,36 @@ text), and where given ``reasoning_content``, ``tool_calls`` (each ``{"type": "f
 Other keys are dropped. A malformed conversation is a :class:`DataError` naming the file,
 the line and the field (``messages[2].content``).
 
-Rendering and tokenizing live in ``megadata_adapters.tokenizing.chat_templates``; what is
-left is arrays: :func:`token_roles` gives each token the role of the span holding it and
-finds the tokens that straddle a span boundary, :func:`role_runs` cuts a roles array into
-runs, and :func:`check_roles` proves a roles array against the texts it must give.
+Rendering and tokenizing live in ``megadata_adapters.tokenizing.chat_roles`` (a
+:class:`ConversationEncoder`); what is left is arrays: :func:`token_roles` gives each
+token the role of the span holding it and finds the tokens that straddle a span boundary,
+:func:`role_runs` cuts a roles array into runs, and :func:`check_roles` proves a roles
+array against the texts it must give. The driver's side: a chunk of lines (or a table's
+rows) of conversations to a chunk of the tokens corpus and the roles corpus beside it
+(:func:`tokenize_conversations`, :func:`tokenize_conversation_rows`; the outputs a run
+writes, :func:`output_keys`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from typing import BinaryIO
+from typing import BinaryIO, Protocol, runtime_checkable
 
 import numpy as np
 
 from megadata_core.errors import DataError
-from megadata_core.format.roles import ROLE_DTYPE, Role
-from megadata_core.preprocess.encoding import BadLineError
+from megadata_core.format.roles import ROLE_DTYPE, ROLES_SUFFIX, Role
+from megadata_core.preprocess.encoding import (
+    MAX_EXAMPLES,
+    BadLineError,
+    ParsedLines,
+    TokenizedChunk,
+    Tokenizer,
+    assemble_documents,
+    parse_values,
+    where_of,
+)
 from megadata_core.preprocess.reading import naming_read_errors, open_input, strip_bom
 
 __all__ = [
@@ -330,3 +343,174 @@ def check_roles(
             return (f"run {k} ({Role(role).name}, tokens {start}..{stop}) decodes to "
                     f"{got[:60]!r}, its span is {want[:60]!r}")
     return None
+
+
+@runtime_checkable
+class ConversationEncoder(Tokenizer, Protocol):
+    """A tokenizer that renders conversations with a chat template: each to its token ids
+    and the :class:`~megadata_core.format.roles.Role` of every token."""
+
+    def encode_conversations(
+        self, conversations: Sequence[object], where: Sequence[str]
+    ) -> list[tuple[np.ndarray, np.ndarray] | BadLineError]:
+        """Per conversation (a JSON value as a line holds it; ``where[i]`` names its file
+        and line for messages): (int ids [n], uint8 roles [n]), or the BadLineError that
+        refuses it (malformed, or a mask that cannot be proven)."""
+        ...
+
+
+def is_conversational(tokenizer: object) -> bool:
+    """Whether ``tokenizer`` encodes conversations (a :class:`ConversationEncoder`)."""
+    return callable(getattr(tokenizer, "encode_conversations", None))
+
+
+def output_keys(json_keys: Sequence[str], tokenizer: object) -> tuple[str, ...]:
+    """The corpora a run writes: one per key, and each key's roles
+    (``key + ROLES_SUFFIX``) when ``tokenizer`` encodes conversations."""
+    keys = tuple(json_keys)
+    if not is_conversational(tokenizer):
+        return keys
+    return keys + tuple(key + ROLES_SUFFIX for key in keys)
+
+
+def output_dtype(key: str, token_dtype: np.dtype) -> np.dtype:
+    """The dtype of output ``key``'s corpus: ``token_dtype``, or uint8 for roles."""
+    return np.dtype(ROLE_DTYPE) if key.endswith(ROLES_SUFFIX) else np.dtype(token_dtype)
+
+
+class _RoleEod:
+    eod_id = int(Role.TEMPLATE)  # the EOD after a conversation is the template's own token
+
+
+def tokenize_conversations(
+    lines: Sequence[bytes],
+    tokenizer: ConversationEncoder,
+    json_keys: Sequence[str],
+    *,
+    path: str = "<input>",
+    first_line: int = 1,
+    append_eod: bool = False,
+    dtype: np.typing.DTypeLike = np.int32,
+    skip_bad_lines: bool = False,
+) -> TokenizedChunk:
+    """Conversations of JSON-lines ``lines`` (line ``first_line + i`` of ``path``; the one
+    key of ``json_keys`` holds each) to their tokens (under the key) and roles (under
+    ``key + ROLES_SUFFIX``): one document of one sequence each, the EOD after it with
+    ``append_eod`` (role TEMPLATE). A refused conversation raises its BadLineError, or is
+    counted by kind with ``skip_bad_lines``."""
+    if len(json_keys) != 1:
+        raise DataError(f"json_keys: {list(json_keys)!r}: a conversation corpus takes one key "
+                        "(the one that holds each line's messages)")
+    key = json_keys[0]
+    parsed = ParsedLines()
+    values, where = [], []
+    for offset, line in enumerate(lines):
+        if not line.strip():
+            parsed.blank += 1
+            continue
+        try:
+            values.append(parse_values(line, json_keys, path, first_line + offset)[0])
+        except BadLineError as error:
+            _refused(parsed, error, skip_bad_lines)
+            continue
+        where.append(where_of(path, first_line + offset))
+        parsed.offsets.append(offset)
+    return encode_conversation_values(values, where, parsed, tokenizer, key,
+                                      span=(path, first_line, first_line + len(lines) - 1),
+                                      append_eod=append_eod, dtype=dtype,
+                                      skip_bad_lines=skip_bad_lines)
+
+
+def encode_conversation_values(
+    values: Sequence[object],
+    where: Sequence[str],
+    parsed: ParsedLines,
+    tokenizer: ConversationEncoder,
+    key: str,
+    *,
+    span: tuple[str, int, int],
+    append_eod: bool,
+    dtype: np.typing.DTypeLike,
+    skip_bad_lines: bool,
+) -> TokenizedChunk:
+    """The chunk of conversations ``values`` (each named by ``where``; their offsets within
+    the chunk in ``parsed.offsets``, which also counts blank and bad entries): see
+    :func:`tokenize_conversations`. ``span``: (path, first, last line or row) for errors."""
+    path, first_line, last_line = span
+    kept, ids, roles = [], [], []
+    results = tokenizer.encode_conversations(values, where)
+    for offset, place, result in zip(parsed.offsets, where, results):
+        if isinstance(result, BadLineError):
+            _refused(parsed, result, skip_bad_lines)
+            continue
+        tokens, codes = (np.asarray(part).reshape(-1) for part in result)
+        if tokens.shape != codes.shape or (tokens.size and tokens.dtype.kind not in "iu"):
+            raise DataError(f"tokenizer {tokenizer!r}: {tokens.size} ids ({tokens.dtype}) "
+                            f"and {codes.size} roles for {place}")
+        kept.append(offset)
+        ids.append(tokens)
+        roles.append(codes)
+    lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
+    ones = np.ones(len(ids), np.int64)
+    all_ids = np.concatenate(ids).astype(np.int64) if ids else np.zeros(0, np.int64)
+    all_roles = np.concatenate(roles) if roles else np.zeros(0, ROLE_DTYPE)
+    if all_roles.size and (all_roles.dtype.kind not in "iu" or int(all_roles.min()) < 0
+                           or int(all_roles.max()) >= len(Role)):
+        raise DataError(f"tokenizer {tokenizer!r}: role codes outside 0..{len(Role) - 1} "
+                        f"for {path}, lines {first_line}-{last_line}")
+    out_tokens, sequence_lengths, counts = assemble_documents(
+        all_ids, lengths, ones, tokenizer, append_eod, np.dtype(dtype), where=span)
+    out_roles, _, _ = assemble_documents(
+        all_roles.astype(np.int64), lengths, ones, _RoleEod(),  # type: ignore[arg-type]
+        append_eod, np.dtype(ROLE_DTYPE), where=span)
+    roles_key = key + ROLES_SUFFIX
+    return TokenizedChunk(
+        documents=len(kept),
+        tokens={key: out_tokens, roles_key: out_roles},
+        sequence_lengths={key: sequence_lengths, roles_key: sequence_lengths},
+        document_sequences={key: counts, roles_key: counts},
+        line_offsets=np.asarray(kept, dtype=np.int64),
+        blank_lines=parsed.blank,
+        bad_lines=dict(parsed.bad),
+        bad_examples=parsed.examples,
+    )
+
+
+def tokenize_conversation_rows(
+    values: Sequence[object],
+    tokenizer: ConversationEncoder,
+    json_keys: Sequence[str],
+    *,
+    where: str,
+    append_eod: bool = False,
+    dtype: np.typing.DTypeLike = np.int32,
+    skip_bad_lines: bool = False,
+) -> TokenizedChunk:
+    """:func:`tokenize_conversations` of a table's rows: ``values[i]`` is row i's value of
+    the one key (a messages list, as Arrow gives it; None for a null), ``where`` names the
+    table's part (rows are named from 1 within it)."""
+    if len(json_keys) != 1:
+        raise DataError(f"json_keys: {list(json_keys)!r}: a conversation corpus takes one key "
+                        "(the column that holds each row's messages)")
+    parsed = ParsedLines()
+    kept, names = [], []
+    for row, value in enumerate(values):
+        if value is None:
+            _refused(parsed, BadLineError(f"{where}, row {row + 1}: column {json_keys[0]!r} "
+                                          "holds null, not a conversation", "not_conversation"),
+                     skip_bad_lines)
+            continue
+        kept.append(value)
+        names.append(f"{where}, row {row + 1}")
+        parsed.offsets.append(row)
+    return encode_conversation_values(kept, names, parsed, tokenizer, json_keys[0],
+                                      span=(where, 1, len(values)), append_eod=append_eod,
+                                      dtype=dtype, skip_bad_lines=skip_bad_lines)
+
+
+def _refused(parsed: ParsedLines, error: BadLineError, skip_bad_lines: bool) -> None:
+    if not skip_bad_lines:
+        raise error
+    parsed.bad[error.kind] += 1
+    if len(parsed.examples) < MAX_EXAMPLES:
+        parsed.examples.append(str(error))

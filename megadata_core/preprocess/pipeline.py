@@ -37,13 +37,8 @@ from megadata_core.files.claims import Claims, default_lease, host_owner
 from megadata_core.format import IndexedDataset, merge_datasets, optimal_dtype
 from megadata_core.format.reader import bin_path_of, idx_path_of
 from megadata_core.format.roles import ROLES_SUFFIX, roles_prefix
-from megadata_core.preprocess.encoding import (
-    MAX_EXAMPLES,
-    SentenceSplitter,
-    Tokenizer,
-    is_conversational,
-    output_keys,
-)
+from megadata_core.preprocess.conversations import is_conversational, output_keys
+from megadata_core.preprocess.encoding import MAX_EXAMPLES, SentenceSplitter, Tokenizer
 from megadata_core.preprocess.plan import (
     TableReader,
     fingerprint,

@@ -59,7 +59,8 @@ from megadata_core.files import atomic as temp_files
 from megadata_core.files.atomic import try_exclusive
 from megadata_core.files.claims import Claims, default_lease, host_id, host_owner, open_store
 from megadata_core.format import IndexedDataset, optimal_dtype
-from megadata_core.preprocess.encoding import Tokenizer, is_conversational, output_keys
+from megadata_core.preprocess.conversations import is_conversational, output_keys
+from megadata_core.preprocess.encoding import Tokenizer
 from megadata_core.preprocess.plan import TableReader, input_identities, is_table
 from megadata_core.preprocess.raw_directory import (
     LEVEL,

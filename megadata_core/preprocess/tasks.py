@@ -24,15 +24,17 @@ from megadata_core.errors import DataError
 from megadata_core.format import IndexedDatasetWriter
 from megadata_core.preprocess import threads as block_threads
 from megadata_core.preprocess.block_encoding import tokenize_block
-from megadata_core.preprocess.encoding import (
-    MAX_EXAMPLES,
+from megadata_core.preprocess.conversations import (
     ConversationEncoder,
-    SentenceSplitter,
-    TokenizedChunk,
-    Tokenizer,
     output_dtype,
     tokenize_conversation_rows,
     tokenize_conversations,
+)
+from megadata_core.preprocess.encoding import (
+    MAX_EXAMPLES,
+    SentenceSplitter,
+    TokenizedChunk,
+    Tokenizer,
 )
 from megadata_core.preprocess.plan import Parts, TableReader, Task
 from megadata_core.preprocess.processes import ProcessPool

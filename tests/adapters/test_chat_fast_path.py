@@ -26,7 +26,7 @@ from test_chat_templates import (  # noqa: E402  (the templates' property tests)
 from test_chat_templates import tokenizer as tokenizer  # noqa: E402, F401  (the fixture)
 
 from megadata_adapters.tokenizing.chat_encoder import ChatEncoder  # noqa: E402
-from megadata_adapters.tokenizing.chat_templates import (  # noqa: E402
+from megadata_adapters.tokenizing.chat_roles import (  # noqa: E402
     ByteOffsets,
     encode_each,
     fast_path,

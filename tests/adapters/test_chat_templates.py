@@ -17,10 +17,8 @@ transformers = pytest.importorskip("transformers")
 
 from tokenizer_files import training_text  # noqa: E402  (tests/helpers)
 
-from megadata_adapters.tokenizing.chat_templates import (  # noqa: E402
-    ChatTemplate,
-    encode_conversations,
-)
+from megadata_adapters.tokenizing.chat_roles import encode_conversations  # noqa: E402
+from megadata_adapters.tokenizing.chat_templates import ChatTemplate  # noqa: E402
 from megadata_core import DataError  # noqa: E402
 from megadata_core.format.roles import Role  # noqa: E402
 from megadata_core.preprocess.conversations import check_roles  # noqa: E402
@@ -279,7 +277,7 @@ def _prefix_mask(tok, template: ChatTemplate, messages) -> np.ndarray:
 
 @pytest.mark.parametrize("name", ["chatml", "llama3"])
 def test_check_refuses_wrong_and_prefix_masks(tokenizer, name):
-    from megadata_adapters.tokenizing.chat_templates import _spans  # the proof's own spans
+    from megadata_adapters.tokenizing.chat_roles import _spans  # the proof's own spans
     from megadata_core.preprocess.conversations import expected_pieces
 
     template = _template(name)

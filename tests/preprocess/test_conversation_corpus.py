@@ -15,7 +15,8 @@ import pytest
 import megadata_core as mdc
 from megadata_core.format.roles import Role, has_roles, roles_prefix
 from megadata_core.preprocess import preprocess_jsonl
-from megadata_core.preprocess.encoding import BadLineError, tokenize_conversations
+from megadata_core.preprocess.conversations import tokenize_conversations
+from megadata_core.preprocess.encoding import BadLineError
 
 
 class TaggedBytes:
