@@ -82,7 +82,8 @@ class Corpora:
         """The role of each label [B, S] of conversation rows (int; -1 off the corpus)."""
         at = np.asarray(labels, dtype=np.int64) - 1
         inside = (at >= 0) & (at < len(self.roles))
-        return np.where(inside, self.roles[np.clip(at, 0, len(self.roles) - 1)], -1)
+        found = self.roles[np.clip(at, 0, len(self.roles) - 1)].astype(np.int64)
+        return np.where(inside, found, -1)  # (int64 first: -1 is no uint8 in NumPy 2.5)
 
     def expected_mask(self, tokens: np.ndarray, labels: np.ndarray,
                       roles: frozenset = ASSISTANT_ONLY) -> np.ndarray:
