@@ -42,7 +42,6 @@ import numpy as np
 from megadata_core.errors import DataError
 from megadata_core.format.roles import ROLE_DTYPE, ROLES_SUFFIX, Role
 from megadata_core.preprocess.encoding import (
-    MAX_EXAMPLES,
     BadLineError,
     ParsedLines,
     TokenizedChunk,
@@ -411,7 +410,7 @@ def tokenize_conversations(
         try:
             values.append(parse_values(line, json_keys, path, first_line + offset)[0])
         except BadLineError as error:
-            _refused(parsed, error, skip_bad_lines)
+            parsed.refuse(error, skip_bad_lines)
             continue
         where.append(where_of(path, first_line + offset))
         parsed.offsets.append(offset)
@@ -441,7 +440,7 @@ def encode_conversation_values(
     results = tokenizer.encode_conversations(values, where)
     for offset, place, result in zip(parsed.offsets, where, results):
         if isinstance(result, BadLineError):
-            _refused(parsed, result, skip_bad_lines)
+            parsed.refuse(result, skip_bad_lines)
             continue
         tokens, codes = (np.asarray(part).reshape(-1) for part in result)
         if tokens.shape != codes.shape or (tokens.size and tokens.dtype.kind not in "iu"):
@@ -496,7 +495,7 @@ def tokenize_conversation_rows(
     kept, names = [], []
     for row, value in enumerate(values):
         if value is None:
-            _refused(parsed, BadLineError(f"{where}, row {row + 1}: column {json_keys[0]!r} "
+            parsed.refuse(BadLineError(f"{where}, row {row + 1}: column {json_keys[0]!r} "
                                           "holds null, not a conversation", "not_conversation"),
                      skip_bad_lines)
             continue
@@ -506,11 +505,3 @@ def tokenize_conversation_rows(
     return encode_conversation_values(kept, names, parsed, tokenizer, json_keys[0],
                                       span=(where, 1, len(values)), append_eod=append_eod,
                                       dtype=dtype, skip_bad_lines=skip_bad_lines)
-
-
-def _refused(parsed: ParsedLines, error: BadLineError, skip_bad_lines: bool) -> None:
-    if not skip_bad_lines:
-        raise error
-    parsed.bad[error.kind] += 1
-    if len(parsed.examples) < MAX_EXAMPLES:
-        parsed.examples.append(str(error))

@@ -277,6 +277,15 @@ class ParsedLines:
     bad: collections.Counter = field(default_factory=collections.Counter)
     examples: list[str] = field(default_factory=list)
 
+    def refuse(self, error: BadLineError, skip_bad_lines: bool) -> None:
+        """Raise ``error``, or with ``skip_bad_lines`` count it by kind (and keep its
+        message among the first :data:`MAX_EXAMPLES`)."""
+        if not skip_bad_lines:
+            raise error
+        self.bad[error.kind] += 1
+        if len(self.examples) < MAX_EXAMPLES:
+            self.examples.append(str(error))
+
 
 def parse_lines(
     numbered, json_keys: Sequence[str], path: str, first_line: int, skip_bad_lines: bool
@@ -297,9 +306,7 @@ def parse_lines(
         except BadLineError as error:
             if not skip_bad_lines:
                 raise
-            parsed.bad[error.kind] += 1
-            if len(parsed.examples) < MAX_EXAMPLES:
-                parsed.examples.append(str(error))
+            parsed.refuse(error, skip_bad_lines)
             continue
         parsed.offsets.append(offset)
         parsed.texts.append(values)

@@ -50,6 +50,7 @@ import numpy as np
 from bench.harness import measure, median_of, progress, timed
 from bench.packing import lower_bound, pack_ours
 from bench.preprocess_peers import real_text_jsonl
+from megadata_core.format.roles import Role
 
 INPUT_BYTES = 20_000_000
 TRAIN_BYTES = 5_000_000
@@ -82,7 +83,7 @@ QUESTIONS = (
     "How would you improve the following?", "What is wrong here?", "Translate this:",
     "Thanks! One more question.", "Rewrite it more clearly.",
 )
-TRAINED_ROLES = (3, 4)  # Role.ASSISTANT, Role.END_OF_TURN (megadata_core.format.roles)
+TRAINED_ROLES = (int(Role.ASSISTANT), int(Role.END_OF_TURN))
 
 
 # -- data ---------------------------------------------------------------------------
