@@ -51,15 +51,19 @@ class ChatEncoder:
         return self.tokenizer.encode(text)
 
     def encode_conversations(
-        self, conversations: Sequence[object], where: Sequence[str]
+        self, conversations: Sequence[object], where: Sequence[str],
+        tools: Sequence[object] | None = None,
     ) -> list[tuple[np.ndarray, np.ndarray] | BadLineError]:
-        """Per conversation (the messages a line holds, OpenAI's or ShareGPT's form): its
-        int32 ids and uint8 roles, or the BadLineError refusing it."""
+        """Per conversation (the messages a line holds, OpenAI's or ShareGPT's form; its
+        record's ``tools``, given to the template): its int32 ids and uint8 roles, or the
+        BadLineError refusing it."""
         results: list = [None] * len(conversations)
         normalized, at = [], []
-        for i, (value, place) in enumerate(zip(conversations, where)):
+        offered = tools if tools is not None else [None] * len(conversations)
+        for i, (value, place, given) in enumerate(zip(conversations, where, offered)):
             try:
-                normalized.append(normalize_conversation({_form(value): value}, place))
+                record = {_form(value): value, "tools": given}
+                normalized.append(normalize_conversation(record, place))
                 at.append(i)
             except DataError as error:
                 results[i] = BadLineError(str(error), "bad_conversation")

@@ -8,7 +8,9 @@ API::
     results = encode_each(conversations, template, tokenizer)   # per conversation
 
 ``template``: a :class:`~.chat_templates.ChatTemplate`; ``conversations``: lists of
-messages as ``megadata_core.preprocess.conversations`` normalizes them; ``tokenizer``: a
+messages as ``megadata_core.preprocess.conversations`` normalizes them (a
+``Conversation`` also gives the template its ``tools``, rendered as template text, never
+trained); ``tokenizer``: a
 ``tokenizers.Tokenizer``, a ``tokenizer.json`` or a directory holding one, or a tokenizer
 with a ``path`` to one (``HuggingFaceTokenizer``). Returns int32 [T_i] ids and uint8 [T_i]
 ``Role`` codes per conversation, and how many were skipped. ``where[i]`` names
@@ -57,6 +59,7 @@ from megadata_core.errors import DataError
 from megadata_core.format.roles import ROLE_DTYPE, Role
 from megadata_core.preprocess.conversations import (
     CONTENT_ROLES,
+    Conversation,
     check_roles,
     expected_pieces,
     token_roles,
@@ -363,7 +366,8 @@ def _segments(template: ChatTemplate, messages: Sequence[dict], real: str,
     fields = _values(messages, empty)
     values = [_value(messages[i], field) for i, field, _ in fields]
     marks = _placeholders(len(fields), real + template.source)
-    marked = [dict(message) for message in messages]
+    marked = Conversation((dict(message) for message in messages),
+                          getattr(messages, "tools", None))
     for (i, field, _), mark in zip(fields, marks):
         _mark(marked[i], field, mark)
     try:

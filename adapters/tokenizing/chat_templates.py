@@ -232,8 +232,10 @@ class ChatTemplate:
         return cls(source, name=config_file, variables=variables, end_of_turn=end_of_turn)
 
     def render(self, messages: Sequence[dict]) -> str:
-        """The rendered text of one conversation (jinja2's errors as they are)."""
-        return self._compiled.render(messages=_template_messages(messages), tools=None,
+        """The rendered text of one conversation (jinja2's errors as they are): its
+        messages, and the ``tools`` of a ``Conversation`` (None otherwise)."""
+        return self._compiled.render(messages=_template_messages(messages),
+                                     tools=getattr(messages, "tools", None),
                                      documents=None, add_generation_prompt=False,
                                      **self.variables)
 

@@ -14,12 +14,18 @@ Input lines hold one conversation each, in either form:
   "value": ...}]}`` (``FROM_ROLES`` lists the names; ``function_call``'s value is a JSON
   object ``{"name", "arguments"}``, an assistant's tool call).
 
-Both become a list of message dicts (:func:`normalize_conversation`): ``role`` (one of
-``MESSAGE_ROLES``), ``content`` (a string; ``""`` for an assistant's tool calls without
-text), and where given ``reasoning_content``, ``tool_calls`` (each ``{"type": "function",
-"function": {"name", "arguments"}}`` plus ``id`` where given), ``tool_call_id``, ``name``.
-Other keys are dropped. A malformed conversation is a :class:`DataError` naming the file,
-the line and the field (``messages[2].content``).
+A record may also hold ``tools``, the tool definitions the template is given (an array of
+objects, OpenAI's ``{"type": "function", "function": {"name", "description",
+"parameters"}}``, passed as they are; or a JSON string of one, as LLaMA-Factory's
+ShareGPT files write it).
+
+Both become a :class:`Conversation` (:func:`normalize_conversation`), a list of message
+dicts: ``role`` (one of ``MESSAGE_ROLES``), ``content`` (a string; ``""`` for an
+assistant's tool calls without text), and where given ``reasoning_content``,
+``tool_calls`` (each ``{"type": "function", "function": {"name", "arguments"}}`` plus
+``id`` where given), ``tool_call_id``, ``name``. Other keys are dropped; the record's
+tools are the conversation's ``tools``. A malformed conversation is a :class:`DataError`
+naming the file, the line and the field (``messages[2].content``).
 
 Rendering and tokenizing live in ``megadata_adapters.tokenizing.chat_roles`` (a
 :class:`ConversationEncoder`); what is left is arrays: :func:`token_roles` gives each
@@ -34,7 +40,7 @@ writes, :func:`output_keys`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import BinaryIO, Protocol, runtime_checkable
 
 import numpy as np
@@ -47,7 +53,8 @@ from megadata_core.preprocess.encoding import (
     TokenizedChunk,
     Tokenizer,
     assemble_documents,
-    parse_values,
+    parse_object,
+    values_of,
     where_of,
 )
 from megadata_core.preprocess.reading import naming_read_errors, open_input, strip_bom
@@ -55,6 +62,7 @@ from megadata_core.preprocess.reading import naming_read_errors, open_input, str
 __all__ = [
     "CONTENT_ROLES",
     "FROM_ROLES",
+    "Conversation",
     "MESSAGE_ROLES",
     "check_roles",
     "expected_pieces",
@@ -196,9 +204,46 @@ def _sharegpt_message(raw: object, where: str, field: str) -> dict:
             "tool_calls": [_tool_call(call, where, f"{field}.value")]}
 
 
-def normalize_conversation(record: object, where: str) -> list[dict]:
-    """A parsed JSON record's conversation as a list of normalized messages (module
-    docstring); a DataError naming ``where`` (file and line) and the field."""
+class Conversation(list):
+    """One conversation's normalized messages (a list of message dicts, module docstring)
+    and ``tools``, the tool definitions its record gives the template (a list of JSON
+    objects, or None): what ``apply_chat_template(messages, tools=tools)`` renders."""
+
+    def __init__(self, messages: Iterable[dict] = (), tools: list | None = None) -> None:
+        super().__init__(messages)
+        self.tools = tools
+
+    def __repr__(self) -> str:
+        return f"Conversation({list.__repr__(self)}, tools={self.tools!r})"
+
+
+def _tools(value: object, where: str) -> list | None:
+    """A record's ``tools``: an array of objects, or a JSON string of one; None if absent."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (json.JSONDecodeError, RecursionError):
+            raise DataError(f"{where}: tools is a string that is no JSON (give an array of "
+                            "tool definitions, or a JSON string of one)") from None
+    if not isinstance(value, list):
+        raise DataError(f"{where}: tools must be an array of tool definitions, found "
+                        f"{_kind(value)}")
+    for i, tool in enumerate(value):
+        if not isinstance(tool, dict):
+            raise DataError(f"{where}: tools[{i}] must be an object, found {_kind(tool)}")
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise DataError(f"{where}: tools holds text that is not valid Unicode "
+                        f"({error.reason})") from None
+    return value
+
+
+def normalize_conversation(record: object, where: str) -> Conversation:
+    """A parsed JSON record's conversation: its normalized messages and its ``tools``
+    (module docstring); a DataError naming ``where`` (file and line) and the field."""
     if not isinstance(record, dict):
         raise DataError(f"{where}: expected a JSON object, found {_kind(record)}")
     forms = [key for key in ("messages", "conversations") if key in record]
@@ -213,10 +258,11 @@ def normalize_conversation(record: object, where: str) -> list[dict]:
     if not turns:
         raise DataError(f"{where}: {key} is empty (a conversation has a message at least)")
     read = _message if key == "messages" else _sharegpt_message
-    return [read(turn, where, f"{key}[{i}]") for i, turn in enumerate(turns)]
+    return Conversation([read(turn, where, f"{key}[{i}]") for i, turn in enumerate(turns)],
+                        _tools(record.get("tools"), where))
 
 
-def parse_conversation(line: bytes, path: str, line_number: int) -> list[dict]:
+def parse_conversation(line: bytes, path: str, line_number: int) -> Conversation:
     """The normalized messages of one JSON line (bytes, strict UTF-8; ``line_number``
     1-based, for messages); BadLineError for bytes that are no JSON object, DataError for
     a malformed conversation, each naming the file and line."""
@@ -241,8 +287,8 @@ def parse_conversation(line: bytes, path: str, line_number: int) -> list[dict]:
 
 def read_conversations(
     path: str, open_binary: Callable[[str], BinaryIO] = open_input
-) -> Iterator[tuple[int, list[dict]]]:
-    """(1-based line number, normalized messages) of each non-blank line of a JSON-lines
+) -> Iterator[tuple[int, Conversation]]:
+    """(1-based line number, normalized conversation) of each non-blank line of a JSON-lines
     file (plain, ``.gz``, or a URL ``open_binary`` opens)."""
     with naming_read_errors(path), open_binary(path) as stream:
         for number, line in enumerate(stream, start=1):
@@ -350,10 +396,12 @@ class ConversationEncoder(Tokenizer, Protocol):
     and the :class:`~megadata_core.format.roles.Role` of every token."""
 
     def encode_conversations(
-        self, conversations: Sequence[object], where: Sequence[str]
+        self, conversations: Sequence[object], where: Sequence[str],
+        tools: Sequence[object] | None = None,
     ) -> list[tuple[np.ndarray, np.ndarray] | BadLineError]:
         """Per conversation (a JSON value as a line holds it; ``where[i]`` names its file
-        and line for messages): (int ids [n], uint8 roles [n]), or the BadLineError that
+        and line for messages; ``tools[i]`` its record's ``tools`` value as given, None
+        where it has none): (int ids [n], uint8 roles [n]), or the BadLineError that
         refuses it (malformed, or a mask that cannot be proven)."""
         ...
 
@@ -402,19 +450,21 @@ def tokenize_conversations(
                         "(the one that holds each line's messages)")
     key = json_keys[0]
     parsed = ParsedLines()
-    values, where = [], []
+    values, where, tools = [], [], []
     for offset, line in enumerate(lines):
         if not line.strip():
             parsed.blank += 1
             continue
         try:
-            values.append(parse_values(line, json_keys, path, first_line + offset)[0])
+            record = parse_object(line, path, first_line + offset)
+            values.append(values_of(record, json_keys, path, first_line + offset)[0])
         except BadLineError as error:
             parsed.refuse(error, skip_bad_lines)
             continue
+        tools.append(record.get("tools"))
         where.append(where_of(path, first_line + offset))
         parsed.offsets.append(offset)
-    return encode_conversation_values(values, where, parsed, tokenizer, key,
+    return encode_conversation_values(values, where, parsed, tokenizer, key, tools=tools,
                                       span=(path, first_line, first_line + len(lines) - 1),
                                       append_eod=append_eod, dtype=dtype,
                                       skip_bad_lines=skip_bad_lines)
@@ -427,6 +477,7 @@ def encode_conversation_values(
     tokenizer: ConversationEncoder,
     key: str,
     *,
+    tools: Sequence[object] | None = None,
     span: tuple[str, int, int],
     append_eod: bool,
     dtype: np.typing.DTypeLike,
@@ -434,10 +485,14 @@ def encode_conversation_values(
 ) -> TokenizedChunk:
     """The chunk of conversations ``values`` (each named by ``where``; their offsets within
     the chunk in ``parsed.offsets``, which also counts blank and bad entries): see
-    :func:`tokenize_conversations`. ``span``: (path, first, last line or row) for errors."""
+    :func:`tokenize_conversations`. ``tools``: each one's record's ``tools`` (None: none
+    given). ``span``: (path, first, last line or row) for errors."""
     path, first_line, last_line = span
     kept, ids, roles = [], [], []
-    results = tokenizer.encode_conversations(values, where)
+    # tools only where a record gives some: an encoder written before tools keeps working
+    results = (tokenizer.encode_conversations(values, where, tools=tools)
+               if tools is not None and any(t is not None for t in tools)
+               else tokenizer.encode_conversations(values, where))
     for offset, place, result in zip(parsed.offsets, where, results):
         if isinstance(result, BadLineError):
             parsed.refuse(result, skip_bad_lines)

@@ -134,9 +134,9 @@ def parse_record(line: bytes, json_keys: Sequence[str], path: str, line_number: 
     return values
 
 
-def parse_values(line: bytes, json_keys: Sequence[str], path: str, line_number: int) -> list:
-    """The values of ``json_keys`` in one JSON-lines record, of any JSON type (see
-    :func:`parse_record`)."""
+def parse_object(line: bytes, path: str, line_number: int) -> dict:
+    """One JSON-lines record (bytes, strict UTF-8; ``line_number`` 1-based, for
+    messages) as a dict; BadLineError naming the file and line otherwise."""
     where = where_of(path, line_number)
     try:
         text = line.decode("utf-8")
@@ -155,13 +155,25 @@ def parse_values(line: bytes, json_keys: Sequence[str], path: str, line_number: 
     if not isinstance(record, dict):
         kind_name = _JSON_TYPE_NAMES.get(type(record), type(record).__name__)
         raise BadLineError(f"{where}: expected a JSON object, found {kind_name}", "not_object")
+    return record
+
+
+def parse_values(line: bytes, json_keys: Sequence[str], path: str, line_number: int) -> list:
+    """The values of ``json_keys`` in one JSON-lines record, of any JSON type (see
+    :func:`parse_record`)."""
+    return values_of(parse_object(line, path, line_number), json_keys, path, line_number)
+
+
+def values_of(record: dict, json_keys: Sequence[str], path: str, line_number: int) -> list:
+    """The values of ``json_keys`` in a parsed record; BadLineError for a missing key."""
     values = []
     for key in json_keys:
         if key not in record:
             present = ", ".join(repr(k) for k in list(record)[:8])
             more = ", ..." if len(record) > 8 else ""
             raise BadLineError(
-                f"{where}: missing key {key!r} (keys present: {present or 'none'}{more})",
+                f"{where_of(path, line_number)}: missing key {key!r} (keys present: "
+                f"{present or 'none'}{more})",
                 "missing_key",
             )
         values.append(record[key])

@@ -6,6 +6,7 @@ library and ``megadata-preprocess --chat_template``: the tokens equal transforme
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 import subprocess
 import sys
@@ -53,17 +54,24 @@ def _messages(row: dict) -> list[dict]:
             for m in row["conversations"]]
 
 
-def _check_against_transformers(tokenizer_dir, prefix: str, rows) -> None:
+def _check_against_transformers(tokenizer_dir, prefix: str, rows, template: str | None = None,
+                                twin_template: str = TWIN) -> None:
+    """Each row's tokens and trained roles against apply_chat_template (with the row's
+    tools) over the tokenizer's template, or ``template``, and its twin."""
     fast = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+    if template is not None:
+        fast.chat_template = template
     twin = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
-    twin.chat_template = TWIN
+    twin.chat_template = twin_template
     tokens, roles = mdc.IndexedDataset(prefix), mdc.IndexedDataset(roles_prefix(prefix))
     assert len(tokens) == len(roles) == len(rows)
     for i, row in enumerate(rows):
         messages = _messages(row)
-        expected = list(fast.apply_chat_template(messages, return_dict=False))
+        tools = row.get("tools")
+        tools = json.loads(tools) if isinstance(tools, str) else tools
+        expected = list(fast.apply_chat_template(messages, tools=tools, return_dict=False))
         assert tokens[i][:-1].tolist() == expected and tokens[i][-1] == fast.eos_token_id
-        out = twin.apply_chat_template(messages, tokenize=True, return_dict=True,
+        out = twin.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
                                        return_assistant_tokens_mask=True)
         assert out["input_ids"] == expected
         trained = np.isin(roles[i][:-1], [Role.ASSISTANT, Role.END_OF_TURN]).astype(int)
@@ -118,6 +126,45 @@ def test_the_command_line(tmp_path, tokenizer_dir):
         for ext in (".bin", ".idx"):
             assert filecmp.cmp(f"{tmp_path}/out{suffix}{ext}", f"{tmp_path}/lib{suffix}{ext}",
                                shallow=False)
+
+
+TOOLS = ("{% if tools %}<|im_start|>system\nTools:{% for tool in tools %}\n"
+         "{{ tool | tojson }}{% endfor %}<|im_end|>\n{% endif %}")
+
+
+def test_a_records_tools_reach_the_template(tmp_path, tokenizer_dir):
+    """``tools`` of a record (an array, or LLaMA-Factory's JSON string of one) is given to
+    the template as apply_chat_template(tools=...) gives it; its text is never trained."""
+    tool = {"type": "function", "function": {
+        "name": "search", "description": "Looks up 東京 <|im_end|>",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
+    rows = conversations(12)
+    for i, row in enumerate(rows):
+        if i % 3 == 1:
+            row["tools"] = [tool]
+        elif i % 3 == 2:
+            row["tools"] = json.dumps([tool, tool])
+    bad = {**conversations(1)[0], "tools": {"name": "search"}}
+    source = write_rows(tmp_path / "chat.jsonl", rows + [bad])
+    tokenizer = load_tokenizer("huggingface", os.path.join(tokenizer_dir, "tokenizer.json"))
+    encoder = ChatEncoder(tokenizer, chat_template(str(_jinja(
+        tmp_path, TOOLS + BUILTIN_TEMPLATES["chatml"]))))
+    options = dict(json_keys=["messages"], append_eod=True)
+    with pytest.raises(mdc.DataError, match=r"chat.jsonl, line 13: tools must be an array of "
+                                            r"tool definitions, found an object"):
+        preprocess_jsonl([source], str(tmp_path / "refused"), lambda: encoder, **options)
+    summary = preprocess_jsonl([source], str(tmp_path / "out"), lambda: encoder,
+                               skip_bad_lines=True, **options)
+    assert summary.bad_line_kinds == {"bad_conversation": 1} and summary.documents == 12
+    _check_against_transformers(tokenizer_dir, str(tmp_path / "out_messages_document"), rows,
+                                template=TOOLS + BUILTIN_TEMPLATES["chatml"],
+                                twin_template=TOOLS + TWIN)
+    plain = preprocess_jsonl([write_rows(tmp_path / "plain.jsonl", conversations(12))],
+                             str(tmp_path / "plain"), lambda: encoder, **options)
+    assert plain.documents == 12
+    with_tools = mdc.IndexedDataset(str(tmp_path / "out_messages_document"))
+    without = mdc.IndexedDataset(str(tmp_path / "plain_messages_document"))
+    assert len(with_tools[1]) > len(without[1]) and len(with_tools[0]) == len(without[0])
 
 
 def test_unprovable_conversations_are_refused_or_counted(tmp_path, tokenizer_dir):

@@ -21,7 +21,7 @@ from megadata_adapters.tokenizing.chat_roles import encode_conversations  # noqa
 from megadata_adapters.tokenizing.chat_templates import ChatTemplate  # noqa: E402
 from megadata_core import DataError  # noqa: E402
 from megadata_core.format.roles import Role  # noqa: E402
-from megadata_core.preprocess.conversations import check_roles  # noqa: E402
+from megadata_core.preprocess.conversations import Conversation, check_roles  # noqa: E402
 
 MARKERS = ["<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>",
            "<|end_header_id|>", "<|eot_id|>", "<start_of_turn>", "<end_of_turn>"]
@@ -78,12 +78,19 @@ GENERATION = (
 )
 
 def qwen(twin: bool = False) -> str:
-    """Qwen2.5's (without its tools block): an assistant's content only ``if
-    message.content`` when it has tool calls, a default system prompt, tool responses
+    """Qwen2.5's: the tools (``tojson``) in the system turn, an assistant's content only
+    ``if message.content`` when it has tool calls, a default system prompt, tool responses
     joined into one user turn."""
     assistant = "message.role == 'assistant'"
     return (
-        "{%- if messages[0]['role'] == 'system' %}"
+        "{%- if tools %}{{- '<|im_start|>system\n' }}"
+        "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] }}"
+        "{%- else %}{{- 'You are Qwen.' }}{%- endif %}"
+        "{{- '\n\n# Tools\n\nYou are provided with function signatures within <tools>"
+        "</tools> XML tags:\n<tools>' }}"
+        "{%- for tool in tools %}{{- '\n' }}{{- tool | tojson }}{%- endfor %}"
+        "{{- '\n</tools><|im_end|>\n' }}"
+        "{%- elif messages[0]['role'] == 'system' %}"
         "{{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}"
         "{%- else %}{{- '<|im_start|>system\nYou are Qwen.<|im_end|>\n' }}{%- endif %}\n"
         "{%- for message in messages %}\n"
@@ -170,7 +177,7 @@ def conversations(draw):
     return messages
 
 
-def _assistant_mask(tok, name: str, messages) -> tuple[list[int], list[int]]:
+def _assistant_mask(tok, name: str, messages, tools=None) -> tuple[list[int], list[int]]:
     """transformers' (ids, assistant mask) over the template's {% generation %} twin, with
     the tokenizer's offsets untrimmed (its ByteLevel post-processor trims a whitespace
     token's offsets to nothing, and transformers' mask then misses a span's leading
@@ -178,7 +185,8 @@ def _assistant_mask(tok, name: str, messages) -> tuple[list[int], list[int]]:
     clone = type(tok).from_str(tok.to_str())
     clone.post_processor = None
     out = _fast(clone, TEMPLATES[name][1], name).apply_chat_template(
-        messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+        messages, tools=tools, tokenize=True, return_dict=True,
+        return_assistant_tokens_mask=True)
     return list(out["input_ids"]), list(out["assistant_masks"])
 
 
@@ -200,19 +208,21 @@ def _straddles(tok, name: str, messages) -> bool:
 TRAINED = (Role.ASSISTANT, Role.END_OF_TURN)
 
 
-def _prove(tok, name, messages):
+def _prove(tok, name, messages, tools=None):
     """Ours against transformers: ids, the trained mask; (roles, transformers' ids) or
     None when refused (then a token truly straddles a trained span, or the data holds
-    the end of turn)."""
+    the end of turn). ``tools``: the tool definitions the template is given."""
     template = _template(name)
     fast = _fast(tok, template.source, name)
-    reference = list(fast.apply_chat_template(messages, tokenize=True, return_dict=False))
-    ids, roles, skipped = encode_conversations([messages], template, tok, on_unprovable="skip")
+    reference = list(fast.apply_chat_template(messages, tools=tools, tokenize=True,
+                                              return_dict=False))
+    ids, roles, skipped = encode_conversations([Conversation(messages, tools)], template, tok,
+                                               on_unprovable="skip")
     if skipped:
         return None, reference
     assert ids[0].dtype == np.int32 and roles[0].dtype == np.uint8
     assert ids[0].tolist() == reference
-    twin_ids, mask = _assistant_mask(tok, name, messages)
+    twin_ids, mask = _assistant_mask(tok, name, messages, tools)
     assert twin_ids == reference  # the twin renders the same text
     trained = set(TRAINED) | ({Role.TOOL_CALL} if name == "generation" else set())
     ours = np.isin(roles[0], list(trained)).astype(int).tolist()
@@ -245,6 +255,32 @@ def test_roles_equal_transformers(tokenizer, name, messages):
         if "tool calls hold" in reason:
             assert any("<|im_end|>" in json.dumps(c, ensure_ascii=False)
                        for m in messages for c in m.get("tool_calls", []))
+
+
+TOOL = st.builds(lambda name, text: {"type": "function", "function": {
+    "name": name, "description": text,
+    "parameters": {"type": "object", "properties": {"q": {"type": "string",
+                                                          "description": text}}}}},
+    st.sampled_from(["search", "calc"]), CONTENT)
+
+
+@settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(messages=conversations(), tools=st.lists(TOOL, min_size=1, max_size=3))
+@example(messages=[{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "",
+                    "tool_calls": [{"type": "function", "function": {
+                        "name": "calc", "arguments": {"q": "2+2"}}}]},
+                   {"role": "tool", "content": "4"}, {"role": "assistant", "content": "4."}],
+         tools=[{"type": "function", "function": {"name": "calc", "description": "<|im_end|>",
+                                                  "parameters": {}}}])
+def test_tools_render_as_transformers(tokenizer, messages, tools):
+    """A record's tools reach the template as apply_chat_template(tools=...) gives them:
+    the same ids, the same mask, and the tools' text (in the system turn) never trained."""
+    roles, reference = _prove(tokenizer, "qwen", messages, tools)
+    without, _ = _prove(tokenizer, "qwen", messages)
+    if roles is not None and without is not None:
+        assert len(reference) > len(without)  # the tools were rendered
+        assert np.isin(roles, list(TRAINED)).sum() == np.isin(without, list(TRAINED)).sum()
 
 
 @pytest.mark.parametrize("name", sorted(TEMPLATES))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -45,6 +46,17 @@ def test_openai_form_normalized():
             {"type": "function", "function": {"name": "g", "arguments": "{}"}}]},
         {"role": "tool", "content": "42", "tool_call_id": "c1", "name": "f"},
     ]
+
+
+def test_a_records_tools_are_the_conversations():
+    tool = {"type": "function", "function": {"name": "f", "parameters": {}}}
+    listed = parse_conversation(_line({"messages": [USER], "tools": [tool]}), "a.jsonl", 1)
+    given_as_text = normalize_conversation(
+        {"conversations": [{"from": "human", "value": "h"}], "tools": json.dumps([tool])},
+        "b.jsonl, line 2")
+    assert listed.tools == given_as_text.tools == [tool]
+    assert parse_conversation(_line({"messages": [USER]}), "a.jsonl", 1).tools is None
+    assert pickle.loads(pickle.dumps(listed)).tools == [tool]
 
 
 def test_sharegpt_form_normalized():
@@ -133,6 +145,13 @@ USER = {"role": "user", "content": "u"}
     ({"conversations": [{"from": "function_call", "value": "f("}]}, "text that is no JSON"),
     ({"conversations": [{"from": "function_call", "value": "{}"}]},
      r"conversations\[0\]\.value\.name must be a string"),
+    ({"messages": [USER], "tools": {"name": "f"}},
+     "tools must be an array of tool definitions, found an object"),
+    ({"messages": [USER], "tools": "[{"}, "tools is a string that is no JSON"),
+    ({"messages": [USER], "tools": "5"}, "tools must be an array of tool definitions, found a"),
+    ({"messages": [USER], "tools": ["search"]}, r"tools\[0\] must be an object, found a string"),
+    ({"messages": [USER], "tools": [{"description": "\ud800"}]},
+     "tools holds text that is not valid Unicode"),
 ])
 def test_rejected_conversations(record, message):
     with pytest.raises(DataError, match=r"f\.jsonl, line 4: .*" + message):
