@@ -123,6 +123,9 @@ class ParquetReader:
             buffers.append((data, offsets.astype(np.int64)))
         return buffers, valid
 
+    def column_names(self, path: str) -> list[str]:
+        return list(self._open(path).schema_arrow.names)
+
     def read_values(self, path: str, group: int, column: str) -> list:
         """The row group's ``column`` as Python values (a list of messages per row for a
         conversations column), None for nulls."""

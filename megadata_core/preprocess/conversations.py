@@ -536,18 +536,20 @@ def tokenize_conversation_rows(
     json_keys: Sequence[str],
     *,
     where: str,
+    tools: Sequence[object] | None = None,
     append_eod: bool = False,
     dtype: np.typing.DTypeLike = np.int32,
     skip_bad_lines: bool = False,
 ) -> TokenizedChunk:
     """:func:`tokenize_conversations` of a table's rows: ``values[i]`` is row i's value of
-    the one key (a messages list, as Arrow gives it; None for a null), ``where`` names the
-    table's part (rows are named from 1 within it)."""
+    the one key (a messages list, as Arrow gives it; None for a null), ``tools[i]`` its
+    ``tools`` column's (None: no such column), ``where`` names the table's part (rows are
+    named from 1 within it)."""
     if len(json_keys) != 1:
         raise DataError(f"json_keys: {list(json_keys)!r}: a conversation corpus takes one key "
                         "(the column that holds each row's messages)")
     parsed = ParsedLines()
-    kept, names = [], []
+    kept, names, offered = [], [], []
     for row, value in enumerate(values):
         if value is None:
             parsed.refuse(BadLineError(f"{where}, row {row + 1}: column {json_keys[0]!r} "
@@ -556,7 +558,9 @@ def tokenize_conversation_rows(
             continue
         kept.append(value)
         names.append(f"{where}, row {row + 1}")
+        offered.append(tools[row] if tools is not None else None)
         parsed.offsets.append(row)
     return encode_conversation_values(kept, names, parsed, tokenizer, json_keys[0],
+                                      tools=offered,
                                       span=(where, 1, len(values)), append_eod=append_eod,
                                       dtype=dtype, skip_bad_lines=skip_bad_lines)

@@ -63,6 +63,10 @@ class TableReader(Protocol):
         column is null in the row. No Python object per row. DataError as read_columns."""
         ...
 
+    def column_names(self, path: str) -> list[str]:
+        """The names of the file's columns. DataError as read_columns."""
+        ...
+
     def read_values(self, path: str, group: int, column: str) -> list:
         """One row group's ``column`` as Python values (lists and dicts for nested
         columns, None for nulls): a conversation per row. DataError as read_columns."""

@@ -203,8 +203,10 @@ class TaskRunner:
                 raise DataError(f"{task.path}: parquet input needs a table reader")
             if self.outputs != self.json_keys:  # a conversation encoder: tokens and roles
                 values = self.table_reader.read_values(task.path, item, self.json_keys[0])
+                tools = (self.table_reader.read_values(task.path, item, "tools")
+                         if "tools" in self.table_reader.column_names(task.path) else None)
                 return tokenize_conversation_rows(
-                    values, cast(ConversationEncoder, tokenizer), self.json_keys,
+                    values, cast(ConversationEncoder, tokenizer), self.json_keys, tools=tools,
                     where=f"{task.path} (row group {item})", append_eod=self.append_eod,
                     dtype=self.dtype, skip_bad_lines=self.skip_bad_lines)
             buffers, valid = self.table_reader.read_buffers(task.path, item, self.json_keys)

@@ -214,7 +214,11 @@ def test_a_parquet_messages_column_gives_the_json_lines_corpus(tmp_path, tokeniz
     from megadata_core.preprocess import preprocess_tasks
 
     rows = conversations(30)
+    tool = json.dumps([{"type": "function", "function": {"name": "search", "parameters": {}}}])
+    for i, row in enumerate(rows):  # LLaMA-Factory's tools column: a JSON string or null
+        row["tools"] = tool if i % 2 else None
     table = pa.table({"messages": [row["messages"] for row in rows] + [None],
+                      "tools": [row["tools"] for row in rows] + [None],
                       "id": list(range(31))})
     pq.write_table(table, tmp_path / "chat.parquet", row_group_size=7)
     options = dict(json_keys=["messages"], append_eod=True)
@@ -222,12 +226,18 @@ def test_a_parquet_messages_column_gives_the_json_lines_corpus(tmp_path, tokeniz
                                             r"'messages' holds null"):
         preprocess_tasks([str(tmp_path / "chat.parquet")], str(tmp_path / "refused"),
                          chat_factory(tokenizer_dir), table_reader=ParquetReader(), **options)
+    tokenizer = load_tokenizer("huggingface", os.path.join(tokenizer_dir, "tokenizer.json"))
+    encoder = ChatEncoder(tokenizer, chat_template(str(_jinja(
+        tmp_path, TOOLS + BUILTIN_TEMPLATES["chatml"]))))
     preprocess_tasks([str(tmp_path / "chat.parquet")], str(tmp_path / "table"),
-                     chat_factory(tokenizer_dir), table_reader=ParquetReader(),
-                     skip_bad_lines=True, **options)
+                     lambda: encoder, table_reader=ParquetReader(), skip_bad_lines=True,
+                     **options)
     preprocess_jsonl([write_rows(tmp_path / "chat.jsonl", rows)], str(tmp_path / "lines"),
-                     chat_factory(tokenizer_dir), **options)
+                     lambda: encoder, **options)
     for suffix in ("_messages_document", "_messages_document_roles"):
         for ext in (".bin", ".idx"):
             assert filecmp.cmp(f"{tmp_path}/table{suffix}{ext}",
                                f"{tmp_path}/lines{suffix}{ext}", shallow=False)
+    _check_against_transformers(tokenizer_dir, f"{tmp_path}/table_messages_document", rows,
+                                template=TOOLS + BUILTIN_TEMPLATES["chatml"],
+                                twin_template=TOOLS + TWIN)
