@@ -49,6 +49,7 @@ class ParquetReader:
         if memory_pool is not None and memory_pool not in POOLS:
             raise DataError(f"memory_pool: {memory_pool!r} is not one of {', '.join(POOLS)}")
         self.memory_pool = memory_pool
+        self._names: dict[str, list[str]] = {}
 
     def _use_pool(self, pa) -> None:
         if self.memory_pool is None or pa.default_memory_pool().backend_name == self.memory_pool:
@@ -124,7 +125,9 @@ class ParquetReader:
         return buffers, valid
 
     def column_names(self, path: str) -> list[str]:
-        return list(self._open(path).schema_arrow.names)
+        if path not in self._names:  # asked once per row group: the footer is read once
+            self._names[path] = list(self._open(path).schema_arrow.names)
+        return self._names[path]
 
     def read_values(self, path: str, group: int, column: str) -> list:
         """The row group's ``column`` as Python values (a list of messages per row for a
